@@ -1,0 +1,109 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// UnknownStorageVersionHash is the persisted hash that means "objects of this
+// resource may be stored in any version": it is not safe to move to an API
+// server that cannot read every version the resource ever had.
+const UnknownStorageVersionHash = "Unknown"
+
+// GroupResource names a resource independently of the version it is served in.
+type GroupResource struct {
+	// Group is the API group of the resource; empty for the core group.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Group string `json:"group,omitempty"`
+	// Resource is the plural, lower-case resource name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Resource string `json:"resource,omitempty"`
+}
+
+// StorageStateSpec names the resource a StorageState is about.
+type StorageStateSpec struct {
+	// Resource is the resource this StorageState is about. Immutable.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.resource is immutable"
+	Resource GroupResource `json:"resource"`
+}
+
+// StorageStateStatus records which storage versions objects of a resource
+// may be encoded in.
+type StorageStateStatus struct {
+	// PersistedStorageVersionHashes are the storage version hashes that
+	// stored objects of the resource might still be encoded in. "Unknown"
+	// means any version. It is not safe to upgrade or downgrade to an API
+	// server that cannot decode every version listed here, or if "Unknown" is
+	// listed. A completed migration refines it to the current hash alone.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=64
+	PersistedStorageVersionHashes []string `json:"persistedStorageVersionHashes,omitempty"`
+
+	// CurrentStorageVersionHash is the storage version hash the API server
+	// reports now (discovery's storageVersionHash), or "Unknown" while API
+	// servers disagree.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	CurrentStorageVersionHash string `json:"currentStorageVersionHash,omitempty"`
+
+	// LastHeartbeatTime is the last time svm checked the resource's storage
+	// version and updated this status.
+	// +optional
+	LastHeartbeatTime metav1.Time `json:"lastHeartbeatTime,omitempty"`
+}
+
+// StorageState is the state of the storage of one resource: the storage
+// versions its stored objects may be encoded in. Its name is
+// "<resource>.<group>", or "<resource>" for the core group.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster
+// +kubebuilder:subresource:status
+// +kubebuilder:metadata:annotations="api-approved.kubernetes.io=https://github.com/kubernetes/community/pull/2524"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name == (has(self.spec.resource.group) && self.spec.resource.group != '' ? self.spec.resource.resource + '.' + self.spec.resource.group : self.spec.resource.resource)",message="metadata.name must be <resource>.<group> (or <resource> for the core group) of spec.resource"
+// +kubebuilder:printcolumn:name="Resource",type=string,JSONPath=`.spec.resource.resource`
+// +kubebuilder:printcolumn:name="Group",type=string,JSONPath=`.spec.resource.group`
+// +kubebuilder:printcolumn:name="Current",type=string,JSONPath=`.status.currentStorageVersionHash`
+// +kubebuilder:printcolumn:name="Persisted",type=string,JSONPath=`.status.persistedStorageVersionHashes`
+// +kubebuilder:printcolumn:name="Heartbeat",type=date,JSONPath=`.status.lastHeartbeatTime`
+type StorageState struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec names the resource.
+	// +required
+	Spec StorageStateSpec `json:"spec"`
+
+	// Status records the storage versions in use.
+	// +optional
+	Status StorageStateStatus `json:"status,omitempty"`
+}
+
+// StorageStateName is the name of the StorageState of a resource:
+// "<resource>.<group>", or "<resource>" for the core group.
+func StorageStateName(gr GroupResource) string {
+	if gr.Group == "" {
+		return gr.Resource
+	}
+	return gr.Resource + "." + gr.Group
+}
+
+// StorageStateList is a list of StorageState.
+//
+// +kubebuilder:object:root=true
+type StorageStateList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []StorageState `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&StorageState{}, &StorageStateList{})
+}

@@ -1,0 +1,208 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// GroupVersionResource names the resource a migration rewrites and the API
+// version it is read and written through. The version only selects the
+// endpoint: the API server always encodes to its configured storage version.
+type GroupVersionResource struct {
+	// Group is the API group of the resource; empty for the core group.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Group string `json:"group,omitempty"`
+	// Version is the API version used to reach the resource, for example v1.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	Version string `json:"version,omitempty"`
+	// Resource is the plural, lower-case resource name, for example secrets.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Resource string `json:"resource,omitempty"`
+}
+
+// StorageVersionMigrationSpec is what a migration is asked to do.
+//
+// The spec names one resource and never changes: to migrate a resource again,
+// create another StorageVersionMigration.
+type StorageVersionMigrationSpec struct {
+	// Resource is the resource to migrate. Immutable.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.resource is immutable: create a new StorageVersionMigration to migrate another resource"
+	Resource GroupVersionResource `json:"resource"`
+
+	// ContinueToken is the list continue token of the next chunk to migrate.
+	// svm keeps it up to date while the migration is Running, so a restarted
+	// controller resumes from it and a reader can see where the migration is.
+	// +optional
+	// +kubebuilder:validation:MaxLength=8192
+	ContinueToken string `json:"continueToken,omitempty"`
+}
+
+// MigrationConditionType is the type of a migration's condition.
+// +kubebuilder:validation:Enum=Running;Succeeded;Failed
+type MigrationConditionType string
+
+const (
+	// MigrationRunning is True while svm is rewriting the resource.
+	MigrationRunning MigrationConditionType = "Running"
+	// MigrationSucceeded is True once every object has been rewritten.
+	MigrationSucceeded MigrationConditionType = "Succeeded"
+	// MigrationFailed is True when the migration ended without rewriting
+	// every object; its reason and message say why.
+	MigrationFailed MigrationConditionType = "Failed"
+)
+
+// MigrationCondition describes one aspect of a migration's state. Its shape
+// is the reference migrator's (lastUpdateTime, not lastTransitionTime), so
+// `kubectl wait --for=condition=Succeeded` and existing scripts work.
+type MigrationCondition struct {
+	// Type of the condition.
+	// +required
+	Type MigrationConditionType `json:"type"`
+	// Status of the condition, one of True, False, Unknown.
+	// +required
+	// +kubebuilder:validation:Enum=True;False;Unknown
+	Status corev1.ConditionStatus `json:"status"`
+	// LastUpdateTime is the last time this condition was updated.
+	// +optional
+	LastUpdateTime metav1.Time `json:"lastUpdateTime,omitempty"`
+	// Reason is a machine-readable CamelCase reason for the last transition.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason,omitempty"`
+	// Message is a human-readable explanation of the last transition.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32768
+	Message string `json:"message,omitempty"`
+}
+
+// MigrationProgress counts the objects a migration has handled so far.
+type MigrationProgress struct {
+	// Listed is the number of objects read from the API server.
+	// +optional
+	Listed int64 `json:"listed,omitempty"`
+	// Rewritten is the number of objects written back, and so re-encoded in
+	// the current storage version.
+	// +optional
+	Rewritten int64 `json:"rewritten,omitempty"`
+	// Skipped is the number of objects that needed no write: written,
+	// replaced or deleted by someone else since the migration started.
+	// +optional
+	Skipped int64 `json:"skipped,omitempty"`
+	// Failed is the number of objects svm could not rewrite.
+	// +optional
+	Failed int64 `json:"failed,omitempty"`
+	// RemainingEstimate is the API server's estimate of the objects still to
+	// be listed (the list's remainingItemCount); absent when unknown.
+	// +optional
+	RemainingEstimate *int64 `json:"remainingEstimate,omitempty"`
+}
+
+// FailedObject names an object a migration could not rewrite.
+type FailedObject struct {
+	// Namespace of the object; empty for cluster-scoped resources.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
+	// Name of the object.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Reason is why the write failed, as the API server said it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason,omitempty"`
+}
+
+// StorageVersionMigrationStatus is what svm observed while migrating.
+type StorageVersionMigrationStatus struct {
+	// Conditions are the latest observations of the migration's state.
+	// +optional
+	// +patchMergeKey=type
+	// +patchStrategy=merge
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []MigrationCondition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+
+	// Progress counts the objects handled so far.
+	// +optional
+	Progress MigrationProgress `json:"progress,omitempty"`
+
+	// StartTime is when svm started migrating.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+
+	// CompletionTime is when the migration ended, successfully or not.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+
+	// ResourceVersionCheckpoint is the collection's resourceVersion when the
+	// migration started. Any object whose resourceVersion is newer has been
+	// written since, so it is already in the current storage version.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	ResourceVersionCheckpoint string `json:"resourceVersionCheckpoint,omitempty"`
+
+	// StorageVersionHash is the discovery storageVersionHash of the resource
+	// when the migration started: the storage version it migrated to.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	StorageVersionHash string `json:"storageVersionHash,omitempty"`
+
+	// FailedObjects names the objects svm could not rewrite (at most 100;
+	// progress.failed has the full count).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=100
+	FailedObjects []FailedObject `json:"failedObjects,omitempty"`
+}
+
+// StorageVersionMigration asks svm to rewrite every object of one resource so
+// that the API server re-encodes it in the current storage version (and
+// under the current encryption key).
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=svmigration
+// +kubebuilder:subresource:status
+// +kubebuilder:metadata:annotations="api-approved.kubernetes.io=https://github.com/kubernetes/community/pull/2524"
+// +kubebuilder:printcolumn:name="Resource",type=string,JSONPath=`.spec.resource.resource`
+// +kubebuilder:printcolumn:name="Group",type=string,JSONPath=`.spec.resource.group`
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.conditions[?(@.status=="True")].type`
+// +kubebuilder:printcolumn:name="Rewritten",type=integer,JSONPath=`.status.progress.rewritten`
+// +kubebuilder:printcolumn:name="Skipped",type=integer,JSONPath=`.status.progress.skipped`
+// +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.progress.failed`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type StorageVersionMigration struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec names the resource to migrate.
+	// +required
+	Spec StorageVersionMigrationSpec `json:"spec"`
+
+	// Status reports the migration's progress and outcome.
+	// +optional
+	Status StorageVersionMigrationStatus `json:"status,omitempty"`
+}
+
+// StorageVersionMigrationList is a list of StorageVersionMigration.
+//
+// +kubebuilder:object:root=true
+type StorageVersionMigrationList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []StorageVersionMigration `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&StorageVersionMigration{}, &StorageVersionMigrationList{})
+}
