@@ -1,0 +1,15 @@
+// Package controlplane runs a real etcd and kube-apiserver on loopback, as
+// separate processes built from Go modules (see the Makefile's controlplane
+// target).
+//
+// svm's guarantees are about what the API server really does with
+// resourceVersions, preconditions, conversion, encryption and the bytes it
+// stores, so its tests run against the real thing rather than a fake client.
+// Separate processes (rather than an in-process test server) are what make
+// the chaos tests possible: each process can be stopped, killed with SIGKILL
+// and started again on the same data, ports and credentials, so clients built
+// before a restart keep working after it.
+//
+// The same package backs `make controlplane-up`, which keeps a control plane
+// in the foreground for the demo and for trying svm by hand.
+package controlplane

@@ -1,0 +1,42 @@
+package etcdvalue
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+func TestInspect(t *testing.T) {
+	pb, err := (&runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, Raw: []byte{1, 2}}).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		raw     []byte
+		want    Value
+		wantErr bool
+	}{
+		{name: "json custom resource", raw: []byte(`{"apiVersion":"example.com/v2","kind":"Widget","spec":{}}`),
+			want: Value{APIVersion: "example.com/v2", Kind: "Widget", Encoding: "json"}},
+		{name: "protobuf built-in", raw: append([]byte{'k', '8', 's', 0}, pb...),
+			want: Value{APIVersion: "v1", Kind: "ConfigMap", Encoding: "protobuf"}},
+		{name: "encrypted", raw: []byte("k8s:enc:aescbc:v1:key2:\x00\x01binary:with:colons"),
+			want: Value{Encryption: &Encryption{Provider: "aescbc", Key: "key2"}}},
+		{name: "malformed encrypted", raw: []byte("k8s:enc:aescbc"), wantErr: true},
+		{name: "garbage", raw: []byte("\x00\x01"), wantErr: true},
+		{name: "broken json", raw: []byte(`{"apiVersion":`), wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Inspect(tt.raw)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Inspect() error = %v, wantErr %v", err, tt.wantErr)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Inspect() mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
