@@ -1,0 +1,193 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+)
+
+// InstallCRDs creates every CRD in dir's YAML files and waits until each is
+// established.
+func (e *Env) InstallCRDs(t testing.TB, dir string) []*apiextensionsv1.CustomResourceDefinition {
+	t.Helper()
+	ctx := Context(t, time.Minute)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatalf("read %s: %v", dir, err)
+	}
+	var crds []*apiextensionsv1.CustomResourceDefinition
+	for _, entry := range entries {
+		if !strings.HasSuffix(entry.Name(), ".yaml") {
+			continue
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.UnmarshalStrict(MustReadFile(t, filepath.Join(dir, entry.Name())), crd); err != nil {
+			t.Fatalf("decode %s: %v", entry.Name(), err)
+		}
+		if err := e.Client.Create(ctx, crd); err != nil {
+			t.Fatalf("create CRD %s: %v", crd.Name, err)
+		}
+		e.WaitEstablished(t, crd.Name)
+		crds = append(crds, crd)
+	}
+	if len(crds) == 0 {
+		t.Fatalf("no CRDs in %s", dir)
+	}
+	return crds
+}
+
+// WaitEstablished waits until the named CRD is established and served.
+func (e *Env) WaitEstablished(t testing.TB, name string) {
+	t.Helper()
+	ctx := Context(t, time.Minute)
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := e.Client.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
+			return false, err
+		}
+		for _, c := range crd.Status.Conditions {
+			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("CRD %s not established: %v", name, err)
+	}
+	// Established is set before the resource is in discovery; wait for that
+	// too, or the first request may be a 404.
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := e.Client.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
+		t.Fatal(err)
+	}
+	gv := schema.GroupVersion{Group: crd.Spec.Group, Version: crd.Spec.Versions[0].Name}.String()
+	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		list, err := e.Discovery.ServerResourcesForGroupVersion(gv)
+		if err != nil {
+			return false, nil
+		}
+		for _, r := range list.APIResources {
+			if r.Name == crd.Spec.Names.Plural {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("CRD %s not in discovery: %v", name, err)
+	}
+}
+
+// Widgets is the test custom resource: widgets.example.com, served in v1 and
+// v2 with the same schema, so a storage flip changes only the stored
+// apiVersion and every field survives conversion unchanged.
+var Widgets = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+
+// WidgetsCRDName is the name of the Widgets CRD.
+const WidgetsCRDName = "widgets.example.com"
+
+// CreateWidgetCRD creates the Widgets CRD with storageVersion as the storage
+// version and waits until it is served.
+func (e *Env) CreateWidgetCRD(t testing.TB, storageVersion string) {
+	t.Helper()
+	schemaProps := &apiextensionsv1.CustomResourceValidation{
+		OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+			Type: "object",
+			Properties: map[string]apiextensionsv1.JSONSchemaProps{
+				"spec": {Type: "object", XPreserveUnknownFields: ptr(true)},
+				"data": {Type: "object", XPreserveUnknownFields: ptr(true)},
+			},
+		},
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: WidgetsCRDName},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: Widgets.Group,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Singular: "widget", Kind: "Widget", ListKind: "WidgetList"},
+			Scope: apiextensionsv1.NamespaceScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{
+				{Name: "v1", Served: true, Storage: storageVersion == "v1", Schema: schemaProps},
+				{Name: "v2", Served: true, Storage: storageVersion == "v2", Schema: schemaProps},
+			},
+		},
+	}
+	if err := e.Client.Create(Context(t, time.Minute), crd); err != nil {
+		t.Fatalf("create Widget CRD: %v", err)
+	}
+	e.WaitEstablished(t, WidgetsCRDName)
+}
+
+// SetCRDStorageVersion makes version the storage version of the named CRD.
+func (e *Env) SetCRDStorageVersion(t testing.TB, name, version string) {
+	t.Helper()
+	ctx := Context(t, time.Minute)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := e.Client.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
+			return err
+		}
+		found := false
+		for i := range crd.Spec.Versions {
+			crd.Spec.Versions[i].Storage = crd.Spec.Versions[i].Name == version
+			found = found || crd.Spec.Versions[i].Storage
+		}
+		if !found {
+			return fmt.Errorf("CRD %s has no version %s", name, version)
+		}
+		return e.Client.Update(ctx, crd)
+	})
+	if err != nil {
+		t.Fatalf("set storage version of %s to %s: %v", name, version, err)
+	}
+}
+
+// StorageVersionHash returns discovery's storageVersionHash for gvr.
+func (e *Env) StorageVersionHash(t testing.TB, gvr schema.GroupVersionResource) string {
+	t.Helper()
+	list, err := e.Discovery.ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+	if err != nil {
+		t.Fatalf("discover %s: %v", gvr.GroupVersion(), err)
+	}
+	for _, r := range list.APIResources {
+		if r.Name == gvr.Resource {
+			return r.StorageVersionHash
+		}
+	}
+	t.Fatalf("%s not in discovery", gvr)
+	return ""
+}
+
+// WaitStorageVersionHashChange waits until discovery's storageVersionHash for
+// gvr differs from old, and returns the new hash. Discovery of a CRD is
+// updated asynchronously after the CRD changes.
+func (e *Env) WaitStorageVersionHashChange(t testing.TB, gvr schema.GroupVersionResource, old string) string {
+	t.Helper()
+	var current string
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		current = e.StorageVersionHash(t, gvr)
+		return current != old, nil
+	})
+	if err != nil {
+		t.Fatalf("storageVersionHash of %s stayed %q: %v", gvr, old, err)
+	}
+	return current
+}
+
+// IsAlreadyExists is apierrors.IsAlreadyExists, for brevity in tests.
+func IsAlreadyExists(err error) bool { return apierrors.IsAlreadyExists(err) }
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,55 @@
+package framework
+
+import (
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/svm-project/svm/internal/etcdvalue"
+)
+
+// EtcdPrefix is where kube-apiserver keeps the objects of gr: built-in
+// resources of the core group and a few legacy groups live directly under
+// /registry/<resource>/, custom resources under /registry/<group>/<resource>/.
+func EtcdPrefix(gr schema.GroupResource) string {
+	if gr.Group == "" {
+		return "/registry/" + gr.Resource + "/"
+	}
+	return "/registry/" + gr.Group + "/" + gr.Resource + "/"
+}
+
+// RawValues reads every raw value under prefix straight from etcd.
+func (e *Env) RawValues(t testing.TB, prefix string) map[string][]byte {
+	t.Helper()
+	resp, err := e.Etcd.Get(Context(t, time.Minute), prefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatalf("read etcd %s: %v", prefix, err)
+	}
+	values := make(map[string][]byte, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		values[string(kv.Key)] = kv.Value
+	}
+	return values
+}
+
+// StoredVersions reads every value under prefix and counts them by the
+// apiVersion they are stored in, or by "encrypted:<provider>:<key>" when
+// they are encrypted. It fails the test on a value it cannot explain.
+func (e *Env) StoredVersions(t testing.TB, prefix string) map[string]int {
+	t.Helper()
+	counts := map[string]int{}
+	for key, raw := range e.RawValues(t, prefix) {
+		v, err := etcdvalue.Inspect(raw)
+		if err != nil {
+			t.Fatalf("etcd value %s: %v", key, err)
+		}
+		if v.Encryption != nil {
+			counts["encrypted:"+v.Encryption.Provider+":"+v.Encryption.Key]++
+			continue
+		}
+		counts[v.APIVersion]++
+	}
+	return counts
+}
