@@ -1,0 +1,55 @@
+// Package cli is the svm command line: thin commands over svm's libraries.
+// Each command is an options type with Complete, Validate and Run, in the
+// style of kubectl, so it can be tested without a process and reused as a
+// kubectl plugin.
+package cli
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+)
+
+// Version is svm's version, set at build time with
+// -ldflags "-X github.com/svm-project/svm/internal/cli.Version=v1.2.3".
+var Version = "dev"
+
+// Main runs svm with args and returns the process exit code. Errors are
+// printed as one readable line.
+func Main(args []string, stdout, stderr io.Writer) int {
+	root := NewRootCommand(stdout, stderr)
+	root.SetArgs(args)
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(stderr, "svm:", err)
+		return 1
+	}
+	return 0
+}
+
+// NewRootCommand builds the svm command tree.
+func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "svm",
+		Short: "svm rewrites Kubernetes objects into their current storage version",
+		Long: "svm rewrites every stored object of a resource so the API server re-encodes it in the\n" +
+			"current storage version and under the current encryption key.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(newVersionCommand(stdout))
+	return root
+}
+
+func newVersionCommand(out io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print svm's version",
+		Args:  cobra.NoArgs,
+		Run: func(*cobra.Command, []string) {
+			fmt.Fprintln(out, Version)
+		},
+	}
+}
