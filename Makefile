@@ -24,7 +24,7 @@ TOOLS_MOD := hack/tools/go.mod hack/tools/go.sum
 
 # Integration tests share two cores with a real API server; keep the package
 # parallelism low so they do not starve each other.
-GO_TEST_FLAGS ?= -p 2 -timeout 30m
+GO_TEST_FLAGS ?= -p 2 -count=1 -timeout 30m
 
 .PHONY: all
 all: build
