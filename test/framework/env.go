@@ -5,19 +5,22 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controlplane"
@@ -47,12 +50,17 @@ var Scheme = func() *k8sruntime.Scheme {
 	return s
 }()
 
+var logOnce sync.Once
+
 // Codecs serialize the types in Scheme.
 var Codecs = serializer.NewCodecFactory(Scheme)
 
 // Start starts a control plane for t and builds clients for it.
 func Start(t testing.TB, opts controlplane.Options) *Env {
 	t.Helper()
+	// The clients log nothing the tests read; say so once, or
+	// controller-runtime complains on first use.
+	logOnce.Do(func() { log.SetLogger(logr.Discard()) })
 	cp := controlplane.ForTest(t, opts)
 	env := &Env{CP: cp, Config: cp.RESTConfig()}
 	var err error

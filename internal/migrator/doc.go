@@ -1,0 +1,41 @@
+// Package migrator is svm's migration engine: given a resource, it rewrites
+// every stored object of it so that the API server re-encodes the object in
+// the current storage version and under the current encryption key. The
+// controller and the CLI are thin shells over it.
+//
+// # Algorithm
+//
+// The resource is listed in chunks (500 objects by default) with continue
+// tokens, asking only for object metadata (PartialObjectMetadata): svm needs
+// nothing else, so its memory depends on the chunk size alone, whatever the
+// size or number of objects.
+//
+// Every listed object is rewritten with an empty JSON merge patch that
+// carries only metadata.uid and metadata.resourceVersion. The patch cannot
+// change content (it sets both fields to the values they already have), and
+// the resourceVersion acts as a precondition: the API server compares it with
+// the stored one before anything else, so an object written by someone else
+// since it was listed, or deleted and re-created under the same name, is
+// answered with 409 Conflict instead of being overwritten. Such an object has
+// already been re-encoded by that other write, so it is counted as skipped
+// and never retried. NotFound is skipped the same way. The API server skips
+// writes whose encoded bytes equal the stored bytes, so only objects whose
+// storage version or encryption key changed cost an etcd write.
+//
+// The first list's resourceVersion is the migration's checkpoint: an object
+// whose resourceVersion is newer was written after the migration started and
+// needs no rewrite. That makes restarts cheap: when a continue token has
+// expired (410 Gone), the list restarts from the API server's inconsistent
+// continue token or, failing that, from the beginning, and objects svm has
+// already rewritten are skipped without a write.
+//
+// # Errors
+//
+// Every error is classified (see Classify): transient errors (429, 5xx,
+// timeouts, broken connections) are retried with exponential backoff and
+// jitter, a bounded number of times; conflicts and NotFound are skips; errors
+// about one object (an admission webhook's denial, 422) are recorded with the
+// object's name and the migration continues, failing at the end; errors that
+// no retry can fix (the resource does not exist, 403 Forbidden, 405) stop the
+// migration at once with a TerminalError that says why.
+package migrator

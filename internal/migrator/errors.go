@@ -1,0 +1,113 @@
+package migrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// Class is what an error means for a migration.
+type Class int
+
+const (
+	// Transient errors may go away: retry with backoff.
+	Transient Class = iota
+	// Skip means the object needs no rewrite: it was written, replaced or
+	// deleted since it was listed.
+	Skip
+	// ObjectFailure is an error about one object that retrying will not fix,
+	// such as an admission webhook's denial.
+	ObjectFailure
+	// Terminal errors stop the whole migration.
+	Terminal
+)
+
+func (c Class) String() string {
+	return [...]string{"Transient", "Skip", "ObjectFailure", "Terminal"}[c]
+}
+
+// Classify says what a write error means.
+func Classify(err error) Class {
+	switch {
+	case apierrors.IsConflict(err), apierrors.IsNotFound(err), apierrors.IsGone(err):
+		return Skip
+	case IsTransient(err):
+		return Transient
+	case apierrors.IsMethodNotSupported(err), apierrors.IsUnauthorized(err), apierrors.IsBadRequest(err):
+		return Terminal
+	case apierrors.IsForbidden(err):
+		// RBAC denies every object alike: stop. Anything else forbidden is
+		// about this object (an admission webhook or policy said no).
+		if isRBACDenial(err) {
+			return Terminal
+		}
+		return ObjectFailure
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return Terminal
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return ObjectFailure
+	}
+	return Transient
+}
+
+// IsTransient reports whether err may go away by itself: throttling, server
+// errors, timeouts and broken connections.
+func IsTransient(err error) bool {
+	switch {
+	case apierrors.IsTooManyRequests(err), apierrors.IsServerTimeout(err), apierrors.IsTimeout(err),
+		apierrors.IsInternalError(err), apierrors.IsServiceUnavailable(err), apierrors.IsUnexpectedServerError(err):
+		return true
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EPIPE):
+		return true
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return status.Status().Code >= 500
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return true
+	}
+	// client-go wraps some transport failures in plain errors.
+	msg := err.Error()
+	return strings.Contains(msg, "connection reset") || strings.Contains(msg, "connection refused") ||
+		strings.Contains(msg, "http2: client connection lost") || strings.Contains(msg, "unexpected EOF")
+}
+
+func isRBACDenial(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, " cannot ") && strings.Contains(msg, "User \"")
+}
+
+// TerminalError stops a migration: retrying will not help.
+type TerminalError struct {
+	// Reason is a CamelCase reason for the Failed condition.
+	Reason string
+	Err    error
+}
+
+func (e *TerminalError) Error() string { return e.Err.Error() }
+func (e *TerminalError) Unwrap() error { return e.Err }
+
+func terminal(reason, format string, args ...any) *TerminalError {
+	return &TerminalError{Reason: reason, Err: fmt.Errorf(format, args...)}
+}
+
+// ObjectsFailedError reports that some objects could not be rewritten; the
+// others were.
+type ObjectsFailedError struct {
+	Count int64
+}
+
+func (e *ObjectsFailedError) Error() string {
+	return fmt.Sprintf("%d objects could not be rewritten", e.Count)
+}

@@ -1,0 +1,467 @@
+package migrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/metadata"
+)
+
+// DefaultFieldManager names svm's writes in the API server's audit log.
+const DefaultFieldManager = "storage-version-migrator"
+
+// Options tune a Migrator. Zero values mean the defaults.
+type Options struct {
+	// ChunkSize is the number of objects listed per request. Default 500.
+	ChunkSize int64
+	// Workers is the number of concurrent writes per migration. Default 8.
+	Workers int
+	// Limiter, if set, is waited on before every request. Share one limiter
+	// between Migrators to cap the load of a whole process.
+	Limiter *rate.Limiter
+	// FieldManager names svm's writes. Default DefaultFieldManager.
+	FieldManager string
+	// Retry is the backoff for transient errors. Default: 200ms doubling to
+	// at most 30s, with jitter, 10 attempts.
+	Retry Backoff
+	// MaxFailedObjects bounds how many failed objects a Result names; all
+	// are counted. Default 100.
+	MaxFailedObjects int
+	// ProgressInterval is how often OnProgress is called while a chunk is
+	// being written. Default 1s.
+	ProgressInterval time.Duration
+}
+
+// Backoff is an exponential backoff with jitter.
+type Backoff struct {
+	Initial  time.Duration
+	Max      time.Duration
+	Attempts int
+}
+
+func (o Options) withDefaults() Options {
+	if o.ChunkSize <= 0 {
+		o.ChunkSize = 500
+	}
+	if o.Workers <= 0 {
+		o.Workers = 8
+	}
+	if o.FieldManager == "" {
+		o.FieldManager = DefaultFieldManager
+	}
+	if o.Retry.Initial <= 0 {
+		o.Retry.Initial = 200 * time.Millisecond
+	}
+	if o.Retry.Max <= 0 {
+		o.Retry.Max = 30 * time.Second
+	}
+	if o.Retry.Attempts <= 0 {
+		o.Retry.Attempts = 10
+	}
+	if o.MaxFailedObjects <= 0 {
+		o.MaxFailedObjects = 100
+	}
+	if o.ProgressInterval <= 0 {
+		o.ProgressInterval = time.Second
+	}
+	return o
+}
+
+// Migrator rewrites resources. It is safe for concurrent use; all its
+// migrations share its rate limiter.
+type Migrator struct {
+	metadata  metadata.Interface
+	discovery discovery.DiscoveryInterface
+	opts      Options
+}
+
+// New returns a Migrator that lists and writes through metadataClient and
+// looks resources up through disc.
+func New(metadataClient metadata.Interface, disc discovery.DiscoveryInterface, opts Options) *Migrator {
+	return &Migrator{metadata: metadataClient, discovery: disc, opts: opts.withDefaults()}
+}
+
+// Progress counts the objects a migration has handled.
+type Progress struct {
+	Listed    int64
+	Rewritten int64
+	Skipped   int64
+	Failed    int64
+	// RemainingEstimate is the API server's estimate of objects not yet
+	// listed, when it gives one.
+	RemainingEstimate *int64
+}
+
+// FailedObject is an object that could not be rewritten.
+type FailedObject struct {
+	Namespace, Name, Reason string
+}
+
+// State is what a migration needs to resume where it left off.
+type State struct {
+	// ContinueToken lists the next chunk; empty at the start and the end.
+	ContinueToken string
+	// Checkpoint is the resourceVersion the migration started from.
+	Checkpoint string
+	// Progress so far.
+	Progress Progress
+	// FailedObjects so far (at most Options.MaxFailedObjects).
+	FailedObjects []FailedObject
+}
+
+// Request asks for one migration.
+type Request struct {
+	Resource schema.GroupVersionResource
+	// Resume, if set, continues an earlier run from its last saved State.
+	Resume *State
+	// OnChunk is called after every chunk is fully handled, with the state
+	// to resume from. Persist it there; an error stops the migration.
+	OnChunk func(context.Context, State) error
+	// OnProgress is called with the counters now and then, for display.
+	OnProgress func(Progress)
+}
+
+// Result is the outcome of a migration.
+type Result struct {
+	State
+	// StorageVersionHash is discovery's storageVersionHash of the resource
+	// when the migration started: the version it migrated to.
+	StorageVersionHash string
+}
+
+// Run migrates req.Resource. It returns a *TerminalError when the resource
+// cannot be migrated, an *ObjectsFailedError when some objects could not be
+// rewritten (the rest were), and the context's error when cancelled; the
+// Result holds the progress in every case.
+func (m *Migrator) Run(ctx context.Context, req Request) (Result, error) {
+	var res Result
+	if req.Resume != nil {
+		res.State = *req.Resume
+		res.FailedObjects = slices.Clone(req.Resume.FailedObjects)
+	}
+	info, err := m.lookup(req.Resource)
+	if err != nil {
+		return res, err
+	}
+	res.StorageVersionHash = info.StorageVersionHash
+
+	run := &run{m: m, req: req, res: &res, namespaced: info.Namespaced}
+	run.counters.load(res.Progress)
+	err = run.listAndRewrite(ctx)
+	res.Progress = run.counters.snapshot(res.Progress.RemainingEstimate)
+	if err != nil {
+		return res, err
+	}
+	if res.Progress.Failed > 0 {
+		return res, &ObjectsFailedError{Count: res.Progress.Failed}
+	}
+	return res, nil
+}
+
+// lookup finds the resource in discovery and checks svm can migrate it.
+func (m *Migrator) lookup(gvr schema.GroupVersionResource) (*metav1.APIResource, error) {
+	list, err := m.discovery.ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, terminal("ResourceNotFound", "the server does not serve %s", gvr.GroupVersion())
+		}
+		if IsTransient(err) {
+			return nil, fmt.Errorf("discover %s: %w", gvr.GroupVersion(), err)
+		}
+		return nil, terminal("DiscoveryFailed", "discover %s: %w", gvr.GroupVersion(), err)
+	}
+	for i := range list.APIResources {
+		r := &list.APIResources[i]
+		if r.Name != gvr.Resource {
+			continue
+		}
+		if !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "patch") {
+			return nil, terminal("NotMigratable", "%s does not support both list and patch (verbs: %v)", gvr, r.Verbs)
+		}
+		return r, nil
+	}
+	return nil, terminal("ResourceNotFound", "the server does not serve %s", gvr)
+}
+
+// run is the state of one migration in progress.
+type run struct {
+	m          *Migrator
+	req        Request
+	res        *Result
+	namespaced bool
+	counters   counters
+
+	failedMu sync.Mutex
+}
+
+func (r *run) listAndRewrite(ctx context.Context) error {
+	client := r.m.metadata.Resource(r.req.Resource)
+	token := r.res.ContinueToken
+	first := r.res.Checkpoint == ""
+	for {
+		var list *metav1.PartialObjectMetadataList
+		err := r.retry(ctx, func() error {
+			var err error
+			list, err = client.List(ctx, metav1.ListOptions{Limit: r.m.opts.ChunkSize, Continue: token})
+			return err
+		})
+		switch {
+		case (apierrors.IsResourceExpired(err) || apierrors.IsGone(err)) && token != "":
+			// The continue token expired (etcd compacted past its snapshot).
+			// The server may offer an inconsistent token that continues from
+			// the same key at the latest version; otherwise start over. The
+			// checkpoint makes objects already rewritten cost no write.
+			token = inconsistentContinue(err)
+			continue
+		case err != nil:
+			return classifyListError(r.req.Resource, err)
+		}
+		if first {
+			r.res.Checkpoint = list.ResourceVersion
+			first = false
+		}
+		r.counters.listed.Add(int64(len(list.Items)))
+		r.res.Progress.RemainingEstimate = list.RemainingItemCount
+		if err := r.rewriteChunk(ctx, list.Items); err != nil {
+			return err
+		}
+		token = list.Continue
+		r.res.ContinueToken = token
+		r.res.Progress = r.counters.snapshot(list.RemainingItemCount)
+		if r.req.OnChunk != nil {
+			if err := r.req.OnChunk(ctx, r.snapshotState()); err != nil {
+				return fmt.Errorf("save progress: %w", err)
+			}
+		}
+		r.reportProgress()
+		if token == "" {
+			return nil
+		}
+	}
+}
+
+func inconsistentContinue(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return status.Status().ListMeta.Continue
+	}
+	return ""
+}
+
+func classifyListError(gvr schema.GroupVersionResource, err error) error {
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case apierrors.IsNotFound(err):
+		return terminal("ResourceNotFound", "list %s: %w", gvr, err)
+	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+		return terminal("Forbidden", "list %s: %w", gvr, err)
+	case apierrors.IsMethodNotSupported(err):
+		return terminal("NotMigratable", "list %s: %w", gvr, err)
+	case IsTransient(err):
+		return fmt.Errorf("list %s: %w", gvr, err)
+	}
+	return terminal("ListFailed", "list %s: %w", gvr, err)
+}
+
+// rewriteChunk writes every object of a chunk with a bounded pool of workers
+// and returns once all are handled, so a saved continue token never skips an
+// object that was not handled.
+func (r *run) rewriteChunk(ctx context.Context, items []metav1.PartialObjectMetadata) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	work := make(chan *metav1.PartialObjectMetadata)
+	var wg sync.WaitGroup
+	workers := min(r.m.opts.Workers, len(items))
+	for range workers {
+		wg.Go(func() {
+			for obj := range work {
+				if err := r.rewrite(ctx, obj); err != nil {
+					cancel(err)
+				}
+			}
+		})
+	}
+	ticker := time.NewTicker(r.m.opts.ProgressInterval)
+	defer ticker.Stop()
+feed:
+	for i := range items {
+		for {
+			select {
+			case work <- &items[i]:
+				continue feed
+			case <-ticker.C:
+				r.reportProgress()
+			case <-ctx.Done():
+				break feed
+			}
+		}
+	}
+	close(work)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+// rewrite writes one object back unchanged. It returns an error only when
+// the whole migration must stop.
+func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata) error {
+	if newerThan(obj.ResourceVersion, r.res.Checkpoint) {
+		r.counters.skipped.Add(1)
+		return nil
+	}
+	patch := fmt.Appendf(nil, `{"metadata":{"uid":%q,"resourceVersion":%q}}`, obj.UID, obj.ResourceVersion)
+	client := r.m.metadata.Resource(r.req.Resource)
+	err := r.retry(ctx, func() error {
+		var err error
+		if r.namespaced {
+			_, err = client.Namespace(obj.Namespace).Patch(ctx, obj.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: r.m.opts.FieldManager})
+		} else {
+			_, err = client.Patch(ctx, obj.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: r.m.opts.FieldManager})
+		}
+		return err
+	})
+	if err == nil {
+		r.counters.rewritten.Add(1)
+		return nil
+	}
+	switch Classify(err) {
+	case Skip:
+		r.counters.skipped.Add(1)
+		return nil
+	case Terminal:
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return terminal(terminalReason(err), "rewrite %s %s: %w", r.req.Resource.Resource, objectName(obj), err)
+	default:
+		// An object-level failure, or a transient one that outlived every
+		// retry: record it and go on with the others.
+		r.recordFailure(obj, err)
+		return nil
+	}
+}
+
+func terminalReason(err error) string {
+	switch {
+	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+		return "Forbidden"
+	case apierrors.IsMethodNotSupported(err):
+		return "NotMigratable"
+	}
+	return "WriteFailed"
+}
+
+func (r *run) recordFailure(obj *metav1.PartialObjectMetadata, err error) {
+	r.counters.failed.Add(1)
+	r.failedMu.Lock()
+	defer r.failedMu.Unlock()
+	if len(r.res.FailedObjects) < r.m.opts.MaxFailedObjects {
+		r.res.FailedObjects = append(r.res.FailedObjects, FailedObject{Namespace: obj.Namespace, Name: obj.Name, Reason: reason(err)})
+	}
+}
+
+// reason is the API server's message for a failure, bounded in length. It
+// never includes object contents: svm only ever holds metadata.
+func reason(err error) string {
+	msg := err.Error()
+	if len(msg) > 512 {
+		msg = msg[:512] + "..."
+	}
+	return msg
+}
+
+func objectName(obj *metav1.PartialObjectMetadata) string {
+	if obj.Namespace == "" {
+		return obj.Name
+	}
+	return obj.Namespace + "/" + obj.Name
+}
+
+func (r *run) snapshotState() State {
+	r.failedMu.Lock()
+	defer r.failedMu.Unlock()
+	s := r.res.State
+	s.FailedObjects = slices.Clone(r.res.FailedObjects)
+	return s
+}
+
+func (r *run) reportProgress() {
+	if r.req.OnProgress != nil {
+		r.req.OnProgress(r.counters.snapshot(r.res.Progress.RemainingEstimate))
+	}
+}
+
+// retry calls fn until it succeeds, fails with a non-transient error, or
+// the backoff is exhausted. Every attempt waits for the rate limiter.
+// Throttling with Retry-After is first handled inside client-go, which
+// sleeps for the time the server asked for.
+func (r *run) retry(ctx context.Context, fn func() error) error {
+	b := r.m.opts.Retry
+	delay := b.Initial
+	var err error
+	for attempt := 1; ; attempt++ {
+		if r.m.opts.Limiter != nil {
+			if werr := r.m.opts.Limiter.Wait(ctx); werr != nil {
+				return werr
+			}
+		}
+		if err = fn(); err == nil || !IsTransient(err) || attempt >= b.Attempts {
+			return err
+		}
+		// Full jitter keeps retrying workers from moving in lockstep.
+		sleep := delay/2 + rand.N(delay/2+1)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(sleep):
+		}
+		delay = min(2*delay, b.Max)
+	}
+}
+
+// newerThan reports whether resourceVersion rv is newer than checkpoint.
+// resourceVersions are opaque to clients in general, but kube-apiserver's
+// are etcd revisions; when either does not parse, nothing is assumed newer.
+func newerThan(rv, checkpoint string) bool {
+	a, errA := strconv.ParseUint(rv, 10, 64)
+	b, errB := strconv.ParseUint(checkpoint, 10, 64)
+	return errA == nil && errB == nil && a > b
+}
+
+// counters are updated by many workers at once.
+type counters struct {
+	listed, rewritten, skipped, failed atomic.Int64
+}
+
+func (c *counters) load(p Progress) {
+	c.listed.Store(p.Listed)
+	c.rewritten.Store(p.Rewritten)
+	c.skipped.Store(p.Skipped)
+	c.failed.Store(p.Failed)
+}
+
+func (c *counters) snapshot(remaining *int64) Progress {
+	return Progress{
+		Listed:            c.listed.Load(),
+		Rewritten:         c.rewritten.Load(),
+		Skipped:           c.skipped.Load(),
+		Failed:            c.failed.Load(),
+		RemainingEstimate: remaining,
+	}
+}

@@ -1,0 +1,58 @@
+package framework
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Snapshot is every object of a resource, keyed by namespace/name, with the
+// fields a rewrite may legitimately change removed: metadata.resourceVersion
+// and the timestamps in metadata.managedFields. Everything else (spec, data,
+// labels, annotations, generation, uid, the managers themselves) must survive
+// a migration unchanged.
+type Snapshot map[string]map[string]any
+
+// TakeSnapshot lists gvr and normalizes every object.
+func (e *Env) TakeSnapshot(t testing.TB, gvr schema.GroupVersionResource) Snapshot {
+	t.Helper()
+	snap := Snapshot{}
+	for _, item := range e.List(t, gvr) {
+		snap[item.GetNamespace()+"/"+item.GetName()] = normalize(item)
+	}
+	return snap
+}
+
+func normalize(obj unstructured.Unstructured) map[string]any {
+	o := obj.DeepCopy().Object
+	unstructured.RemoveNestedField(o, "metadata", "resourceVersion")
+	fields, _, _ := unstructured.NestedSlice(o, "metadata", "managedFields")
+	for _, f := range fields {
+		if m, ok := f.(map[string]any); ok {
+			delete(m, "time")
+		}
+	}
+	if fields != nil {
+		_ = unstructured.SetNestedSlice(o, fields, "metadata", "managedFields")
+	}
+	return o
+}
+
+// Diff compares two snapshots and returns "" when they are equal.
+func (s Snapshot) Diff(after Snapshot) string {
+	return cmp.Diff(s, after)
+}
+
+// Without returns a copy of s without the given keys.
+func (s Snapshot) Without(keys ...string) Snapshot {
+	out := make(Snapshot, len(s))
+	for k, v := range s {
+		out[k] = v
+	}
+	for _, k := range keys {
+		delete(out, k)
+	}
+	return out
+}
