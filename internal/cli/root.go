@@ -5,10 +5,15 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 )
 
 // Version is svm's version, set at build time with
@@ -20,7 +25,9 @@ var Version = "dev"
 func Main(args []string, stdout, stderr io.Writer) int {
 	root := NewRootCommand(stdout, stderr)
 	root.SetArgs(args)
-	if err := root.Execute(); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(stderr, "svm:", err)
 		return 1
 	}
@@ -39,7 +46,13 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newVersionCommand(stdout))
+	configFlags := genericclioptions.NewConfigFlags(true)
+	configFlags.AddFlags(root.PersistentFlags())
+	root.AddCommand(
+		newVersionCommand(stdout),
+		newMigrateCommand(configFlags, stdout, stderr),
+		newControllerCommand(configFlags),
+	)
 	return root
 }
 

@@ -1,0 +1,80 @@
+package cli
+
+import (
+	"fmt"
+
+	"golang.org/x/time/rate"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+
+	"github.com/svm-project/svm/internal/migrator"
+)
+
+// EngineFlags are the tuning flags shared by commands that migrate.
+type EngineFlags struct {
+	Workers   int
+	QPS       float64
+	Burst     int
+	ChunkSize int64
+}
+
+func (f *EngineFlags) addFlags(fs interface {
+	IntVar(*int, string, int, string)
+	Float64Var(*float64, string, float64, string)
+	Int64Var(*int64, string, int64, string)
+}) {
+	fs.IntVar(&f.Workers, "workers", 8, "concurrent writes per migration")
+	fs.Float64Var(&f.QPS, "qps", 0, "requests per second to the API server, shared by all migrations (0: unlimited)")
+	fs.IntVar(&f.Burst, "burst", 0, "requests allowed in a burst above --qps (default: --qps rounded up, at least 1)")
+	fs.Int64Var(&f.ChunkSize, "chunk-size", 500, "objects listed per request")
+}
+
+func (f *EngineFlags) validate() error {
+	switch {
+	case f.Workers < 1:
+		return fmt.Errorf("--workers must be at least 1, got %d", f.Workers)
+	case f.QPS < 0:
+		return fmt.Errorf("--qps must not be negative, got %v", f.QPS)
+	case f.Burst < 0:
+		return fmt.Errorf("--burst must not be negative, got %d", f.Burst)
+	case f.ChunkSize < 1:
+		return fmt.Errorf("--chunk-size must be at least 1, got %d", f.ChunkSize)
+	}
+	return nil
+}
+
+// newMigrator builds the engine over cfg. svm's own limiter replaces
+// client-go's, so --qps is the one limit and --qps 0 means none.
+func (f *EngineFlags) newMigrator(cfg *rest.Config) (*migrator.Migrator, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst, cfg.RateLimiter = -1, 0, nil
+	md, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	opts := migrator.Options{ChunkSize: f.ChunkSize, Workers: f.Workers}
+	if f.QPS > 0 {
+		burst := f.Burst
+		if burst == 0 {
+			burst = max(1, int(f.QPS+0.999))
+		}
+		opts.Limiter = rate.NewLimiter(rate.Limit(f.QPS), burst)
+	}
+	return migrator.New(md, disc, opts), nil
+}
+
+// restConfig loads the client configuration named by the kubectl flags and
+// fails with one readable line when it is missing or broken.
+func restConfig(flags *genericclioptions.ConfigFlags) (*rest.Config, error) {
+	cfg, err := flags.ToRESTConfig()
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig: %w", err)
+	}
+	return cfg, nil
+}

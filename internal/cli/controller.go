@@ -1,0 +1,103 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/svm-project/svm/internal/controller/migration"
+	"github.com/svm-project/svm/internal/scheme"
+)
+
+// ControllerOptions are the options of `svm controller`.
+type ControllerOptions struct {
+	ConfigFlags             *genericclioptions.ConfigFlags
+	Engine                  EngineFlags
+	MaxParallel             int
+	LeaderElect             bool
+	LeaderElectionNamespace string
+	MetricsAddress          string
+	HealthAddress           string
+}
+
+func newControllerCommand(configFlags *genericclioptions.ConfigFlags) *cobra.Command {
+	o := &ControllerOptions{ConfigFlags: configFlags}
+	cmd := &cobra.Command{
+		Use:   "controller",
+		Short: "Run the controller that executes StorageVersionMigrations",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	o.Engine.addFlags(cmd.Flags())
+	fs := cmd.Flags()
+	fs.IntVar(&o.MaxParallel, "max-parallel", 1, "resources migrated at the same time")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect a leader so that only one replica migrates")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: the pod's namespace)")
+	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", ":8080", "address of the metrics endpoint; 0 turns it off")
+	fs.StringVar(&o.HealthAddress, "health-probe-bind-address", ":8081", "address of the health and readiness endpoints; 0 turns them off")
+	return cmd
+}
+
+// Validate checks the flags.
+func (o *ControllerOptions) Validate() error {
+	if o.MaxParallel < 1 {
+		return fmt.Errorf("--max-parallel must be at least 1, got %d", o.MaxParallel)
+	}
+	return o.Engine.validate()
+}
+
+// Run runs the controller until ctx ends, then drains running migrations.
+func (o *ControllerOptions) Run(ctx context.Context) error {
+	cfg, err := restConfig(o.ConfigFlags)
+	if err != nil {
+		return err
+	}
+	ctrl.SetLogger(klog.NewKlogr())
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme.Scheme,
+		LeaderElection:                o.LeaderElect,
+		LeaderElectionID:              "svm-controller.migration.k8s.io",
+		LeaderElectionNamespace:       o.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddress},
+		HealthProbeBindAddress:        o.HealthAddress,
+		GracefulShutdownTimeout:       ptr(30 * time.Second),
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	m, err := o.Engine.newMigrator(cfg)
+	if err != nil {
+		return err
+	}
+	r := &migration.Reconciler{
+		Client:      mgr.GetClient(),
+		Migrator:    m,
+		Recorder:    mgr.GetEventRecorder("svm-controller"),
+		MaxParallel: o.MaxParallel,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up migration controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,248 @@
+package migration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/migrator"
+)
+
+// FieldManager names the controller's writes to migrations.
+const FieldManager = "svm-migration-controller"
+
+// Reconciler schedules and runs StorageVersionMigrations.
+//
+// +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations/status,verbs=get;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=*,resources=*,verbs=list;patch
+type Reconciler struct {
+	Client   client.Client
+	Migrator *migrator.Migrator
+	Recorder events.EventRecorder
+	// MaxParallel bounds how many resources migrate at once. Default 1.
+	MaxParallel int
+	Clock       clock.Clock
+
+	runner  runner
+	backoff workqueue.TypedRateLimiter[string]
+	mu      sync.Mutex
+	wait    map[string]time.Time
+}
+
+// SetupWithManager registers the reconciler and its runner with mgr.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.MaxParallel <= 0 {
+		r.MaxParallel = 1
+	}
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	r.backoff = workqueue.NewTypedItemExponentialFailureRateLimiter[string](10*time.Second, 10*time.Minute)
+	r.wait = map[string]time.Time{}
+	r.runner.done = make(chan string, 16)
+	if err := mgr.Add(&r.runner); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&migrationv1alpha1.StorageVersionMigration{}).
+		Named("storageversionmigration").
+		// Scheduling looks at every migration at once; one reconcile at a
+		// time keeps the decisions consistent.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		WatchesRawSource(r.runner.finishedSource()).
+		Complete(r)
+}
+
+// Reconcile decides which migrations run and starts or stops them. The
+// request's name does not matter: every call schedules all migrations.
+func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	var list migrationv1alpha1.StorageVersionMigrationList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return reconcile.Result{}, fmt.Errorf("list migrations: %w", err)
+	}
+	r.mu.Lock()
+	notBefore := make(map[string]time.Time, len(r.wait))
+	for k, v := range r.wait {
+		notBefore[k] = v
+	}
+	r.mu.Unlock()
+
+	d := Schedule(ScheduleInput{
+		Migrations: list.Items, Running: r.runner.names(), NotBefore: notBefore,
+		MaxParallel: r.MaxParallel, Now: r.Clock.Now(),
+	})
+	for _, name := range d.Stop {
+		r.runner.stop(name)
+	}
+	byName := make(map[string]*migrationv1alpha1.StorageVersionMigration, len(list.Items))
+	for i := range list.Items {
+		byName[list.Items[i].Name] = &list.Items[i]
+	}
+	for _, name := range d.Start {
+		m := byName[name].DeepCopy() // never hand a cached object to a goroutine that edits it
+		r.runner.start(name, func(ctx context.Context) { r.execute(ctx, m) })
+	}
+	return reconcile.Result{RequeueAfter: d.RequeueAfter}, nil
+}
+
+// execute runs one migration to its end, cancellation, or a transient failure.
+func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVersionMigration) {
+	log := klog.FromContext(ctx).WithValues("migration", klog.KObj(m), "resource", m.Spec.Resource)
+	status := m.Status.DeepCopy()
+	resume := resumeState(m)
+	reason := ReasonStarted
+	if resume != nil {
+		reason = ReasonResumed
+	}
+	now := metav1.NewTime(r.Clock.Now())
+	if status.StartTime == nil {
+		status.StartTime = &now
+	}
+	status.Conditions = setCondition(status.Conditions, migrationv1alpha1.MigrationRunning, corev1.ConditionTrue, reason, "", now)
+	if err := r.patchStatus(ctx, m, status); err != nil {
+		r.retryLater(ctx, m, err)
+		return
+	}
+	r.event(m, corev1.EventTypeNormal, reason, "Migrating "+resourceString(m))
+	log.Info("Migration started", "reason", reason)
+
+	gvr := schema.GroupVersionResource{Group: m.Spec.Resource.Group, Version: m.Spec.Resource.Version, Resource: m.Spec.Resource.Resource}
+	res, err := r.Migrator.Run(ctx, migrator.Request{
+		Resource: gvr,
+		Resume:   resume,
+		OnChunk: func(ctx context.Context, s migrator.State) error {
+			if err := r.patchContinueToken(ctx, m, s.ContinueToken); err != nil {
+				return err
+			}
+			applyState(status, s, "")
+			return r.patchStatus(ctx, m, status)
+		},
+	})
+	if ctx.Err() != nil {
+		// Shutting down, or the migration was deleted: keep the saved state.
+		log.Info("Migration stopped", "reason", context.Cause(ctx))
+		return
+	}
+	if apierrors.IsNotFound(err) || errors.Is(err, errGone) {
+		log.Info("Migration deleted while running")
+		return
+	}
+	out := finish(status, res, err, metav1.NewTime(r.Clock.Now()))
+	if err := r.patchContinueToken(ctx, m, res.ContinueToken); err != nil && !out.retry {
+		r.retryLater(ctx, m, err)
+		return
+	}
+	if perr := r.patchStatus(ctx, m, status); perr != nil {
+		r.retryLater(ctx, m, perr)
+		return
+	}
+	switch {
+	case out.retry:
+		r.retryLater(ctx, m, err)
+	case err == nil:
+		r.forget(m.Name)
+		r.event(m, corev1.EventTypeNormal, ReasonAllObjectsRewritten, fmt.Sprintf("Rewrote %d objects, skipped %d", res.Progress.Rewritten, res.Progress.Skipped))
+		log.Info("Migration succeeded", "rewritten", res.Progress.Rewritten, "skipped", res.Progress.Skipped)
+	default:
+		r.forget(m.Name)
+		r.event(m, corev1.EventTypeWarning, "Failed", truncate(err.Error(), 1024))
+		log.Info("Migration failed", "err", err)
+	}
+}
+
+var errGone = errors.New("migration deleted")
+
+// retryLater holds the migration back for a growing backoff; the runner's
+// finish notification triggers the reconcile that honours it.
+func (r *Reconciler) retryLater(ctx context.Context, m *migrationv1alpha1.StorageVersionMigration, err error) {
+	delay := r.backoff.When(m.Name)
+	r.mu.Lock()
+	r.wait[m.Name] = r.Clock.Now().Add(delay)
+	r.mu.Unlock()
+	klog.FromContext(ctx).Info("Migration will be retried", "migration", klog.KObj(m), "after", delay, "err", err)
+}
+
+func (r *Reconciler) forget(name string) {
+	r.backoff.Forget(name)
+	r.mu.Lock()
+	delete(r.wait, name)
+	r.mu.Unlock()
+}
+
+// patchStatus writes status with a merge patch that carries the migration's
+// uid, so a migration deleted and re-created under the same name is never
+// given another's state.
+func (r *Reconciler) patchStatus(ctx context.Context, m *migrationv1alpha1.StorageVersionMigration, status *migrationv1alpha1.StorageVersionMigrationStatus) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": m.UID}, "status": status})
+	if err != nil {
+		return err
+	}
+	return r.patch(ctx, m, patch, true)
+}
+
+func (r *Reconciler) patchContinueToken(ctx context.Context, m *migrationv1alpha1.StorageVersionMigration, token string) error {
+	if m.Spec.ContinueToken == token {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": m.UID}, "spec": map[string]any{"continueToken": token}})
+	if err != nil {
+		return err
+	}
+	if err := r.patch(ctx, m, patch, false); err != nil {
+		return err
+	}
+	m.Spec.ContinueToken = token
+	return nil
+}
+
+func (r *Reconciler) patch(ctx context.Context, m *migrationv1alpha1.StorageVersionMigration, patch []byte, status bool) error {
+	obj := &migrationv1alpha1.StorageVersionMigration{ObjectMeta: metav1.ObjectMeta{Name: m.Name}}
+	raw := client.RawPatch(types.MergePatchType, patch)
+	var err error
+	if status {
+		err = r.Client.Status().Patch(ctx, obj, raw, client.FieldOwner(FieldManager))
+	} else {
+		err = r.Client.Patch(ctx, obj, raw, client.FieldOwner(FieldManager))
+	}
+	// NotFound: deleted. Invalid on metadata.uid: deleted and re-created
+	// under the same name; this run belongs to the old object.
+	if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) && strings.Contains(err.Error(), "metadata.uid") {
+		return errGone
+	}
+	if err != nil {
+		return fmt.Errorf("save migration %s: %w", m.Name, err)
+	}
+	return nil
+}
+
+func (r *Reconciler) event(m *migrationv1alpha1.StorageVersionMigration, eventType, reason, note string) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(m, nil, eventType, reason, "Migrate", "%s", note)
+	}
+}
+
+func resourceString(m *migrationv1alpha1.StorageVersionMigration) string {
+	gvr := schema.GroupVersionResource{Group: m.Spec.Resource.Group, Version: m.Spec.Resource.Version, Resource: m.Spec.Resource.Resource}
+	return gvr.String()
+}

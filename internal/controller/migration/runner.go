@@ -1,0 +1,107 @@
+package migration
+
+import (
+	"context"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+)
+
+// runner owns the goroutines of running migrations. As a manager Runnable
+// it starts with leadership and, on shutdown, cancels every migration and
+// waits for each to stop, so SIGTERM drains cleanly: every migration has
+// saved its last completed chunk before the process exits.
+type runner struct {
+	mu      sync.Mutex
+	ctx     context.Context
+	cancels map[string]context.CancelFunc
+	wg      sync.WaitGroup
+	done    chan string
+	ready   chan struct{}
+	once    sync.Once
+}
+
+// Start implements manager.Runnable.
+func (r *runner) Start(ctx context.Context) error {
+	r.mu.Lock()
+	r.ctx = ctx
+	r.cancels = map[string]context.CancelFunc{}
+	r.mu.Unlock()
+	r.readyCh()
+	close(r.ready)
+	<-ctx.Done()
+	r.wg.Wait()
+	return nil
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (r *runner) NeedLeaderElection() bool { return true }
+
+func (r *runner) readyCh() chan struct{} {
+	r.once.Do(func() { r.ready = make(chan struct{}) })
+	return r.ready
+}
+
+func (r *runner) start(name string, fn func(context.Context)) {
+	<-r.readyCh()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ctx.Err() != nil || r.cancels[name] != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	r.cancels[name] = cancel
+	r.wg.Go(func() {
+		defer func() {
+			r.mu.Lock()
+			delete(r.cancels, name)
+			r.mu.Unlock()
+			cancel()
+			select {
+			case r.done <- name:
+			case <-r.ctx.Done():
+			}
+		}()
+		fn(ctx)
+	})
+}
+
+func (r *runner) stop(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cancel := r.cancels[name]; cancel != nil {
+		cancel()
+	}
+}
+
+func (r *runner) names() map[string]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]bool, len(r.cancels))
+	for name := range r.cancels {
+		out[name] = true
+	}
+	return out
+}
+
+// finishedSource turns "a migration goroutine ended" into a reconcile, so
+// the next migration starts without waiting for an unrelated event.
+func (r *runner) finishedSource() source.TypedSource[reconcile.Request] {
+	return source.Channel(r.events(), &handler.EnqueueRequestForObject{})
+}
+
+func (r *runner) events() <-chan event.GenericEvent {
+	out := make(chan event.GenericEvent)
+	go func() {
+		for name := range r.done {
+			out <- event.GenericEvent{Object: &migrationv1alpha1.StorageVersionMigration{ObjectMeta: metav1.ObjectMeta{Name: name}}}
+		}
+	}()
+	return out
+}

@@ -1,0 +1,123 @@
+package migration
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+)
+
+// ScheduleInput is everything Schedule decides from.
+type ScheduleInput struct {
+	// Migrations are all StorageVersionMigrations, as cached.
+	Migrations []migrationv1alpha1.StorageVersionMigration
+	// Running names the migrations executing now.
+	Running map[string]bool
+	// NotBefore holds migrations that failed transiently and wait for their
+	// backoff to end.
+	NotBefore map[string]time.Time
+	// MaxParallel bounds how many migrations run at once.
+	MaxParallel int
+	// Now is the current time.
+	Now time.Time
+}
+
+// ScheduleDecision is what to do.
+type ScheduleDecision struct {
+	// Start names the migrations to start, in order.
+	Start []string
+	// Stop names running migrations that must stop: deleted or finished.
+	Stop []string
+	// RequeueAfter, when not zero, is when a waiting migration's backoff ends.
+	RequeueAfter time.Duration
+}
+
+// Schedule decides which migrations run. Running migrations resume first
+// (they hold partial progress), then the oldest; a resource is never
+// migrated by two migrations at once.
+func Schedule(in ScheduleInput) ScheduleDecision {
+	var d ScheduleDecision
+	live := map[string]bool{}
+	busy := map[string]bool{} // resources with a running migration
+	for i := range in.Migrations {
+		m := &in.Migrations[i]
+		if m.DeletionTimestamp == nil && !IsFinished(m) {
+			live[m.Name] = true
+			if in.Running[m.Name] {
+				busy[resourceKey(m)] = true
+			}
+		}
+	}
+	for name := range in.Running {
+		if !live[name] {
+			d.Stop = append(d.Stop, name)
+		}
+	}
+	slices.Sort(d.Stop)
+
+	candidates := make([]*migrationv1alpha1.StorageVersionMigration, 0, len(in.Migrations))
+	for i := range in.Migrations {
+		m := &in.Migrations[i]
+		if live[m.Name] && !in.Running[m.Name] {
+			candidates = append(candidates, m)
+		}
+	}
+	slices.SortFunc(candidates, func(a, b *migrationv1alpha1.StorageVersionMigration) int {
+		if ra, rb := IsRunning(a), IsRunning(b); ra != rb {
+			if ra {
+				return -1
+			}
+			return 1
+		}
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+
+	slots := in.MaxParallel - (len(in.Running) - len(d.Stop))
+	for _, m := range candidates {
+		if slots <= 0 {
+			break
+		}
+		if busy[resourceKey(m)] {
+			continue
+		}
+		if t, ok := in.NotBefore[m.Name]; ok && in.Now.Before(t) {
+			if wait := t.Sub(in.Now); d.RequeueAfter == 0 || wait < d.RequeueAfter {
+				d.RequeueAfter = wait
+			}
+			continue
+		}
+		d.Start = append(d.Start, m.Name)
+		busy[resourceKey(m)] = true
+		slots--
+	}
+	return d
+}
+
+func resourceKey(m *migrationv1alpha1.StorageVersionMigration) string {
+	return m.Spec.Resource.Resource + "." + m.Spec.Resource.Group
+}
+
+// IsFinished reports whether m has Succeeded or Failed.
+func IsFinished(m *migrationv1alpha1.StorageVersionMigration) bool {
+	return hasCondition(m, migrationv1alpha1.MigrationSucceeded) || hasCondition(m, migrationv1alpha1.MigrationFailed)
+}
+
+// IsRunning reports whether m's Running condition is True.
+func IsRunning(m *migrationv1alpha1.StorageVersionMigration) bool {
+	return hasCondition(m, migrationv1alpha1.MigrationRunning)
+}
+
+func hasCondition(m *migrationv1alpha1.StorageVersionMigration, t migrationv1alpha1.MigrationConditionType) bool {
+	for _, c := range m.Status.Conditions {
+		if c.Type == t && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}

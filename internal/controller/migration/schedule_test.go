@@ -1,0 +1,98 @@
+package migration
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func mig(name, resource string, created int, conds ...migrationv1alpha1.MigrationConditionType) migrationv1alpha1.StorageVersionMigration {
+	m := migrationv1alpha1.StorageVersionMigration{
+		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(created) * time.Minute))},
+		Spec:       migrationv1alpha1.StorageVersionMigrationSpec{Resource: migrationv1alpha1.GroupVersionResource{Version: "v1", Resource: resource}},
+	}
+	for _, c := range conds {
+		m.Status.Conditions = append(m.Status.Conditions, migrationv1alpha1.MigrationCondition{Type: c, Status: corev1.ConditionTrue})
+	}
+	return m
+}
+
+func deleted(m migrationv1alpha1.StorageVersionMigration) migrationv1alpha1.StorageVersionMigration {
+	now := metav1.NewTime(t0)
+	m.DeletionTimestamp = &now
+	return m
+}
+
+func TestSchedule(t *testing.T) {
+	const running, succeeded, failed = migrationv1alpha1.MigrationRunning, migrationv1alpha1.MigrationSucceeded, migrationv1alpha1.MigrationFailed
+	tests := []struct {
+		name string
+		in   ScheduleInput
+		want ScheduleDecision
+	}{
+		{
+			name: "oldest first, one at a time by default",
+			in:   ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("b", "secrets", 2), mig("a", "configmaps", 1)}, MaxParallel: 1},
+			want: ScheduleDecision{Start: []string{"a"}},
+		},
+		{
+			name: "a Running migration resumes before older new ones",
+			in:   ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("old", "secrets", 1), mig("resumed", "configmaps", 5, running)}, MaxParallel: 1},
+			want: ScheduleDecision{Start: []string{"resumed"}},
+		},
+		{
+			name: "finished migrations never start",
+			in:   ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("ok", "secrets", 1, succeeded), mig("bad", "pods", 1, failed)}, MaxParallel: 3},
+			want: ScheduleDecision{},
+		},
+		{
+			name: "one migration per resource",
+			in:   ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("s1", "secrets", 1), mig("s2", "secrets", 2), mig("c", "configmaps", 3)}, MaxParallel: 3},
+			want: ScheduleDecision{Start: []string{"s1", "c"}},
+		},
+		{
+			name: "a resource busy with a running migration waits",
+			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("s1", "secrets", 1, running), mig("s2", "secrets", 2)},
+				Running: map[string]bool{"s1": true}, MaxParallel: 3},
+			want: ScheduleDecision{},
+		},
+		{
+			name: "slots count running migrations",
+			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("a", "a", 1, running), mig("b", "b", 2), mig("c", "c", 3)},
+				Running: map[string]bool{"a": true}, MaxParallel: 2},
+			want: ScheduleDecision{Start: []string{"b"}},
+		},
+		{
+			name: "deleted and finished running migrations stop, freeing their slots",
+			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{deleted(mig("gone", "a", 1, running)), mig("done", "b", 1, succeeded), mig("next", "c", 2)},
+				Running: map[string]bool{"gone": true, "done": true, "vanished": true}, MaxParallel: 1},
+			want: ScheduleDecision{Stop: []string{"done", "gone", "vanished"}, Start: []string{"next"}},
+		},
+		{
+			name: "backoff holds a migration back and asks to be woken",
+			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("a", "a", 1, running), mig("b", "b", 2)},
+				NotBefore: map[string]time.Time{"a": t0.Add(30 * time.Second)}, Now: t0, MaxParallel: 1},
+			want: ScheduleDecision{Start: []string{"b"}, RequeueAfter: 30 * time.Second},
+		},
+		{
+			name: "an expired backoff no longer holds",
+			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("a", "a", 1, running)},
+				NotBefore: map[string]time.Time{"a": t0}, Now: t0.Add(time.Second), MaxParallel: 1},
+			want: ScheduleDecision{Start: []string{"a"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, Schedule(tt.in)); diff != "" {
+				t.Errorf("Schedule() (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,0 +1,128 @@
+package migration
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/migrator"
+)
+
+// Reasons of svm's conditions.
+const (
+	ReasonStarted             = "Started"
+	ReasonResumed             = "Resumed"
+	ReasonRetrying            = "Retrying"
+	ReasonCompleted           = "Completed"
+	ReasonAllObjectsRewritten = "AllObjectsRewritten"
+	ReasonObjectsFailed       = "ObjectsFailed"
+)
+
+// setCondition returns conds with t set to status, reason and message.
+func setCondition(conds []migrationv1alpha1.MigrationCondition, t migrationv1alpha1.MigrationConditionType, status corev1.ConditionStatus, reason, message string, now metav1.Time) []migrationv1alpha1.MigrationCondition {
+	out := make([]migrationv1alpha1.MigrationCondition, 0, len(conds)+1)
+	for _, c := range conds {
+		if c.Type != t {
+			out = append(out, c)
+		}
+	}
+	return append(out, migrationv1alpha1.MigrationCondition{Type: t, Status: status, LastUpdateTime: now, Reason: reason, Message: message})
+}
+
+// resumeState is the engine state saved in m, or nil for a fresh start.
+func resumeState(m *migrationv1alpha1.StorageVersionMigration) *migrator.State {
+	if m.Status.ResourceVersionCheckpoint == "" {
+		return nil
+	}
+	s := &migrator.State{
+		ContinueToken: m.Spec.ContinueToken,
+		Checkpoint:    m.Status.ResourceVersionCheckpoint,
+		Progress: migrator.Progress{
+			Listed: m.Status.Progress.Listed, Rewritten: m.Status.Progress.Rewritten,
+			Skipped: m.Status.Progress.Skipped, Failed: m.Status.Progress.Failed,
+		},
+	}
+	for _, f := range m.Status.FailedObjects {
+		s.FailedObjects = append(s.FailedObjects, migrator.FailedObject{Namespace: f.Namespace, Name: f.Name, Reason: f.Reason})
+	}
+	return s
+}
+
+// applyState writes an engine state into status.
+func applyState(st *migrationv1alpha1.StorageVersionMigrationStatus, s migrator.State, hash string) {
+	st.ResourceVersionCheckpoint = s.Checkpoint
+	if hash != "" {
+		st.StorageVersionHash = hash
+	}
+	st.Progress = migrationv1alpha1.MigrationProgress{
+		Listed: s.Progress.Listed, Rewritten: s.Progress.Rewritten, Skipped: s.Progress.Skipped,
+		Failed: s.Progress.Failed, RemainingEstimate: s.Progress.RemainingEstimate,
+	}
+	st.FailedObjects = nil
+	for _, f := range s.FailedObjects {
+		st.FailedObjects = append(st.FailedObjects, migrationv1alpha1.FailedObject{Namespace: f.Namespace, Name: f.Name, Reason: f.Reason})
+	}
+}
+
+// outcome is how a finished run changes the status, and whether it should
+// be retried later.
+type outcome struct {
+	retry bool
+}
+
+// finish records the end of a run in st. A run that ended by cancellation
+// leaves the status as it was, so the migration resumes.
+func finish(st *migrationv1alpha1.StorageVersionMigrationStatus, res migrator.Result, err error, now metav1.Time) outcome {
+	applyState(st, res.State, res.StorageVersionHash)
+	var terminal *migrator.TerminalError
+	var partial *migrator.ObjectsFailedError
+	switch {
+	case err == nil:
+		st.Conditions = setCondition(st.Conditions, migrationv1alpha1.MigrationRunning, corev1.ConditionFalse, ReasonCompleted, "", now)
+		st.Conditions = setCondition(st.Conditions, migrationv1alpha1.MigrationSucceeded, corev1.ConditionTrue, ReasonAllObjectsRewritten,
+			fmt.Sprintf("%d objects rewritten, %d skipped (written by others since the migration started)", res.Progress.Rewritten, res.Progress.Skipped), now)
+		st.CompletionTime = &now
+	case errors.As(err, &partial):
+		st.Conditions = setCondition(st.Conditions, migrationv1alpha1.MigrationRunning, corev1.ConditionFalse, ReasonCompleted, "", now)
+		st.Conditions = setCondition(st.Conditions, migrationv1alpha1.MigrationFailed, corev1.ConditionTrue, ReasonObjectsFailed, failedMessage(res), now)
+		st.CompletionTime = &now
+	case errors.As(err, &terminal):
+		st.Conditions = setCondition(st.Conditions, migrationv1alpha1.MigrationRunning, corev1.ConditionFalse, terminal.Reason, "", now)
+		st.Conditions = setCondition(st.Conditions, migrationv1alpha1.MigrationFailed, corev1.ConditionTrue, terminal.Reason, terminal.Error(), now)
+		st.CompletionTime = &now
+	default:
+		// Transient trouble outlived the engine's retries: keep Running,
+		// say why, and try again after a backoff.
+		st.Conditions = setCondition(st.Conditions, migrationv1alpha1.MigrationRunning, corev1.ConditionTrue, ReasonRetrying, truncate(err.Error(), 1024), now)
+		return outcome{retry: true}
+	}
+	return outcome{}
+}
+
+func failedMessage(res migrator.Result) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d of %d objects could not be rewritten", res.Progress.Failed, res.Progress.Listed)
+	for i, f := range res.FailedObjects {
+		if i == 10 {
+			fmt.Fprintf(&b, "; and %d more (see status.failedObjects)", res.Progress.Failed-10)
+			break
+		}
+		name := f.Name
+		if f.Namespace != "" {
+			name = f.Namespace + "/" + f.Name
+		}
+		fmt.Fprintf(&b, "; %s: %s", name, truncate(f.Reason, 200))
+	}
+	return b.String()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

@@ -1,0 +1,85 @@
+// Package cli_test runs `svm migrate` against a real control plane.
+package cli_test
+
+import (
+	"bytes"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/svm-project/svm/internal/cli"
+	"github.com/svm-project/svm/internal/controlplane"
+	"github.com/svm-project/svm/test/framework"
+)
+
+func svm(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = cli.Main(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestMigrateCustomResources(t *testing.T) {
+	env := framework.Start(t, controlplane.Options{})
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.CP.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	env.CreateWidgetCRD(t, "v1")
+	const n = 2000
+	env.CreateWidgets(t, "v1", []string{"ns-a", "ns-b", "ns-c", "ns-d", "ns-e"}, n)
+	before := env.TakeSnapshot(t, framework.Widgets)
+	hash := env.StorageVersionHash(t, framework.Widgets)
+	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")
+	env.WaitStorageVersionHashChange(t, framework.Widgets, hash)
+
+	code, stdout, stderr := svm(t, "migrate", "--kubeconfig", kubeconfig, "widgets.example.com", "--chunk-size", "300", "--workers", "8")
+	if code != 0 {
+		t.Fatalf("svm migrate exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	if want := "widgets.example.com: rewritten 2000, skipped 0, failed 0 in "; !strings.Contains(stdout, want) {
+		t.Errorf("summary missing %q in:\n%s", want, stdout)
+	}
+	prefix := framework.EtcdPrefix(framework.Widgets.GroupResource())
+	if diff := cmp.Diff(map[string]int{"example.com/v2": n}, env.StoredVersions(t, prefix)); diff != "" {
+		t.Errorf("stored versions (-want +got):\n%s", diff)
+	}
+	if diff := before.Diff(env.TakeSnapshot(t, framework.Widgets)); diff != "" {
+		t.Errorf("objects changed (-before +after):\n%s", diff)
+	}
+}
+
+func TestMigrateBadInput(t *testing.T) {
+	env := framework.Start(t, controlplane.Options{})
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := env.CP.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"unknown resource", []string{"migrate", "--kubeconfig", kubeconfig, "gadgets.example.com"}, `svm: resource "gadgets.example.com": the server does not serve it`},
+		{"no resource", []string{"migrate", "--kubeconfig", kubeconfig}, "svm: name the resources to migrate, or pass --all (not both)"},
+		{"resources and --all", []string{"migrate", "--kubeconfig", kubeconfig, "--all", "secrets"}, "svm: name the resources to migrate, or pass --all (not both)"},
+		{"bad workers", []string{"migrate", "--kubeconfig", kubeconfig, "--workers", "0", "secrets"}, "svm: --workers must be at least 1, got 0"},
+		{"missing kubeconfig", []string{"migrate", "--kubeconfig", filepath.Join(dir, "nope"), "secrets"}, "svm: load kubeconfig: "},
+		{"forbidden", []string{"migrate", "--kubeconfig", kubeconfig, "--as", "nobody", "secrets"}, "svm: 1 of 1 resources were not fully migrated"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := svm(t, tt.args...)
+			if code == 0 {
+				t.Fatalf("exit code 0, want failure; stdout:\n%s", stdout)
+			}
+			lines := strings.Split(strings.TrimSpace(stderr), "\n")
+			if last := lines[len(lines)-1]; !strings.HasPrefix(last, tt.wantErr) {
+				t.Errorf("last stderr line %q, want prefix %q", last, tt.wantErr)
+			}
+		})
+	}
+}
