@@ -67,7 +67,7 @@ type StorageStateStatus struct {
 // +kubebuilder:resource:scope=Cluster
 // +kubebuilder:subresource:status
 // +kubebuilder:metadata:annotations="api-approved.kubernetes.io=https://github.com/kubernetes/community/pull/2524"
-// +kubebuilder:validation:XValidation:rule="self.metadata.name == (has(self.spec.resource.group) && self.spec.resource.group != ” ? self.spec.resource.resource + '.' + self.spec.resource.group : self.spec.resource.resource)",message="metadata.name must be <resource>.<group> (or <resource> for the core group) of spec.resource"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name == (has(self.spec.resource.group) && size(self.spec.resource.group) > 0 ? self.spec.resource.resource + '.' + self.spec.resource.group : self.spec.resource.resource)",message="metadata.name must be <resource>.<group> (or <resource> for the core group) of spec.resource"
 // +kubebuilder:printcolumn:name="Resource",type=string,JSONPath=`.spec.resource.resource`
 // +kubebuilder:printcolumn:name="Group",type=string,JSONPath=`.spec.resource.group`
 // +kubebuilder:printcolumn:name="Current",type=string,JSONPath=`.status.currentStorageVersionHash`

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -30,12 +31,16 @@ import (
 // FieldManager names the controller's writes to migrations.
 const FieldManager = "svm-migration-controller"
 
-// Reconciler schedules and runs StorageVersionMigrations.
+// The controller reads and updates migrations, records events, and lists
+// and patches every resource it migrates: rewriting arbitrary resources is
+// the one thing that needs a wildcard, and it is limited to list and patch.
 //
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations/status,verbs=get;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=*,resources=*,verbs=list;patch
+
+// Reconciler schedules and runs StorageVersionMigrations.
 type Reconciler struct {
 	Client   client.Client
 	Migrator *migrator.Migrator
@@ -48,6 +53,7 @@ type Reconciler struct {
 	backoff workqueue.TypedRateLimiter[string]
 	mu      sync.Mutex
 	wait    map[string]time.Time
+	ended   map[types.UID]bool
 }
 
 // SetupWithManager registers the reconciler and its runner with mgr.
@@ -60,6 +66,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	r.backoff = workqueue.NewTypedItemExponentialFailureRateLimiter[string](10*time.Second, 10*time.Minute)
 	r.wait = map[string]time.Time{}
+	r.ended = map[types.UID]bool{}
 	r.runner.done = make(chan string, 16)
 	if err := mgr.Add(&r.runner); err != nil {
 		return err
@@ -82,14 +89,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		return reconcile.Result{}, fmt.Errorf("list migrations: %w", err)
 	}
 	r.mu.Lock()
-	notBefore := make(map[string]time.Time, len(r.wait))
-	for k, v := range r.wait {
-		notBefore[k] = v
+	notBefore := maps.Clone(r.wait)
+	// Forget ended runs once the cache shows their outcome or their object.
+	inCache := make(map[types.UID]bool, len(list.Items))
+	for i := range list.Items {
+		if !IsFinished(&list.Items[i]) {
+			inCache[list.Items[i].UID] = true
+		}
 	}
+	maps.DeleteFunc(r.ended, func(uid types.UID, _ bool) bool { return !inCache[uid] })
+	ended := maps.Clone(r.ended)
 	r.mu.Unlock()
 
 	d := Schedule(ScheduleInput{
-		Migrations: list.Items, Running: r.runner.names(), NotBefore: notBefore,
+		Migrations: list.Items, Running: r.runner.names(), NotBefore: notBefore, Ended: ended,
 		MaxParallel: r.MaxParallel, Now: r.Clock.Now(),
 	})
 	for _, name := range d.Stop {
@@ -161,11 +174,11 @@ func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVe
 	case out.retry:
 		r.retryLater(ctx, m, err)
 	case err == nil:
-		r.forget(m.Name)
+		r.forget(m)
 		r.event(m, corev1.EventTypeNormal, ReasonAllObjectsRewritten, fmt.Sprintf("Rewrote %d objects, skipped %d", res.Progress.Rewritten, res.Progress.Skipped))
 		log.Info("Migration succeeded", "rewritten", res.Progress.Rewritten, "skipped", res.Progress.Skipped)
 	default:
-		r.forget(m.Name)
+		r.forget(m)
 		r.event(m, corev1.EventTypeWarning, "Failed", truncate(err.Error(), 1024))
 		log.Info("Migration failed", "err", err)
 	}
@@ -183,10 +196,12 @@ func (r *Reconciler) retryLater(ctx context.Context, m *migrationv1alpha1.Storag
 	klog.FromContext(ctx).Info("Migration will be retried", "migration", klog.KObj(m), "after", delay, "err", err)
 }
 
-func (r *Reconciler) forget(name string) {
-	r.backoff.Forget(name)
+// forget records that m's run ended for good.
+func (r *Reconciler) forget(m *migrationv1alpha1.StorageVersionMigration) {
+	r.backoff.Forget(m.Name)
 	r.mu.Lock()
-	delete(r.wait, name)
+	delete(r.wait, m.Name)
+	r.ended[m.UID] = true
 	r.mu.Unlock()
 }
 

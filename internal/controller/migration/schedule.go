@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 )
@@ -19,6 +20,9 @@ type ScheduleInput struct {
 	// NotBefore holds migrations that failed transiently and wait for their
 	// backoff to end.
 	NotBefore map[string]time.Time
+	// Ended holds the UIDs of migrations whose run ended with a final
+	// outcome (Succeeded or Failed) that the cache may not show yet.
+	Ended map[types.UID]bool
 	// MaxParallel bounds how many migrations run at once.
 	MaxParallel int
 	// Now is the current time.
@@ -44,7 +48,7 @@ func Schedule(in ScheduleInput) ScheduleDecision {
 	busy := map[string]bool{} // resources with a running migration
 	for i := range in.Migrations {
 		m := &in.Migrations[i]
-		if m.DeletionTimestamp == nil && !IsFinished(m) {
+		if m.DeletionTimestamp == nil && !IsFinished(m) && !in.Ended[m.UID] {
 			live[m.Name] = true
 			if in.Running[m.Name] {
 				busy[resourceKey(m)] = true

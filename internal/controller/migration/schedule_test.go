@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 )
@@ -21,6 +22,11 @@ func mig(name, resource string, created int, conds ...migrationv1alpha1.Migratio
 	for _, c := range conds {
 		m.Status.Conditions = append(m.Status.Conditions, migrationv1alpha1.MigrationCondition{Type: c, Status: corev1.ConditionTrue})
 	}
+	return m
+}
+
+func withUID(m migrationv1alpha1.StorageVersionMigration, uid types.UID) migrationv1alpha1.StorageVersionMigration {
+	m.UID = uid
 	return m
 }
 
@@ -74,6 +80,18 @@ func TestSchedule(t *testing.T) {
 			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{deleted(mig("gone", "a", 1, running)), mig("done", "b", 1, succeeded), mig("next", "c", 2)},
 				Running: map[string]bool{"gone": true, "done": true, "vanished": true}, MaxParallel: 1},
 			want: ScheduleDecision{Stop: []string{"done", "gone", "vanished"}, Start: []string{"next"}},
+		},
+		{
+			name: "a run that ended is not restarted before the cache shows its outcome",
+			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{withUID(mig("a", "a", 1, running), "uid-a"), withUID(mig("b", "b", 2), "uid-b")},
+				Ended: map[types.UID]bool{"uid-a": true}, MaxParallel: 1},
+			want: ScheduleDecision{Start: []string{"b"}},
+		},
+		{
+			name: "a re-created migration with the same name is not held by the old one's end",
+			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{withUID(mig("a", "a", 1), "uid-new")},
+				Ended: map[types.UID]bool{"uid-old": true}, MaxParallel: 1},
+			want: ScheduleDecision{Start: []string{"a"}},
 		},
 		{
 			name: "backoff holds a migration back and asks to be woken",

@@ -1,0 +1,163 @@
+package framework
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	svmBinary string
+	buildErr  error
+)
+
+// SVMBinary builds cmd/svm once per test process and returns its path.
+func SVMBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "svm-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		svmBinary = filepath.Join(dir, "svm")
+		cmd := exec.Command("go", "build", "-o", svmBinary, "./cmd/svm")
+		cmd.Dir = RepoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = &buildError{out: out, err: err}
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("build svm: %v", buildErr)
+	}
+	return svmBinary
+}
+
+type buildError struct {
+	out []byte
+	err error
+}
+
+func (e *buildError) Error() string { return e.err.Error() + ": " + string(e.out) }
+
+// Process is a running svm process whose output goes to a log file.
+type Process struct {
+	cmd     *exec.Cmd
+	LogPath string
+	exited  chan struct{}
+}
+
+// StartSVM runs the svm binary with args, against env's API server, until
+// the test ends or the process is stopped or killed.
+func (e *Env) StartSVM(t testing.TB, args ...string) *Process {
+	t.Helper()
+	bin := SVMBinary(t)
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := e.CP.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	logFile, err := os.CreateTemp(dir, "svm-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, append(args, "--kubeconfig", kubeconfig)...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start svm: %v", err)
+	}
+	p := &Process{cmd: cmd, LogPath: logFile.Name(), exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			data, _ := os.ReadFile(p.LogPath)
+			t.Logf("svm log:\n%s", tail(data, 60))
+		}
+	})
+	return p
+}
+
+// Kill kills the process with SIGKILL and waits for it to exit.
+func (p *Process) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+}
+
+// Stop sends SIGTERM and waits up to timeout for the process to exit; it
+// reports whether it exited in time.
+func (p *Process) Stop(timeout time.Duration) bool {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
+
+// ExitCode is the process's exit code once it has exited.
+func (p *Process) ExitCode() int {
+	<-p.exited
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// Log returns what the process has written so far.
+func (p *Process) Log(t testing.TB) []byte {
+	t.Helper()
+	data, err := os.ReadFile(p.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func tail(data []byte, lines int) string {
+	all := bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n"))
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return string(bytes.Join(all, []byte("\n")))
+}
+
+// ServerRequests is the API server's own count of requests with verb
+// (PATCH, LIST, ...) to resource, from its metrics: what really arrived,
+// whatever the clients believe they sent.
+func (e *Env) ServerRequests(t testing.TB, verb, resource string) int {
+	t.Helper()
+	raw, err := e.Kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(Context(t, time.Minute))
+	if err != nil {
+		t.Fatalf("read API server metrics: %v", err)
+	}
+	total := 0
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "apiserver_request_total{") ||
+			!strings.Contains(line, `resource="`+resource+`"`) || !strings.Contains(line, `verb="`+verb+`"`) ||
+			strings.Contains(line, `subresource="`) && !strings.Contains(line, `subresource=""`) {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			t.Fatalf("parse metric line %q: %v", line, err)
+		}
+		total += int(v)
+	}
+	return total
+}

@@ -1,0 +1,227 @@
+// Package controller_test runs `svm controller` as a real process against a
+// real control plane: migrations complete, survive SIGKILL, and fail with a
+// reason when they cannot complete.
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/controlplane"
+	"github.com/svm-project/svm/test/framework"
+)
+
+var widgetsPrefix = framework.EtcdPrefix(framework.Widgets.GroupResource())
+
+// controllerArgs run the controller with loopback-free endpoints off, so
+// parallel tests never fight over ports.
+func controllerArgs(extra ...string) []string {
+	return append([]string{"controller", "--leader-election-namespace", "default",
+		"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, extra...)
+}
+
+func setup(t *testing.T, n int) (*framework.Env, framework.Snapshot) {
+	t.Helper()
+	env := framework.Start(t, controlplane.Options{})
+	env.InstallCRDs(t, framework.CRDBasesDir())
+	env.CreateWidgetCRD(t, "v1")
+	env.CreateWidgets(t, "v1", []string{"ns-a", "ns-b", "ns-c"}, n)
+	before := env.TakeSnapshot(t, framework.Widgets)
+	hash := env.StorageVersionHash(t, framework.Widgets)
+	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")
+	env.WaitStorageVersionHashChange(t, framework.Widgets, hash)
+	return env, before
+}
+
+func createMigration(t *testing.T, env *framework.Env, name, group, version, resource string) *migrationv1alpha1.StorageVersionMigration {
+	t.Helper()
+	m := &migrationv1alpha1.StorageVersionMigration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: migrationv1alpha1.StorageVersionMigrationSpec{
+			Resource: migrationv1alpha1.GroupVersionResource{Group: group, Version: version, Resource: resource},
+		},
+	}
+	if err := env.Client.Create(framework.Context(t, time.Minute), m); err != nil {
+		t.Fatalf("create migration: %v", err)
+	}
+	return m
+}
+
+// waitFor polls the migration until cond holds, as `kubectl wait` would.
+func waitFor(t *testing.T, env *framework.Env, name string, timeout time.Duration, cond func(*migrationv1alpha1.StorageVersionMigration) bool) *migrationv1alpha1.StorageVersionMigration {
+	t.Helper()
+	m := &migrationv1alpha1.StorageVersionMigration{}
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, m); err != nil {
+			return false, err
+		}
+		return cond(m), nil
+	})
+	if err != nil {
+		t.Fatalf("migration %s: %v; status %+v", name, err, m.Status)
+	}
+	return m
+}
+
+func condition(t migrationv1alpha1.MigrationConditionType) func(*migrationv1alpha1.StorageVersionMigration) bool {
+	return func(m *migrationv1alpha1.StorageVersionMigration) bool {
+		for _, c := range m.Status.Conditions {
+			if c.Type == t && c.Status == corev1.ConditionTrue {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func getCondition(m *migrationv1alpha1.StorageVersionMigration, t migrationv1alpha1.MigrationConditionType) migrationv1alpha1.MigrationCondition {
+	for _, c := range m.Status.Conditions {
+		if c.Type == t {
+			return c
+		}
+	}
+	return migrationv1alpha1.MigrationCondition{}
+}
+
+func TestMigrationSucceeds(t *testing.T) {
+	const n = 2000
+	env, before := setup(t, n)
+	env.StartSVM(t, controllerArgs()...)
+	createMigration(t, env, "widgets", "example.com", "v1", "widgets")
+
+	m := waitFor(t, env, "widgets", 3*time.Minute, condition(migrationv1alpha1.MigrationSucceeded))
+	if diff := cmp.Diff(map[string]int{"example.com/v2": n}, env.StoredVersions(t, widgetsPrefix)); diff != "" {
+		t.Errorf("stored versions (-want +got):\n%s", diff)
+	}
+	if diff := before.Diff(env.TakeSnapshot(t, framework.Widgets)); diff != "" {
+		t.Errorf("objects changed (-before +after):\n%s", diff)
+	}
+	p := m.Status.Progress
+	if p.Listed != n || p.Rewritten != n || p.Skipped != 0 || p.Failed != 0 {
+		t.Errorf("progress %+v, want %d listed and rewritten", p, n)
+	}
+	if running := getCondition(m, migrationv1alpha1.MigrationRunning); running.Status != corev1.ConditionFalse {
+		t.Errorf("Running condition %+v, want False", running)
+	}
+	if m.Status.StartTime == nil || m.Status.CompletionTime == nil || m.Status.ResourceVersionCheckpoint == "" ||
+		m.Status.StorageVersionHash != env.StorageVersionHash(t, framework.Widgets) || m.Spec.ContinueToken != "" {
+		t.Errorf("status %+v, spec.continueToken %q: want times, checkpoint, the current hash and no token", m.Status, m.Spec.ContinueToken)
+	}
+}
+
+func TestControllerKilledMidMigrationResumes(t *testing.T) {
+	const n, chunk = 3000, 500
+	env, before := setup(t, n)
+	args := controllerArgs("--qps", "300", "--chunk-size", fmt.Sprint(chunk))
+	svm := env.StartSVM(t, args...)
+	createMigration(t, env, "widgets", "example.com", "v1", "widgets")
+
+	// Kill it once two chunks are saved and a third is under way.
+	waitFor(t, env, "widgets", 2*time.Minute, func(m *migrationv1alpha1.StorageVersionMigration) bool {
+		return m.Status.Progress.Listed >= 2*chunk && m.Spec.ContinueToken != ""
+	})
+	time.Sleep(500 * time.Millisecond)
+	svm.Kill()
+	killed := waitFor(t, env, "widgets", time.Second, func(*migrationv1alpha1.StorageVersionMigration) bool { return true })
+	if !condition(migrationv1alpha1.MigrationRunning)(killed) || condition(migrationv1alpha1.MigrationSucceeded)(killed) {
+		t.Fatalf("after the kill: %+v, want still Running", killed.Status.Conditions)
+	}
+	versions := env.StoredVersions(t, widgetsPrefix)
+	if versions["example.com/v1"] == 0 {
+		t.Fatalf("migration finished before the kill (%v); the test would prove nothing", versions)
+	}
+
+	env.StartSVM(t, args...)
+	m := waitFor(t, env, "widgets", 3*time.Minute, condition(migrationv1alpha1.MigrationSucceeded))
+	if diff := cmp.Diff(map[string]int{"example.com/v2": n}, env.StoredVersions(t, widgetsPrefix)); diff != "" {
+		t.Errorf("stored versions (-want +got):\n%s", diff)
+	}
+	if diff := before.Diff(env.TakeSnapshot(t, framework.Widgets)); diff != "" {
+		t.Errorf("objects changed (-before +after):\n%s", diff)
+	}
+	// It resumed from the saved token: at most the unsaved chunk was
+	// written twice (the repeats conflict and count as skipped).
+	writes := env.ServerRequests(t, "PATCH", "widgets")
+	if writes > n+2*chunk {
+		t.Errorf("%d writes to widgets, want at most N + 2 chunks = %d", writes, n+2*chunk)
+	}
+	if m.Status.Progress.Rewritten+m.Status.Progress.Skipped < n || m.Status.Progress.Failed != 0 {
+		t.Errorf("progress %+v", m.Status.Progress)
+	}
+	t.Logf("%d objects, %d writes after a kill at %d listed", n, writes, killed.Status.Progress.Listed)
+}
+
+func TestImpossibleMigrationsFailFast(t *testing.T) {
+	env := framework.Start(t, controlplane.Options{})
+	env.InstallCRDs(t, framework.CRDBasesDir())
+	env.StartSVM(t, controllerArgs("--max-parallel", "3")...)
+	createMigration(t, env, "gadgets", "example.com", "v1", "gadgets")
+	createMigration(t, env, "reviews", "authorization.k8s.io", "v1", "selfsubjectaccessreviews")
+	for name, wantReason := range map[string]string{"gadgets": "ResourceNotFound", "reviews": "NotMigratable"} {
+		start := time.Now()
+		m := waitFor(t, env, name, 30*time.Second, condition(migrationv1alpha1.MigrationFailed))
+		failed := getCondition(m, migrationv1alpha1.MigrationFailed)
+		if failed.Reason != wantReason || failed.Message == "" {
+			t.Errorf("%s: Failed condition %+v, want reason %s and a message", name, failed, wantReason)
+		}
+		if took := time.Since(start); took > 15*time.Second {
+			t.Errorf("%s took %s to fail", name, took)
+		}
+	}
+	// Failed migrations are not retried: they stay as they are.
+	time.Sleep(2 * time.Second)
+	if got := env.ServerRequests(t, "PATCH", "storageversionmigrations"); got > 6 {
+		t.Errorf("%d status writes for two failed migrations, want a handful (no retry loop)", got)
+	}
+}
+
+func TestWebhookDenialsFailTheMigrationNamingTheObjects(t *testing.T) {
+	const n = 300
+	env, _ := setup(t, n)
+	denied := map[string]bool{"ns-a/widget-00003": true, "ns-b/widget-00100": true, "ns-c/widget-00299": true}
+	hook := framework.StartDenyingWebhook(t, env, framework.Widgets, denied)
+
+	env.StartSVM(t, controllerArgs()...)
+	createMigration(t, env, "widgets", "example.com", "v1", "widgets")
+	m := waitFor(t, env, "widgets", 2*time.Minute, condition(migrationv1alpha1.MigrationFailed))
+
+	failed := getCondition(m, migrationv1alpha1.MigrationFailed)
+	if failed.Reason != "ObjectsFailed" {
+		t.Errorf("reason %q, want ObjectsFailed", failed.Reason)
+	}
+	got := map[string]bool{}
+	for _, f := range m.Status.FailedObjects {
+		got[f.Namespace+"/"+f.Name] = true
+		if !strings.Contains(f.Reason, "denied") {
+			t.Errorf("failed object %s: reason %q does not say it was denied", f.Name, f.Reason)
+		}
+		if !strings.Contains(failed.Message, f.Namespace+"/"+f.Name) {
+			t.Errorf("condition message %q does not name %s", failed.Message, f.Name)
+		}
+	}
+	if diff := cmp.Diff(denied, got); diff != "" {
+		t.Errorf("failed objects (-want +got):\n%s", diff)
+	}
+	if p := m.Status.Progress; p.Rewritten != n-3 || p.Failed != 3 {
+		t.Errorf("progress %+v, want %d rewritten and 3 failed", p, n-3)
+	}
+	if diff := cmp.Diff(map[string]int{"example.com/v2": n - 3, "example.com/v1": 3}, env.StoredVersions(t, widgetsPrefix)); diff != "" {
+		t.Errorf("stored versions (-want +got):\n%s", diff)
+	}
+	// A denial is final: each denied object was asked once, not retried.
+	for key := range denied {
+		if calls := hook.Calls(key); calls != 1 {
+			t.Errorf("webhook called %d times for %s, want 1", calls, key)
+		}
+	}
+}
