@@ -1,0 +1,94 @@
+package controller_test
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/test/framework"
+)
+
+func TestDeletingAMigrationStopsItsWork(t *testing.T) {
+	const n = 3000
+	env, _ := setup(t, n)
+	env.StartSVM(t, controllerArgs("--qps", "200")...)
+	m := createMigration(t, env, "widgets", "example.com", "v1", "widgets")
+	waitFor(t, env, "widgets", time.Minute, func(m *migrationv1alpha1.StorageVersionMigration) bool { return m.Status.Progress.Listed >= 500 })
+
+	if err := env.Client.Delete(framework.Context(t, time.Minute), m); err != nil {
+		t.Fatal(err)
+	}
+	// Writes stop within moments of the deletion.
+	time.Sleep(time.Second)
+	stoppedAt := env.ServerRequests(t, "PATCH", "widgets")
+	time.Sleep(2 * time.Second)
+	if after := env.ServerRequests(t, "PATCH", "widgets"); after != stoppedAt {
+		t.Errorf("writes went on after the migration was deleted: %d -> %d", stoppedAt, after)
+	}
+	if stoppedAt >= n {
+		t.Fatalf("migration finished (%d writes) before it was deleted; the test proves nothing", stoppedAt)
+	}
+	// The resource is free again: a new migration completes it.
+	createMigration(t, env, "widgets-again", "example.com", "v1", "widgets")
+	waitFor(t, env, "widgets-again", 2*time.Minute, condition(migrationv1alpha1.MigrationSucceeded))
+	if diff := cmp.Diff(map[string]int{"example.com/v2": n}, env.StoredVersions(t, widgetsPrefix)); diff != "" {
+		t.Errorf("stored versions (-want +got):\n%s", diff)
+	}
+}
+
+func TestSIGTERMDrainsAndTheNextControllerResumes(t *testing.T) {
+	const n, chunk = 3000, 500
+	env, before := setup(t, n)
+	args := controllerArgs("--qps", "300")
+	svm := env.StartSVM(t, args...)
+	createMigration(t, env, "widgets", "example.com", "v1", "widgets")
+	waitFor(t, env, "widgets", time.Minute, func(m *migrationv1alpha1.StorageVersionMigration) bool { return m.Status.Progress.Listed >= chunk })
+
+	start := time.Now()
+	if !svm.Stop(15 * time.Second) {
+		t.Fatal("controller did not exit within 15s of SIGTERM")
+	}
+	if code := svm.ExitCode(); code != 0 {
+		t.Errorf("exit code %d after SIGTERM, want 0", code)
+	}
+	t.Logf("drained in %s", time.Since(start).Round(time.Millisecond))
+	stopped := waitFor(t, env, "widgets", time.Second, func(*migrationv1alpha1.StorageVersionMigration) bool { return true })
+	if !condition(migrationv1alpha1.MigrationRunning)(stopped) || stopped.Spec.ContinueToken == "" {
+		t.Fatalf("after SIGTERM: conditions %+v, token %q; want Running with a saved token", stopped.Status.Conditions, stopped.Spec.ContinueToken)
+	}
+
+	env.StartSVM(t, args...)
+	waitFor(t, env, "widgets", 3*time.Minute, condition(migrationv1alpha1.MigrationSucceeded))
+	if diff := cmp.Diff(map[string]int{"example.com/v2": n}, env.StoredVersions(t, widgetsPrefix)); diff != "" {
+		t.Errorf("stored versions (-want +got):\n%s", diff)
+	}
+	if diff := before.Diff(env.TakeSnapshot(t, framework.Widgets)); diff != "" {
+		t.Errorf("objects changed (-before +after):\n%s", diff)
+	}
+	if writes := env.ServerRequests(t, "PATCH", "widgets"); writes > n+chunk {
+		t.Errorf("%d writes, want at most N + 1 chunk = %d after a clean drain", writes, n+chunk)
+	}
+}
+
+func TestOnlyTheLeaderMigrates(t *testing.T) {
+	const n = 1000
+	env, _ := setup(t, n)
+	first := env.StartSVM(t, controllerArgs()...)
+	second := env.StartSVM(t, controllerArgs()...)
+	createMigration(t, env, "widgets", "example.com", "v1", "widgets")
+	waitFor(t, env, "widgets", 2*time.Minute, condition(migrationv1alpha1.MigrationSucceeded))
+
+	started := 0
+	for _, p := range []*framework.Process{first, second} {
+		started += bytes.Count(p.Log(t), []byte(`"Migration started"`))
+	}
+	if started != 1 {
+		t.Errorf("%d replicas started the migration, want exactly 1", started)
+	}
+	if writes := env.ServerRequests(t, "PATCH", "widgets"); writes != n {
+		t.Errorf("%d writes, want %d", writes, n)
+	}
+}
