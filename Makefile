@@ -97,3 +97,11 @@ demo: controlplane build ## Run the end-to-end demo on a local control plane.
 .PHONY: help
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*?##/ { printf "  %-18s %s\n", $$1, $$2 } /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Benchmarks
+
+BENCH_FLAGS ?= -benchtime 2x
+.PHONY: bench
+bench: controlplane ## Run the benchmarks on a local control plane (not part of make test); results in _output/bench.txt.
+	mkdir -p _output
+	SVM_BIN_DIR=$(BIN) go test -run '^$$' -bench . $(BENCH_FLAGS) -timeout 60m ./test/bench | tee _output/bench.txt

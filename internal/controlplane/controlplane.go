@@ -248,6 +248,10 @@ func (cp *ControlPlane) StopEtcd() error { return cp.etcd.stop(syscall.SIGTERM, 
 // KillEtcd kills etcd with SIGKILL.
 func (cp *ControlPlane) KillEtcd() error { return cp.etcd.stop(syscall.SIGKILL, 0) }
 
+// APIServerPID is kube-apiserver's process id (0 when stopped), for
+// benchmarks that read its CPU accounting.
+func (cp *ControlPlane) APIServerPID() int { return cp.apiserver.pid() }
+
 // APIServerRunning reports whether kube-apiserver is running.
 func (cp *ControlPlane) APIServerRunning() bool { return cp.apiserver.running() }
 

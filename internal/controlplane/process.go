@@ -69,6 +69,16 @@ func (p *process) running() bool {
 	}
 }
 
+// pid is the process id of the current run, or 0.
+func (p *process) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // stop sends sig and waits for the process to exit; after grace it kills it.
 func (p *process) stop(sig syscall.Signal, grace time.Duration) error {
 	p.mu.Lock()

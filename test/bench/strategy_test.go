@@ -1,0 +1,149 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+
+	"github.com/svm-project/svm/internal/controlplane"
+	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/test/framework"
+)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// rewriter migrates framework.Widgets once and returns how many objects it
+// wrote.
+type rewriter func(ctx context.Context, cfg *rest.Config) error
+
+// svmEngine is svm's strategy: a metadata-only list and an empty merge
+// patch carrying uid and resourceVersion.
+func svmEngine(workers int) rewriter {
+	return func(ctx context.Context, cfg *rest.Config) error {
+		md, err := metadata.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		_, err = migrator.New(md, disc, migrator.Options{Workers: workers}).Run(ctx, migrator.Request{Resource: framework.Widgets})
+		return err
+	}
+}
+
+// fullUpdate is the naive baseline, the strategy of the reference migrator
+// and of `kubectl get -o json | kubectl replace`: list whole objects in
+// chunks and send each back unmodified with an Update.
+func fullUpdate(workers int) rewriter {
+	return func(ctx context.Context, cfg *rest.Config) error {
+		client, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		res := client.Resource(framework.Widgets)
+		token := ""
+		for {
+			list, err := res.List(ctx, metav1.ListOptions{Limit: 500, Continue: token})
+			if err != nil {
+				return err
+			}
+			g, gctx := errgroup.WithContext(ctx)
+			g.SetLimit(workers)
+			for i := range list.Items {
+				obj := &list.Items[i]
+				g.Go(func() error {
+					_, err := res.Namespace(obj.GetNamespace()).Update(gctx, obj, metav1.UpdateOptions{})
+					if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+						return nil
+					}
+					return err
+				})
+			}
+			if err := g.Wait(); err != nil {
+				return err
+			}
+			if token = list.GetContinue(); token == "" {
+				return nil
+			}
+		}
+	}
+}
+
+// BenchmarkRewriteStrategies compares ways of rewriting every object of a
+// custom resource after a storage version flip, on the same objects in one
+// run. Each iteration flips the storage version and rewrites all objects.
+// SVM_BENCH_OBJECTS sets the number of objects (default 10000).
+func BenchmarkRewriteStrategies(b *testing.B) {
+	n := envInt("SVM_BENCH_OBJECTS", 10000)
+	env := framework.Start(b, controlplane.Options{})
+	env.CreateWidgetCRD(b, "v1")
+	env.CreateWidgets(b, "v1", []string{"bench-a", "bench-b", "bench-c", "bench-d"}, n)
+	meter, err := newCPUMeter(env.CP.APIServerPID(), 3*time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = -1, 0 // measure the server, not a client-side limiter
+	prefix := framework.EtcdPrefix(framework.Widgets.GroupResource())
+	stored := "v1"
+
+	for _, s := range []struct {
+		name    string
+		rewrite rewriter
+	}{
+		{"svm/workers=8", svmEngine(8)},
+		{"svm/workers=32", svmEngine(32)},
+		{"full-update/workers=1", fullUpdate(1)},
+		{"full-update/workers=8", fullUpdate(8)},
+		{"full-update/workers=32", fullUpdate(32)},
+	} {
+		b.Run(s.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var busy, wall time.Duration
+			for range b.N {
+				b.StopTimer()
+				target := map[string]string{"v1": "v2", "v2": "v1"}[stored]
+				hash := env.StorageVersionHash(b, framework.Widgets)
+				env.SetCRDStorageVersion(b, framework.WidgetsCRDName, target)
+				env.WaitStorageVersionHashChange(b, framework.Widgets, hash)
+				stored = target
+				if err := meter.start(); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if err := s.rewrite(b.Context(), cfg); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				cpu, w, err := meter.stop()
+				if err != nil {
+					b.Fatal(err)
+				}
+				busy, wall = busy+cpu, wall+w
+				if got := env.StoredVersions(b, prefix); got["example.com/"+target] != n {
+					b.Fatalf("after %s: stored %v, want all %d in %s", s.name, got, n, target)
+				}
+			}
+			objects := float64(n * b.N)
+			b.ReportMetric(objects/wall.Seconds(), "objects/s")
+			b.ReportMetric(float64(busy.Microseconds())/1000/objects, "server-cpu-ms/object")
+		})
+	}
+}

@@ -1,0 +1,103 @@
+package framework
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+)
+
+// Proxy sits between a client and the real API server on loopback and can
+// answer some requests itself instead of forwarding them.
+type Proxy struct {
+	// Config reaches the API server through the proxy.
+	Config *rest.Config
+
+	mu        sync.Mutex
+	intercept func(*http.Request) (status int, header http.Header, ok bool)
+	log       []ProxyEvent
+}
+
+// ProxyEvent records one request the proxy saw.
+type ProxyEvent struct {
+	Method, Path string
+	Time         time.Time
+	// Status is what the proxy answered itself, or 0 when forwarded.
+	Status int
+}
+
+// StartProxy starts a proxy to e's API server for the duration of the test.
+func (e *Env) StartProxy(t testing.TB) *Proxy {
+	t.Helper()
+	transport, err := rest.TransportFor(e.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, err := url.Parse(e.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.Transport = transport
+	p := &Proxy{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.mu.Lock()
+		ev := ProxyEvent{Method: r.Method, Path: r.URL.Path, Time: time.Now()}
+		var status int
+		var header http.Header
+		intercepted := false
+		if p.intercept != nil {
+			status, header, intercepted = p.intercept(r)
+		}
+		if intercepted {
+			ev.Status = status
+		}
+		p.log = append(p.log, ev)
+		p.mu.Unlock()
+		if intercepted {
+			for k, v := range header {
+				w.Header()[k] = v
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			_ = json.NewEncoder(w).Encode(&metav1.Status{
+				TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+				Status:   metav1.StatusFailure, Code: int32(status), Reason: statusReasons[status],
+				Message: "injected by the test proxy",
+			})
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	p.Config = &rest.Config{Host: srv.URL, QPS: -1}
+	return p
+}
+
+// Intercept sets the function that decides which requests the proxy answers
+// itself; nil forwards everything.
+func (p *Proxy) Intercept(f func(*http.Request) (status int, header http.Header, ok bool)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.intercept = f
+}
+
+// Events returns the requests seen so far.
+func (p *Proxy) Events() []ProxyEvent {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]ProxyEvent(nil), p.log...)
+}
+
+var statusReasons = map[int]metav1.StatusReason{
+	http.StatusTooManyRequests:     metav1.StatusReasonTooManyRequests,
+	http.StatusInternalServerError: metav1.StatusReasonInternalError,
+	http.StatusServiceUnavailable:  metav1.StatusReasonServiceUnavailable,
+}
