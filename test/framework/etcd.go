@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -52,4 +53,13 @@ func (e *Env) StoredVersions(t testing.TB, prefix string) map[string]int {
 		counts[v.APIVersion]++
 	}
 	return counts
+}
+
+// ExpectStored reports an error unless the values under prefix are stored
+// exactly as want says (see StoredVersions).
+func (e *Env) ExpectStored(t testing.TB, prefix string, want map[string]int) {
+	t.Helper()
+	if diff := cmp.Diff(want, e.StoredVersions(t, prefix)); diff != "" {
+		t.Errorf("stored versions under %s (-want +got):\n%s", prefix, diff)
+	}
 }

@@ -56,3 +56,12 @@ func (s Snapshot) Without(keys ...string) Snapshot {
 	}
 	return out
 }
+
+// ExpectUnchanged reports an error unless every object of gvr still equals
+// its snapshot in before.
+func (e *Env) ExpectUnchanged(t testing.TB, gvr schema.GroupVersionResource, before Snapshot) {
+	t.Helper()
+	if diff := before.Diff(e.TakeSnapshot(t, gvr)); diff != "" {
+		t.Errorf("objects of %s changed (-before +after):\n%s", gvr.Resource, diff)
+	}
+}

@@ -76,7 +76,5 @@ func TestRotateEncryptionKey(t *testing.T) {
 	if err := env.CP.RestartAPIServer(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if diff := before.Diff(env.TakeSnapshot(t, secrets)); diff != "" {
-		t.Errorf("secrets changed (-before +after):\n%s", diff)
-	}
+	env.ExpectUnchanged(t, secrets, before)
 }

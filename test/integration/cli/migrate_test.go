@@ -43,12 +43,8 @@ func TestMigrateCustomResources(t *testing.T) {
 		t.Errorf("summary missing %q in:\n%s", want, stdout)
 	}
 	prefix := framework.EtcdPrefix(framework.Widgets.GroupResource())
-	if diff := cmp.Diff(map[string]int{"example.com/v2": n}, env.StoredVersions(t, prefix)); diff != "" {
-		t.Errorf("stored versions (-want +got):\n%s", diff)
-	}
-	if diff := before.Diff(env.TakeSnapshot(t, framework.Widgets)); diff != "" {
-		t.Errorf("objects changed (-before +after):\n%s", diff)
-	}
+	env.ExpectStored(t, prefix, map[string]int{"example.com/v2": n})
+	env.ExpectUnchanged(t, framework.Widgets, before)
 }
 
 func TestMigrateBadInput(t *testing.T) {
@@ -81,5 +77,32 @@ func TestMigrateBadInput(t *testing.T) {
 				t.Errorf("last stderr line %q, want prefix %q", last, tt.wantErr)
 			}
 		})
+	}
+}
+
+func TestMigrateAll(t *testing.T) {
+	env := framework.Start(t, controlplane.Options{})
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.CP.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	env.CreateWidgetCRD(t, "v1")
+	env.CreateWidgets(t, "v1", []string{"default"}, 100)
+	hash := env.StorageVersionHash(t, framework.Widgets)
+	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")
+	env.WaitStorageVersionHashChange(t, framework.Widgets, hash)
+
+	code, stdout, stderr := svm(t, "migrate", "--kubeconfig", kubeconfig, "--all")
+	if code != 0 {
+		t.Fatalf("svm migrate --all exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	// Custom and built-in resources alike, each with its summary line.
+	for _, want := range []string{"widgets.example.com: rewritten 100,", "namespaces: rewritten ", "customresourcedefinitions.apiextensions.k8s.io: rewritten 1,", "clusterroles.rbac.authorization.k8s.io: rewritten "} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	if diff := cmp.Diff(map[string]int{"example.com/v2": 100}, env.StoredVersions(t, framework.EtcdPrefix(framework.Widgets.GroupResource()))); diff != "" {
+		t.Errorf("stored versions (-want +got):\n%s", diff)
 	}
 }

@@ -100,12 +100,8 @@ func TestMigrationSucceeds(t *testing.T) {
 	createMigration(t, env, "widgets", "example.com", "v1", "widgets")
 
 	m := waitFor(t, env, "widgets", 3*time.Minute, condition(migrationv1alpha1.MigrationSucceeded))
-	if diff := cmp.Diff(map[string]int{"example.com/v2": n}, env.StoredVersions(t, widgetsPrefix)); diff != "" {
-		t.Errorf("stored versions (-want +got):\n%s", diff)
-	}
-	if diff := before.Diff(env.TakeSnapshot(t, framework.Widgets)); diff != "" {
-		t.Errorf("objects changed (-before +after):\n%s", diff)
-	}
+	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
+	env.ExpectUnchanged(t, framework.Widgets, before)
 	p := m.Status.Progress
 	if p.Listed != n || p.Rewritten != n || p.Skipped != 0 || p.Failed != 0 {
 		t.Errorf("progress %+v, want %d listed and rewritten", p, n)
@@ -143,12 +139,8 @@ func TestControllerKilledMidMigrationResumes(t *testing.T) {
 
 	env.StartSVM(t, args...)
 	m := waitFor(t, env, "widgets", 3*time.Minute, condition(migrationv1alpha1.MigrationSucceeded))
-	if diff := cmp.Diff(map[string]int{"example.com/v2": n}, env.StoredVersions(t, widgetsPrefix)); diff != "" {
-		t.Errorf("stored versions (-want +got):\n%s", diff)
-	}
-	if diff := before.Diff(env.TakeSnapshot(t, framework.Widgets)); diff != "" {
-		t.Errorf("objects changed (-before +after):\n%s", diff)
-	}
+	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
+	env.ExpectUnchanged(t, framework.Widgets, before)
 	// It resumed from the saved token: at most the unsaved chunk was
 	// written twice (the repeats conflict and count as skipped).
 	writes := env.ServerRequests(t, "PATCH", "widgets")
@@ -215,9 +207,7 @@ func TestWebhookDenialsFailTheMigrationNamingTheObjects(t *testing.T) {
 	if p := m.Status.Progress; p.Rewritten != n-3 || p.Failed != 3 {
 		t.Errorf("progress %+v, want %d rewritten and 3 failed", p, n-3)
 	}
-	if diff := cmp.Diff(map[string]int{"example.com/v2": n - 3, "example.com/v1": 3}, env.StoredVersions(t, widgetsPrefix)); diff != "" {
-		t.Errorf("stored versions (-want +got):\n%s", diff)
-	}
+	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n - 3, "example.com/v1": 3})
 	// A denial is final: each denied object was asked once, not retried.
 	for key := range denied {
 		if calls := hook.Calls(key); calls != 1 {

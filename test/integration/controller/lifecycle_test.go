@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/test/framework"
 )
@@ -34,9 +32,7 @@ func TestDeletingAMigrationStopsItsWork(t *testing.T) {
 	// The resource is free again: a new migration completes it.
 	createMigration(t, env, "widgets-again", "example.com", "v1", "widgets")
 	waitFor(t, env, "widgets-again", 2*time.Minute, condition(migrationv1alpha1.MigrationSucceeded))
-	if diff := cmp.Diff(map[string]int{"example.com/v2": n}, env.StoredVersions(t, widgetsPrefix)); diff != "" {
-		t.Errorf("stored versions (-want +got):\n%s", diff)
-	}
+	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
 }
 
 func TestSIGTERMDrainsAndTheNextControllerResumes(t *testing.T) {
@@ -62,12 +58,8 @@ func TestSIGTERMDrainsAndTheNextControllerResumes(t *testing.T) {
 
 	env.StartSVM(t, args...)
 	waitFor(t, env, "widgets", 3*time.Minute, condition(migrationv1alpha1.MigrationSucceeded))
-	if diff := cmp.Diff(map[string]int{"example.com/v2": n}, env.StoredVersions(t, widgetsPrefix)); diff != "" {
-		t.Errorf("stored versions (-want +got):\n%s", diff)
-	}
-	if diff := before.Diff(env.TakeSnapshot(t, framework.Widgets)); diff != "" {
-		t.Errorf("objects changed (-before +after):\n%s", diff)
-	}
+	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
+	env.ExpectUnchanged(t, framework.Widgets, before)
 	if writes := env.ServerRequests(t, "PATCH", "widgets"); writes > n+chunk {
 		t.Errorf("%d writes, want at most N + 1 chunk = %d after a clean drain", writes, n+chunk)
 	}

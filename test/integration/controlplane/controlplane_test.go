@@ -49,18 +49,14 @@ func TestStorageFlipLeavesStoredObjectsInOldVersion(t *testing.T) {
 	}
 
 	// The flip alone rewrites nothing: every stored object is still v1.
-	if diff := cmp.Diff(map[string]int{"example.com/v1": n}, env.StoredVersions(t, prefix)); diff != "" {
-		t.Errorf("stored versions after flip (-want +got):\n%s", diff)
-	}
+	env.ExpectStored(t, prefix, map[string]int{"example.com/v1": n})
 
 	// A new write is stored in v2, whatever version it was sent in.
 	ctx := framework.Context(t, time.Minute)
 	if _, err := env.Dynamic.Resource(framework.Widgets).Namespace("alpha").Create(ctx, framework.Widget("v1", "fresh", 999), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create fresh widget: %v", err)
 	}
-	if diff := cmp.Diff(map[string]int{"example.com/v2": 1}, env.StoredVersions(t, prefix+"alpha/fresh")); diff != "" {
-		t.Errorf("fresh widget's stored version (-want +got):\n%s", diff)
-	}
+	env.ExpectStored(t, prefix+"alpha/fresh", map[string]int{"example.com/v2": 1})
 }
 
 func TestAPIServerAndEtcdSurviveKillAndRestart(t *testing.T) {

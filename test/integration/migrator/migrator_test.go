@@ -71,14 +71,10 @@ func TestRewritesEveryObjectWithoutChangingIt(t *testing.T) {
 	if err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	if diff := cmp.Diff(map[string]int{"example.com/v2": n}, env.StoredVersions(t, widgetsPrefix)); diff != "" {
-		t.Errorf("stored versions after migration (-want +got):\n%s", diff)
-	}
+	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
 	// Content, generation, uid and field managers are all unchanged: the
 	// write added no managedFields entry and bumped no generation.
-	if diff := before.Diff(env.TakeSnapshot(t, framework.Widgets)); diff != "" {
-		t.Errorf("objects changed by the migration (-before +after):\n%s", diff)
-	}
+	env.ExpectUnchanged(t, framework.Widgets, before)
 	want := migrator.Progress{Listed: n, Rewritten: n}
 	if diff := cmp.Diff(want, res.Progress, ignoreRemaining); diff != "" {
 		t.Errorf("progress (-want +got):\n%s", diff)
@@ -104,9 +100,29 @@ func TestRewritesEveryObjectWithoutChangingIt(t *testing.T) {
 	if _, err := m.Run(framework.Context(t, 5*time.Minute), migrator.Request{Resource: framework.Widgets}); err != nil {
 		t.Fatalf("second migration: %v", err)
 	}
-	if diff := rvBefore.Diff(env.TakeSnapshot(t, framework.Widgets)); diff != "" {
-		t.Errorf("second migration changed objects:\n%s", diff)
+	env.ExpectUnchanged(t, framework.Widgets, rvBefore)
+}
+
+// runUntilCrash migrates widgets until at least listed objects are saved,
+// then stops as a crash would, and returns the last saved state.
+func runUntilCrash(t *testing.T, m *migrator.Migrator, listed int64) migrator.State {
+	t.Helper()
+	var saved migrator.State
+	crash := errors.New("crash")
+	_, err := m.Run(framework.Context(t, 5*time.Minute), migrator.Request{
+		Resource: framework.Widgets,
+		OnChunk: func(_ context.Context, s migrator.State) error {
+			saved = s
+			if s.Progress.Listed >= listed {
+				return crash
+			}
+			return nil
+		},
+	})
+	if !errors.Is(err, crash) {
+		t.Fatalf("first run: %v, want the crash", err)
 	}
+	return saved
 }
 
 var ignoreRemaining = cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".RemainingEstimate" }, cmp.Ignore())
@@ -118,21 +134,7 @@ func TestResumesFromSavedState(t *testing.T) {
 	m, requests := newMigrator(t, env.Config, migrator.Options{ChunkSize: 200})
 
 	// Stop after the second chunk, as a crash would.
-	var saved migrator.State
-	stop := errors.New("crash")
-	_, err := m.Run(framework.Context(t, 5*time.Minute), migrator.Request{
-		Resource: framework.Widgets,
-		OnChunk: func(_ context.Context, s migrator.State) error {
-			saved = s
-			if s.Progress.Listed >= 400 {
-				return stop
-			}
-			return nil
-		},
-	})
-	if !errors.Is(err, stop) {
-		t.Fatalf("first run: %v, want the crash", err)
-	}
+	saved := runUntilCrash(t, m, 400)
 	if got := env.StoredVersions(t, widgetsPrefix); got["example.com/v2"] != 400 {
 		t.Fatalf("after the crash: %v, want 400 in v2", got)
 	}
@@ -140,12 +142,8 @@ func TestResumesFromSavedState(t *testing.T) {
 	if err != nil {
 		t.Fatalf("resume: %v", err)
 	}
-	if diff := cmp.Diff(map[string]int{"example.com/v2": n}, env.StoredVersions(t, widgetsPrefix)); diff != "" {
-		t.Errorf("stored versions (-want +got):\n%s", diff)
-	}
-	if diff := before.Diff(env.TakeSnapshot(t, framework.Widgets)); diff != "" {
-		t.Errorf("objects changed:\n%s", diff)
-	}
+	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
+	env.ExpectUnchanged(t, framework.Widgets, before)
 	if res.Progress.Rewritten != n || requests.Count("PATCH") != n {
 		t.Errorf("rewritten %d with %d patches, want %d: resuming must not redo finished chunks", res.Progress.Rewritten, requests.Count("PATCH"), n)
 	}
@@ -157,18 +155,7 @@ func TestExpiredContinueTokenRestartsWithoutRewritingAgain(t *testing.T) {
 	flippedWidgets(t, env, n)
 	m, requests := newMigrator(t, env.Config, migrator.Options{ChunkSize: 200})
 
-	var saved migrator.State
-	stop := errors.New("crash")
-	_, err := m.Run(framework.Context(t, 5*time.Minute), migrator.Request{
-		Resource: framework.Widgets,
-		OnChunk: func(_ context.Context, s migrator.State) error {
-			saved = s
-			return stop
-		},
-	})
-	if !errors.Is(err, stop) {
-		t.Fatalf("first run: %v", err)
-	}
+	saved := runUntilCrash(t, m, 1)
 	// Compact etcd past the token's snapshot: the token is now 410 Gone.
 	ctx := framework.Context(t, time.Minute)
 	status, err := env.Etcd.Status(ctx, env.CP.EtcdURL)
@@ -186,9 +173,7 @@ func TestExpiredContinueTokenRestartsWithoutRewritingAgain(t *testing.T) {
 	if err != nil {
 		t.Fatalf("resume: %v", err)
 	}
-	if diff := cmp.Diff(map[string]int{"example.com/v2": n}, env.StoredVersions(t, widgetsPrefix)); diff != "" {
-		t.Errorf("stored versions (-want +got):\n%s", diff)
-	}
+	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
 	// The first chunk's objects are newer than the checkpoint now: no write.
 	if got := requests.Count("PATCH"); got != n {
 		t.Errorf("%d patches, want %d (nothing rewritten twice)", got, n)
@@ -246,9 +231,7 @@ func TestConcurrentWritersLoseNothing(t *testing.T) {
 	if got := out.res.Progress; got.Rewritten+got.Skipped != n || got.Failed != 0 {
 		t.Errorf("progress %+v: want rewritten+skipped = %d and no failures", got, n)
 	}
-	if diff := cmp.Diff(map[string]int{"example.com/v2": n - len(deleted)}, env.StoredVersions(t, widgetsPrefix)); diff != "" {
-		t.Errorf("stored versions (-want +got):\n%s", diff)
-	}
+	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n - len(deleted)})
 	after := env.TakeSnapshot(t, framework.Widgets)
 	for key := range updated {
 		spec, _ := after[key]["spec"].(map[string]any)

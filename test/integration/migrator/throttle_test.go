@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/svm-project/svm/internal/controlplane"
 	"github.com/svm-project/svm/internal/migrator"
 	"github.com/svm-project/svm/test/framework"
@@ -38,9 +36,7 @@ func TestHonoursRetryAfter(t *testing.T) {
 	if res.Progress.Rewritten != n {
 		t.Errorf("rewritten %d, want %d", res.Progress.Rewritten, n)
 	}
-	if diff := cmp.Diff(map[string]int{"example.com/v2": n}, env.StoredVersions(t, widgetsPrefix)); diff != "" {
-		t.Errorf("stored versions (-want +got):\n%s", diff)
-	}
+	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
 	// Each throttled object was retried, and not before its Retry-After.
 	events := proxy.Events()
 	lastThrottle := map[string]time.Time{}
