@@ -1,0 +1,237 @@
+package trigger
+
+import (
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+)
+
+const (
+	// CreatedByLabel marks the migrations svm's trigger created; only those
+	// are ever deleted by svm.
+	CreatedByLabel = "migration.k8s.io/created-by"
+	// CreatedByValue is CreatedByLabel's value on svm's migrations.
+	CreatedByValue = "svm-trigger"
+	// TargetHashAnnotation records the storage version hash a trigger
+	// migration was created for.
+	TargetHashAnnotation = "migration.k8s.io/storage-version-hash"
+)
+
+// Input is what Decide knows about one resource.
+type Input struct {
+	Now time.Time
+	// Observed is discovery's storageVersionHash for the resource this
+	// round, or nil when discovery did not answer for it (a partial
+	// failure): then no hash change is inferred.
+	Observed *string
+	// State is the resource's StorageState, or nil when there is none.
+	State *migrationv1alpha1.StorageState
+	// Migrations are all migrations of the resource, svm's and users'.
+	Migrations []migrationv1alpha1.StorageVersionMigration
+	// RetryBase and RetryMax bound the delay before a failed migration is
+	// followed by a new one: RetryBase doubling per failure, at most RetryMax.
+	RetryBase, RetryMax time.Duration
+}
+
+// Decision is what to do for one resource. Apply it in order: delete, then
+// write the state, then create the migration.
+type Decision struct {
+	// DeleteMigrations names svm's unfinished migrations to stop.
+	DeleteMigrations []string
+	// CreateState is set when the StorageState must be created (or
+	// re-created) with Status.
+	CreateState bool
+	// Status, when set, is the StorageState's new status.
+	Status *migrationv1alpha1.StorageStateStatus
+	// CreateMigrationFor, when set, asks for a new migration to this hash.
+	CreateMigrationFor *string
+	// RequeueAfter, when not zero, is when a retry falls due.
+	RequeueAfter time.Duration
+}
+
+// Decide applies the StorageState life-cycle to one resource.
+func Decide(in Input) Decision {
+	if in.State == nil {
+		if in.Observed == nil {
+			return Decision{}
+		}
+		hash := *in.Observed
+		return Decision{
+			DeleteMigrations:   unfinishedOwned(in.Migrations, ""),
+			CreateState:        true,
+			Status:             &migrationv1alpha1.StorageStateStatus{PersistedStorageVersionHashes: []string{migrationv1alpha1.UnknownStorageVersionHash}, CurrentStorageVersionHash: hash, LastHeartbeatTime: metaTime(in.Now)},
+			CreateMigrationFor: &hash,
+		}
+	}
+
+	status := in.State.Status.DeepCopy()
+	var d Decision
+	if in.Observed != nil {
+		status.LastHeartbeatTime = metaTime(in.Now)
+		d.Status = status
+		if hash := *in.Observed; hash != status.CurrentStorageVersionHash {
+			// The storage version changed: objects may now be in either
+			// version until a migration to the new one succeeds.
+			status.CurrentStorageVersionHash = hash
+			if !slices.Contains(status.PersistedStorageVersionHashes, hash) {
+				status.PersistedStorageVersionHashes = append(status.PersistedStorageVersionHashes, hash)
+			}
+			d.DeleteMigrations = unfinishedOwned(in.Migrations, hash)
+			if !hasUnfinishedOwned(in.Migrations, hash) {
+				d.CreateMigrationFor = &hash
+			}
+			return d
+		}
+	}
+
+	current := status.CurrentStorageVersionHash
+	if current == "" || current == migrationv1alpha1.UnknownStorageVersionHash || isExactly(status.PersistedStorageVersionHashes, current) {
+		return d
+	}
+	live := in.Migrations[:0:0]
+	for _, m := range in.Migrations {
+		if !m.CreationTimestamp.Before(&in.State.CreationTimestamp) {
+			live = append(live, m)
+		}
+	}
+	if succeededFor(live, current) {
+		status.PersistedStorageVersionHashes = []string{current}
+		d.Status = status
+		return d
+	}
+	if hasUnfinished(live) || hasUnfinishedOwned(in.Migrations, current) {
+		return d
+	}
+	// No migration is under way for the current hash: start one, after a
+	// growing delay if svm's earlier ones failed.
+	failures, last := failedOwned(live, current)
+	if failures > 0 {
+		due := last.Add(backoff(in.RetryBase, in.RetryMax, failures))
+		if in.Now.Before(due) {
+			d.RequeueAfter = due.Sub(in.Now)
+			return d
+		}
+	}
+	d.CreateMigrationFor = &current
+	return d
+}
+
+// IsStale reports whether a StorageState's heartbeat is older than window:
+// svm may have missed storage changes, so the state must be reset.
+func IsStale(s *migrationv1alpha1.StorageState, now time.Time, window time.Duration) bool {
+	return now.Sub(s.Status.LastHeartbeatTime.Time) > window
+}
+
+// ResetStatus is the status of a StorageState re-created after it went
+// stale: anything may be stored until a migration proves otherwise.
+func ResetStatus(s *migrationv1alpha1.StorageState, now time.Time) *migrationv1alpha1.StorageStateStatus {
+	return &migrationv1alpha1.StorageStateStatus{
+		PersistedStorageVersionHashes: []string{migrationv1alpha1.UnknownStorageVersionHash},
+		CurrentStorageVersionHash:     s.Status.CurrentStorageVersionHash,
+		LastHeartbeatTime:             metaTime(now),
+	}
+}
+
+func backoff(base, maxDelay time.Duration, failures int) time.Duration {
+	d := base
+	for i := 1; i < failures && d < maxDelay; i++ {
+		d *= 2
+	}
+	return min(d, maxDelay)
+}
+
+// IsOwned reports whether svm's trigger created m.
+func IsOwned(m *migrationv1alpha1.StorageVersionMigration) bool {
+	return m.Labels[CreatedByLabel] == CreatedByValue
+}
+
+// TargetHash is the hash an owned migration was created for.
+func TargetHash(m *migrationv1alpha1.StorageVersionMigration) string {
+	return m.Annotations[TargetHashAnnotation]
+}
+
+// unfinishedOwned names svm's unfinished migrations for any hash but keep.
+func unfinishedOwned(ms []migrationv1alpha1.StorageVersionMigration, keep string) []string {
+	var out []string
+	for i := range ms {
+		m := &ms[i]
+		if IsOwned(m) && !finished(m) && m.DeletionTimestamp == nil && (keep == "" || TargetHash(m) != keep) {
+			out = append(out, m.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func hasUnfinishedOwned(ms []migrationv1alpha1.StorageVersionMigration, hash string) bool {
+	for i := range ms {
+		if m := &ms[i]; IsOwned(m) && TargetHash(m) == hash && !finished(m) && m.DeletionTimestamp == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func hasUnfinished(ms []migrationv1alpha1.StorageVersionMigration) bool {
+	for i := range ms {
+		if !finished(&ms[i]) && ms[i].DeletionTimestamp == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// succeededFor reports whether a migration made for hash succeeded: an
+// owned one created for it, or a user's that recorded it as its target.
+func succeededFor(ms []migrationv1alpha1.StorageVersionMigration, hash string) bool {
+	for i := range ms {
+		m := &ms[i]
+		if !condition(m, migrationv1alpha1.MigrationSucceeded) || m.Status.StorageVersionHash != hash {
+			continue
+		}
+		if !IsOwned(m) || TargetHash(m) == hash {
+			return true
+		}
+	}
+	return false
+}
+
+// failedOwned counts svm's failed migrations for hash and returns when the
+// last one ended.
+func failedOwned(ms []migrationv1alpha1.StorageVersionMigration, hash string) (int, time.Time) {
+	n, last := 0, time.Time{}
+	for i := range ms {
+		m := &ms[i]
+		if IsOwned(m) && TargetHash(m) == hash && condition(m, migrationv1alpha1.MigrationFailed) {
+			n++
+			end := m.CreationTimestamp.Time
+			if m.Status.CompletionTime != nil {
+				end = m.Status.CompletionTime.Time
+			}
+			if end.After(last) {
+				last = end
+			}
+		}
+	}
+	return n, last
+}
+
+func finished(m *migrationv1alpha1.StorageVersionMigration) bool {
+	return condition(m, migrationv1alpha1.MigrationSucceeded) || condition(m, migrationv1alpha1.MigrationFailed)
+}
+
+func condition(m *migrationv1alpha1.StorageVersionMigration, t migrationv1alpha1.MigrationConditionType) bool {
+	for _, c := range m.Status.Conditions {
+		if c.Type == t && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+func isExactly(hashes []string, hash string) bool {
+	return len(hashes) == 1 && hashes[0] == hash
+}

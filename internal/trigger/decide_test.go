@@ -1,0 +1,178 @@
+package trigger
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+const unknown = migrationv1alpha1.UnknownStorageVersionHash
+
+func ptr[T any](v T) *T { return &v }
+
+func state(created time.Time, current string, persisted ...string) *migrationv1alpha1.StorageState {
+	return &migrationv1alpha1.StorageState{
+		ObjectMeta: metav1.ObjectMeta{Name: "widgets.example.com", CreationTimestamp: metav1.NewTime(created)},
+		Status:     migrationv1alpha1.StorageStateStatus{CurrentStorageVersionHash: current, PersistedStorageVersionHashes: persisted, LastHeartbeatTime: metav1.NewTime(created)},
+	}
+}
+
+// owned is a trigger migration for hash; outcome is "", "ok" or "failed".
+func owned(name, hash string, created time.Time, outcome string) migrationv1alpha1.StorageVersionMigration {
+	m := user(name, created, outcome, hash)
+	m.Labels = map[string]string{CreatedByLabel: CreatedByValue}
+	m.Annotations = map[string]string{TargetHashAnnotation: hash}
+	return m
+}
+
+func user(name string, created time.Time, outcome, storedHash string) migrationv1alpha1.StorageVersionMigration {
+	m := migrationv1alpha1.StorageVersionMigration{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(created)}}
+	m.Status.StorageVersionHash = storedHash
+	end := metav1.NewTime(created.Add(time.Minute))
+	switch outcome {
+	case "ok":
+		m.Status.Conditions = []migrationv1alpha1.MigrationCondition{{Type: migrationv1alpha1.MigrationSucceeded, Status: corev1.ConditionTrue}}
+		m.Status.CompletionTime = &end
+	case "failed":
+		m.Status.Conditions = []migrationv1alpha1.MigrationCondition{{Type: migrationv1alpha1.MigrationFailed, Status: corev1.ConditionTrue}}
+		m.Status.CompletionTime = &end
+	}
+	return m
+}
+
+func status(now time.Time, current string, persisted ...string) *migrationv1alpha1.StorageStateStatus {
+	return &migrationv1alpha1.StorageStateStatus{CurrentStorageVersionHash: current, PersistedStorageVersionHashes: persisted, LastHeartbeatTime: metav1.NewTime(now)}
+}
+
+func TestDecide(t *testing.T) {
+	now := t0.Add(time.Hour)
+	tests := []struct {
+		name string
+		in   Input
+		want Decision
+	}{
+		{
+			name: "first sight: Unknown, the hash, a migration, and svm's stale migrations stopped",
+			in:   Input{Now: now, Observed: ptr("A"), Migrations: []migrationv1alpha1.StorageVersionMigration{owned("old", "Z", t0, ""), user("mine", t0, "", "")}},
+			want: Decision{DeleteMigrations: []string{"old"}, CreateState: true, Status: status(now, "A", unknown), CreateMigrationFor: ptr("A")},
+		},
+		{
+			name: "no state and no discovery answer: nothing",
+			in:   Input{Now: now},
+			want: Decision{},
+		},
+		{
+			name: "hash unchanged and migrated: heartbeat only",
+			in:   Input{Now: now, Observed: ptr("A"), State: state(t0, "A", "A")},
+			want: Decision{Status: status(now, "A", "A")},
+		},
+		{
+			name: "hash changed: append, stop svm's other migrations (never a user's), migrate to it",
+			in: Input{Now: now, Observed: ptr("B"), State: state(t0, "A", "A"),
+				Migrations: []migrationv1alpha1.StorageVersionMigration{owned("to-a", "A", t0, ""), user("mine", t0, "", "")}},
+			want: Decision{DeleteMigrations: []string{"to-a"}, Status: status(now, "B", "A", "B"), CreateMigrationFor: ptr("B")},
+		},
+		{
+			name: "flipped back: the old hash is not listed twice",
+			in:   Input{Now: now, Observed: ptr("A"), State: state(t0, "B", "A", "B")},
+			want: Decision{Status: status(now, "A", "A", "B"), CreateMigrationFor: ptr("A")},
+		},
+		{
+			name: "success for the current hash refines the list",
+			in: Input{Now: now, Observed: ptr("B"), State: state(t0, "B", "A", "B"),
+				Migrations: []migrationv1alpha1.StorageVersionMigration{owned("to-b", "B", t0, "ok")}},
+			want: Decision{Status: status(now, "B", "B")},
+		},
+		{
+			name: "success refines without a discovery answer too, keeping the heartbeat",
+			in: Input{Now: now, State: state(t0, "B", "A", "B"),
+				Migrations: []migrationv1alpha1.StorageVersionMigration{owned("to-b", "B", t0, "ok")}},
+			want: Decision{Status: status(t0, "B", "B")},
+		},
+		{
+			name: "a migration made for B that stored A (started before the flip) proves nothing",
+			in: Input{Now: now, Observed: ptr("B"), State: state(t0, "B", "A", "B"),
+				Migrations: []migrationv1alpha1.StorageVersionMigration{func() migrationv1alpha1.StorageVersionMigration {
+					m := owned("to-b", "B", t0, "ok")
+					m.Status.StorageVersionHash = "A"
+					return m
+				}()}},
+			want: Decision{Status: status(now, "B", "A", "B"), CreateMigrationFor: ptr("B")},
+		},
+		{
+			name: "a user's successful migration to the current hash counts",
+			in: Input{Now: now, State: state(t0, "B", "A", "B"),
+				Migrations: []migrationv1alpha1.StorageVersionMigration{user("mine", t0, "ok", "B")}},
+			want: Decision{Status: status(t0, "B", "B")},
+		},
+		{
+			name: "migrations older than the state (before a reset) prove nothing",
+			in: Input{Now: now, State: state(t0, "A", unknown),
+				Migrations: []migrationv1alpha1.StorageVersionMigration{owned("before-reset", "A", t0.Add(-time.Hour), "ok")}},
+			want: Decision{CreateMigrationFor: ptr("A")},
+		},
+		{
+			name: "a migration under way: wait",
+			in: Input{Now: now, State: state(t0, "A", unknown),
+				Migrations: []migrationv1alpha1.StorageVersionMigration{owned("running", "A", t0, "")}},
+			want: Decision{},
+		},
+		{
+			name: "a user's migration under way: wait rather than double the load",
+			in: Input{Now: now, State: state(t0, "A", unknown),
+				Migrations: []migrationv1alpha1.StorageVersionMigration{user("mine", t0, "", "")}},
+			want: Decision{},
+		},
+		{
+			name: "one failure: retry after the base delay, the failure stays",
+			in: Input{Now: t0.Add(90 * time.Second), State: state(t0, "A", unknown), RetryBase: time.Minute, RetryMax: time.Hour,
+				Migrations: []migrationv1alpha1.StorageVersionMigration{owned("f1", "A", t0, "failed")}},
+			want: Decision{RequeueAfter: 30 * time.Second},
+		},
+		{
+			name: "one failure, delay over: a new migration",
+			in: Input{Now: t0.Add(2 * time.Minute), State: state(t0, "A", unknown), RetryBase: time.Minute, RetryMax: time.Hour,
+				Migrations: []migrationv1alpha1.StorageVersionMigration{owned("f1", "A", t0, "failed")}},
+			want: Decision{CreateMigrationFor: ptr("A")},
+		},
+		{
+			name: "three failures: the delay has doubled twice",
+			in: Input{Now: t0.Add(4 * time.Minute), State: state(t0, "A", unknown), RetryBase: time.Minute, RetryMax: time.Hour,
+				Migrations: []migrationv1alpha1.StorageVersionMigration{owned("f1", "A", t0, "failed"), owned("f2", "A", t0.Add(time.Minute), "failed"), owned("f3", "A", t0.Add(2*time.Minute), "failed")}},
+			// The last ended at t0+3m; 4 minutes later is t0+7m.
+			want: Decision{RequeueAfter: 3 * time.Minute},
+		},
+		{
+			name: "the current hash Unknown (servers disagree): never migrate",
+			in:   Input{Now: now, State: state(t0, unknown, "A", "B")},
+			want: Decision{},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, Decide(tt.in)); diff != "" {
+				t.Errorf("Decide() (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestStaleness(t *testing.T) {
+	s := state(t0, "A", "A")
+	if IsStale(s, t0.Add(9*time.Minute), 10*time.Minute) {
+		t.Error("stale after 9 minutes with a 10 minute window")
+	}
+	if !IsStale(s, t0.Add(11*time.Minute), 10*time.Minute) {
+		t.Error("not stale after 11 minutes with a 10 minute window")
+	}
+	if diff := cmp.Diff(status(t0.Add(time.Hour), "A", unknown), ResetStatus(s, t0.Add(time.Hour))); diff != "" {
+		t.Errorf("ResetStatus (-want +got):\n%s", diff)
+	}
+}
