@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/internal/resources"
 )
 
 // MigrateOptions are the options of `svm migrate`.
@@ -52,7 +53,7 @@ func newMigrateCommand(configFlags *genericclioptions.ConfigFlags, out, errOut i
 		},
 	}
 	o.Engine.addFlags(cmd.Flags())
-	cmd.Flags().BoolVar(&o.All, "all", false, "migrate every resource the server serves that can be listed and patched")
+	cmd.Flags().BoolVar(&o.All, "all", false, "migrate every resource the server serves that can be listed and patched, once per storage")
 	return cmd
 }
 
@@ -126,29 +127,28 @@ func (o *MigrateOptions) migrateOne(ctx context.Context, gvr schema.GroupVersion
 	return err
 }
 
-// allMigratable lists every resource in its preferred version that can be
-// listed and patched.
+// allMigratable lists every migratable resource, once per storage. A
+// discovery round that missed some groups is an error: --all promises all.
 func allMigratable(cfg *rest.Config) ([]schema.GroupVersionResource, error) {
 	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	lists, err := disc.ServerPreferredResources()
-	if err != nil && len(lists) == 0 {
-		return nil, fmt.Errorf("discover resources: %w", err)
+	found, err := resources.Discover(disc)
+	if err != nil {
+		return nil, err
 	}
-	var out []schema.GroupVersionResource
-	for _, list := range lists {
-		gv, err := schema.ParseGroupVersion(list.GroupVersion)
-		if err != nil {
-			continue
+	if len(found.FailedGroups) > 0 {
+		failed := make([]string, 0, len(found.FailedGroups))
+		for gv := range found.FailedGroups {
+			failed = append(failed, gv.String())
 		}
-		for _, r := range list.APIResources {
-			if strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "patch") {
-				continue
-			}
-			out = append(out, gv.WithResource(r.Name))
-		}
+		slices.Sort(failed)
+		return nil, fmt.Errorf("discovery failed for %s; not migrating a partial list", strings.Join(failed, ", "))
+	}
+	out := make([]schema.GroupVersionResource, 0, len(found.Resources))
+	for _, r := range found.Resources {
+		out = append(out, r.GroupVersionResource)
 	}
 	return out, nil
 }

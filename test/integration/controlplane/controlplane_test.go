@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/svm-project/svm/internal/controlplane"
+	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/test/framework"
 )
 
@@ -44,8 +45,13 @@ func TestStorageFlipLeavesStoredObjectsInOldVersion(t *testing.T) {
 	before := env.StorageVersionHash(t, framework.Widgets)
 	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")
 	after := env.WaitStorageVersionHashChange(t, framework.Widgets, before)
-	if before == "" || after == "" {
-		t.Fatalf("empty storageVersionHash: before %q after %q", before, after)
+	// The hashes are derived from the storage group/version/kind, as svm
+	// computes them to name a CRD's storedVersions.
+	if want := resources.StorageVersionHash("example.com", "v1", "Widget"); before != want {
+		t.Errorf("storageVersionHash before the flip %q, want %q", before, want)
+	}
+	if want := resources.StorageVersionHash("example.com", "v2", "Widget"); after != want {
+		t.Errorf("storageVersionHash after the flip %q, want %q", after, want)
 	}
 
 	// The flip alone rewrites nothing: every stored object is still v1.
