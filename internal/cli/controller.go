@@ -13,6 +13,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/svm-project/svm/internal/controller/migration"
+	"github.com/svm-project/svm/internal/controller/storagestate"
+	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/internal/scheme"
 )
 
@@ -25,6 +27,11 @@ type ControllerOptions struct {
 	LeaderElectionNamespace string
 	MetricsAddress          string
 	HealthAddress           string
+
+	Trigger           bool
+	TriggerInterval   time.Duration
+	StaleAfter        time.Duration
+	TriggerRetryDelay time.Duration
 }
 
 func newControllerCommand(configFlags *genericclioptions.ConfigFlags) *cobra.Command {
@@ -47,6 +54,10 @@ func newControllerCommand(configFlags *genericclioptions.ConfigFlags) *cobra.Com
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: the pod's namespace)")
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", ":8080", "address of the metrics endpoint; 0 turns it off")
 	fs.StringVar(&o.HealthAddress, "health-probe-bind-address", ":8081", "address of the health and readiness endpoints; 0 turns them off")
+	fs.BoolVar(&o.Trigger, "trigger", true, "keep StorageStates and start migrations when storage versions change")
+	fs.DurationVar(&o.TriggerInterval, "trigger-interval", 10*time.Minute, "time between discovery rounds of the trigger")
+	fs.DurationVar(&o.StaleAfter, "storage-state-stale-after", 10*time.Minute, "at start, StorageStates whose heartbeat is older are reset to Unknown")
+	fs.DurationVar(&o.TriggerRetryDelay, "trigger-retry-delay", time.Minute, "delay before a failed triggered migration is followed by a new one; doubles per failure up to an hour")
 	return cmd
 }
 
@@ -54,6 +65,9 @@ func newControllerCommand(configFlags *genericclioptions.ConfigFlags) *cobra.Com
 func (o *ControllerOptions) Validate() error {
 	if o.MaxParallel < 1 {
 		return fmt.Errorf("--max-parallel must be at least 1, got %d", o.MaxParallel)
+	}
+	if o.Trigger && (o.TriggerInterval <= 0 || o.StaleAfter <= 0 || o.TriggerRetryDelay <= 0) {
+		return fmt.Errorf("--trigger-interval, --storage-state-stale-after and --trigger-retry-delay must be positive")
 	}
 	return o.Engine.validate()
 }
@@ -90,6 +104,19 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up migration controller: %w", err)
+	}
+	if o.Trigger {
+		disc, err := resources.NewDiscoveryClient(cfg)
+		if err != nil {
+			return err
+		}
+		t := &storagestate.Controller{
+			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Discovery: disc,
+			Interval: o.TriggerInterval, StaleAfter: o.StaleAfter, RetryBase: o.TriggerRetryDelay,
+		}
+		if err := t.SetupWithManager(ctx, mgr); err != nil {
+			return fmt.Errorf("set up trigger: %w", err)
+		}
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err

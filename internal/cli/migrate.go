@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 
 	"github.com/svm-project/svm/internal/migrator"
@@ -130,7 +129,7 @@ func (o *MigrateOptions) migrateOne(ctx context.Context, gvr schema.GroupVersion
 // allMigratable lists every migratable resource, once per storage. A
 // discovery round that missed some groups is an error: --all promises all.
 func allMigratable(cfg *rest.Config) ([]schema.GroupVersionResource, error) {
-	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	disc, err := resources.NewDiscoveryClient(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -5,9 +5,12 @@
 // group, version and kind it is stored as, so two resources that report the
 // same hash are stored together (events and events.events.k8s.io, for
 // example): migrating one rewrites both, and svm keeps one of them.
-// Some resources report no hash (events, for one, and resources of
-// aggregated API servers); for those, a table of storage that Kubernetes is
-// known to share completes the rule.
+// Resources without a hash (those an aggregated API server serves without
+// reporting one) are kept: svm cannot tell whether they share storage.
+//
+// Only the per-group-version discovery documents carry storageVersionHash;
+// the aggregated discovery document that client-go prefers omits it. Build
+// discovery clients for this package with NewDiscoveryClient.
 package resources
 
 import (
@@ -22,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 )
 
 // Resource is a migratable resource in its preferred version.
@@ -80,15 +84,8 @@ func Migratable(lists []*metav1.APIResourceList) []Resource {
 		return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.Resource, b.Resource))
 	})
 	seen := map[string]bool{}
-	served := map[schema.GroupResource]bool{}
-	for _, r := range all {
-		served[r.GroupResource()] = true
-	}
 	out := all[:0]
 	for _, r := range all {
-		if owner, ok := sharedStorage[r.GroupResource()]; ok && served[owner] {
-			continue
-		}
 		if r.StorageVersionHash != "" {
 			if seen[r.StorageVersionHash] {
 				continue
@@ -100,10 +97,15 @@ func Migratable(lists []*metav1.APIResourceList) []Resource {
 	return out
 }
 
-// sharedStorage maps a resource to the resource whose storage it shares,
-// for pairs that discovery's hashes do not reveal.
-var sharedStorage = map[schema.GroupResource]schema.GroupResource{
-	{Group: "events.k8s.io", Resource: "events"}: {Resource: "events"},
+// NewDiscoveryClient returns a discovery client that reads the
+// per-group-version documents, which report storageVersionHash.
+func NewDiscoveryClient(cfg *rest.Config) (*discovery.DiscoveryClient, error) {
+	d, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	d.UseLegacyDiscovery = true
+	return d, nil
 }
 
 // StorageVersionHash is the hash discovery reports for objects stored as

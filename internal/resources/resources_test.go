@@ -10,20 +10,16 @@ import (
 
 func TestMigratable(t *testing.T) {
 	verbs := metav1.Verbs{"create", "delete", "get", "list", "patch", "update", "watch"}
-	shared := "shared-hash"
+	eventsHash := StorageVersionHash("", "v1", "Event")
 	lists := []*metav1.APIResourceList{
 		{GroupVersion: "v1", APIResources: []metav1.APIResource{
-			{Name: "events", Kind: "Event", Verbs: verbs},
+			{Name: "events", Kind: "Event", Verbs: verbs, StorageVersionHash: eventsHash},
 			{Name: "pods", Kind: "Pod", Verbs: verbs, StorageVersionHash: "pods-hash"},
-			{Name: "widgets", Kind: "Widget", Verbs: verbs, StorageVersionHash: shared},
 			{Name: "pods/status", Kind: "Pod", Verbs: metav1.Verbs{"get", "patch", "update"}},
 			{Name: "bindings", Kind: "Binding", Verbs: metav1.Verbs{"create"}},
 		}},
 		{GroupVersion: "events.k8s.io/v1", APIResources: []metav1.APIResource{
-			{Name: "events", Kind: "Event", Verbs: verbs}, // shares the core events' storage, no hash
-		}},
-		{GroupVersion: "other.example.com/v1", APIResources: []metav1.APIResource{
-			{Name: "widgets", Kind: "Widget", Verbs: verbs, StorageVersionHash: shared}, // same storage as core widgets
+			{Name: "events", Kind: "Event", Verbs: verbs, StorageVersionHash: eventsHash}, // stored as core events
 		}},
 		{GroupVersion: "authentication.k8s.io/v1", APIResources: []metav1.APIResource{
 			{Name: "tokenreviews", Kind: "TokenReview", Verbs: metav1.Verbs{"create"}},
@@ -33,9 +29,8 @@ func TestMigratable(t *testing.T) {
 		}},
 	}
 	want := []Resource{
-		{GroupVersionResource: schema.GroupVersionResource{Version: "v1", Resource: "events"}, Kind: "Event"},
+		{GroupVersionResource: schema.GroupVersionResource{Version: "v1", Resource: "events"}, Kind: "Event", StorageVersionHash: eventsHash},
 		{GroupVersionResource: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, Kind: "Pod", StorageVersionHash: "pods-hash"},
-		{GroupVersionResource: schema.GroupVersionResource{Version: "v1", Resource: "widgets"}, Kind: "Widget", StorageVersionHash: shared},
 		{GroupVersionResource: schema.GroupVersionResource{Group: "metrics.example.com", Version: "v1beta1", Resource: "things"}, Kind: "Thing"},
 	}
 	if diff := cmp.Diff(want, Migratable(lists)); diff != "" {

@@ -68,6 +68,12 @@ func Decide(in Input) Decision {
 	}
 
 	status := in.State.Status.DeepCopy()
+	if len(status.PersistedStorageVersionHashes) == 0 {
+		// Unknown is the default: a state whose status was never written
+		// (svm stopped between creating it and writing its status) proves
+		// nothing about what is stored.
+		status.PersistedStorageVersionHashes = []string{migrationv1alpha1.UnknownStorageVersionHash}
+	}
 	var d Decision
 	if in.Observed != nil {
 		status.LastHeartbeatTime = metaTime(in.Now)

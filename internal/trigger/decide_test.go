@@ -150,6 +150,11 @@ func TestDecide(t *testing.T) {
 			want: Decision{RequeueAfter: 3 * time.Minute},
 		},
 		{
+			name: "a state whose status was never written counts as Unknown",
+			in:   Input{Now: now, Observed: ptr("A"), State: &migrationv1alpha1.StorageState{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(t0)}}},
+			want: Decision{Status: status(now, "A", unknown, "A"), CreateMigrationFor: ptr("A")},
+		},
+		{
 			name: "the current hash Unknown (servers disagree): never migrate",
 			in:   Input{Now: now, State: state(t0, unknown, "A", "B")},
 			want: Decision{},

@@ -82,6 +82,11 @@ func (w *world) step(op byte) {
 	case 7: // time passes
 		w.now = w.now.Add(time.Duration(1+int(op/9)%12) * time.Minute)
 	case 8: // svm restarts: a stale state is re-created as Unknown
+		if w.state != nil && (op/9)%4 == 3 {
+			// ...or svm crashed between creating a state and writing its status.
+			w.state = &migrationv1alpha1.StorageState{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(w.now)}}
+			return
+		}
 		if w.state != nil && IsStale(w.state, w.now, window) {
 			reset := ResetStatus(w.state, w.now)
 			w.state = &migrationv1alpha1.StorageState{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(w.now)}, Status: *reset}

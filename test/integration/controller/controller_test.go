@@ -23,10 +23,11 @@ import (
 
 var widgetsPrefix = framework.EtcdPrefix(framework.Widgets.GroupResource())
 
-// controllerArgs run the controller with loopback-free endpoints off, so
-// parallel tests never fight over ports.
+// controllerArgs run the migration controller alone (these tests create
+// their migrations themselves) with its endpoints off, so parallel tests
+// never fight over ports.
 func controllerArgs(extra ...string) []string {
-	return append([]string{"controller", "--leader-election-namespace", "default",
+	return append([]string{"controller", "--trigger=false", "--leader-election-namespace", "default",
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, extra...)
 }
 

@@ -1,0 +1,305 @@
+// Package storagestate is the triggering controller: it keeps a StorageState
+// for every migratable resource and creates StorageVersionMigrations when a
+// resource's storage version changes. It only decides (with the pure
+// functions of internal/trigger) and records; the migration controller
+// executes. The two talk only through API objects.
+package storagestate
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/resources"
+	"github.com/svm-project/svm/internal/trigger"
+)
+
+// FieldManager names the triggering controller's writes.
+const FieldManager = "svm-trigger"
+
+// The triggering controller reads discovery, keeps StorageStates, and
+// creates and deletes (its own) migrations.
+//
+// +kubebuilder:rbac:groups=migration.k8s.io,resources=storagestates,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=migration.k8s.io,resources=storagestates/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations,verbs=create;delete
+
+// Controller is the triggering controller. It runs with leadership.
+type Controller struct {
+	// Client writes; Reader reads straight from the API server, so that a
+	// round never decides from a cache that lags its own last writes (and,
+	// say, creates a second migration).
+	Client    client.Client
+	Reader    client.Reader
+	Discovery discovery.DiscoveryInterface
+	Clock     clock.Clock
+	// Interval between discovery rounds. Default 10 minutes.
+	Interval time.Duration
+	// StaleAfter: a StorageState whose heartbeat is older when svm starts
+	// is reset. Default 10 minutes.
+	StaleAfter time.Duration
+	// RetryBase and RetryMax bound the delay before a failed migration is
+	// followed by a new one. Defaults 1 minute and 1 hour.
+	RetryBase, RetryMax time.Duration
+
+	kick     chan struct{}
+	versions map[schema.GroupResource]string // last discovered version of each resource
+}
+
+// SetupWithManager adds the controller to mgr.
+func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	c.Interval = cmpOr(c.Interval, 10*time.Minute)
+	c.StaleAfter = cmpOr(c.StaleAfter, 10*time.Minute)
+	c.RetryBase = cmpOr(c.RetryBase, time.Minute)
+	c.RetryMax = cmpOr(c.RetryMax, time.Hour)
+	c.kick = make(chan struct{}, 1)
+	c.versions = map[schema.GroupResource]string{}
+	informer, err := mgr.GetCache().GetInformer(ctx, &migrationv1alpha1.StorageVersionMigration{})
+	if err != nil {
+		return err
+	}
+	// Any change to a migration may refine a StorageState or call for a
+	// retry: re-decide, without a discovery round.
+	_, err = informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.poke() },
+		UpdateFunc: func(any, any) { c.poke() },
+		DeleteFunc: func(any) { c.poke() },
+	})
+	if err != nil {
+		return err
+	}
+	return mgr.Add(c)
+}
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+func (c *Controller) poke() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (c *Controller) NeedLeaderElection() bool { return true }
+
+// Start resets stale StorageStates, then runs discovery rounds every
+// Interval and re-decides whenever a migration changes.
+func (c *Controller) Start(ctx context.Context) error {
+	log := klog.FromContext(ctx).WithName("trigger")
+	ctx = klog.NewContext(ctx, log)
+	if err := c.resetStale(ctx); err != nil {
+		return err
+	}
+	discoverAt := c.Clock.Now()
+	var retry <-chan time.Time
+	for {
+		wait := max(discoverAt.Sub(c.Clock.Now()), 0)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.Clock.After(wait):
+			discoverAt = c.Clock.Now().Add(c.Interval)
+			retry = c.after(c.round(ctx, true))
+		case <-c.kick:
+			// Migrations change after every chunk; gather a burst of
+			// changes into one round.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-c.Clock.After(time.Second):
+			}
+			retry = c.after(c.round(ctx, false))
+		case <-retry:
+			retry = c.after(c.round(ctx, false))
+		}
+	}
+}
+
+func (c *Controller) after(d time.Duration) <-chan time.Time {
+	if d <= 0 {
+		return nil
+	}
+	return c.Clock.After(d)
+}
+
+// resetStale re-creates every StorageState whose heartbeat is older than
+// StaleAfter with persisted hashes ["Unknown"]: svm may have missed storage
+// changes while it was down.
+func (c *Controller) resetStale(ctx context.Context) error {
+	var states migrationv1alpha1.StorageStateList
+	if err := c.Reader.List(ctx, &states); err != nil {
+		return fmt.Errorf("list storage states: %w", err)
+	}
+	now := c.Clock.Now()
+	for i := range states.Items {
+		s := &states.Items[i]
+		if !trigger.IsStale(s, now, c.StaleAfter) {
+			continue
+		}
+		klog.FromContext(ctx).Info("Resetting stale storage state", "storageState", klog.KObj(s), "lastHeartbeat", s.Status.LastHeartbeatTime)
+		if err := c.Client.Delete(ctx, s, client.Preconditions{UID: &s.UID, ResourceVersion: &s.ResourceVersion}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("reset storage state %s: %w", s.Name, err)
+		}
+		if err := c.createState(ctx, s.Spec.Resource, trigger.ResetStatus(s, now)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// round decides for every resource and applies the decisions. It returns
+// the delay until the earliest retry falls due.
+func (c *Controller) round(ctx context.Context, discover bool) time.Duration {
+	log := klog.FromContext(ctx)
+	observed := map[schema.GroupResource]*string{}
+	if discover {
+		found, err := resources.Discover(c.Discovery)
+		if err != nil {
+			log.Error(err, "Discovery failed; nothing is concluded this round")
+			return 0
+		}
+		for _, r := range found.Resources {
+			if r.StorageVersionHash == "" {
+				continue // nothing to compare; migrate such resources by hand
+			}
+			hash := r.StorageVersionHash
+			observed[r.GroupResource()] = &hash
+			c.versions[r.GroupResource()] = r.Version
+		}
+		if len(found.FailedGroups) > 0 {
+			log.Info("Discovery failed for some groups; their resources keep their state this round", "groups", len(found.FailedGroups))
+		}
+	}
+	var states migrationv1alpha1.StorageStateList
+	var migrations migrationv1alpha1.StorageVersionMigrationList
+	if err := c.Reader.List(ctx, &states); err != nil {
+		log.Error(err, "List storage states")
+		return 0
+	}
+	if err := c.Reader.List(ctx, &migrations); err != nil {
+		log.Error(err, "List migrations")
+		return 0
+	}
+	stateOf := map[schema.GroupResource]*migrationv1alpha1.StorageState{}
+	for i := range states.Items {
+		r := states.Items[i].Spec.Resource
+		stateOf[schema.GroupResource{Group: r.Group, Resource: r.Resource}] = &states.Items[i]
+	}
+	migrationsOf := map[schema.GroupResource][]migrationv1alpha1.StorageVersionMigration{}
+	for _, m := range migrations.Items {
+		gr := schema.GroupResource{Group: m.Spec.Resource.Group, Resource: m.Spec.Resource.Resource}
+		migrationsOf[gr] = append(migrationsOf[gr], m)
+	}
+
+	var next time.Duration
+	all := maps.Clone(observed)
+	for gr := range stateOf {
+		if _, ok := all[gr]; !ok {
+			all[gr] = nil
+		}
+	}
+	for gr, hash := range all {
+		d := trigger.Decide(trigger.Input{
+			Now: c.Clock.Now(), Observed: hash, State: stateOf[gr], Migrations: migrationsOf[gr],
+			RetryBase: c.RetryBase, RetryMax: c.RetryMax,
+		})
+		if err := c.apply(ctx, gr, stateOf[gr], d); err != nil {
+			log.Error(err, "Apply trigger decision", "resource", gr)
+		}
+		if d.RequeueAfter > 0 && (next == 0 || d.RequeueAfter < next) {
+			next = d.RequeueAfter
+		}
+	}
+	return next
+}
+
+// apply carries out a decision: stop svm's stale migrations, write the
+// state, then create the migration.
+func (c *Controller) apply(ctx context.Context, gr schema.GroupResource, state *migrationv1alpha1.StorageState, d trigger.Decision) error {
+	log := klog.FromContext(ctx).WithValues("resource", gr)
+	for _, name := range d.DeleteMigrations {
+		m := &migrationv1alpha1.StorageVersionMigration{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if err := c.Client.Delete(ctx, m); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("stop migration %s: %w", name, err)
+		}
+		log.Info("Stopped migration for a previous storage version", "migration", name)
+	}
+	switch {
+	case d.CreateState:
+		if err := c.createState(ctx, migrationv1alpha1.GroupResource{Group: gr.Group, Resource: gr.Resource}, d.Status); err != nil {
+			return err
+		}
+	case d.Status != nil:
+		updated := state.DeepCopy()
+		updated.Status = *d.Status
+		// Update carries the resourceVersion read: a concurrent change
+		// makes this round's decision moot, and the next round re-decides.
+		if err := c.Client.Status().Update(ctx, updated, client.FieldOwner(FieldManager)); err != nil {
+			return fmt.Errorf("update storage state: %w", err)
+		}
+	}
+	if d.CreateMigrationFor != nil {
+		return c.createMigration(ctx, gr, *d.CreateMigrationFor)
+	}
+	return nil
+}
+
+func (c *Controller) createState(ctx context.Context, r migrationv1alpha1.GroupResource, status *migrationv1alpha1.StorageStateStatus) error {
+	s := &migrationv1alpha1.StorageState{
+		ObjectMeta: metav1.ObjectMeta{Name: migrationv1alpha1.StorageStateName(r)},
+		Spec:       migrationv1alpha1.StorageStateSpec{Resource: r},
+	}
+	if err := c.Client.Create(ctx, s, client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("create storage state %s: %w", s.Name, err)
+	}
+	// Status is a subresource: it is written separately.
+	s.Status = *status
+	if err := c.Client.Status().Update(ctx, s, client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("set status of storage state %s: %w", s.Name, err)
+	}
+	klog.FromContext(ctx).Info("Created storage state", "storageState", klog.KObj(s), "current", status.CurrentStorageVersionHash)
+	return nil
+}
+
+func (c *Controller) createMigration(ctx context.Context, gr schema.GroupResource, hash string) error {
+	version, ok := c.versions[gr]
+	if !ok {
+		return nil // not discovered since start; the next round creates it
+	}
+	m := &migrationv1alpha1.StorageVersionMigration{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: migrationv1alpha1.StorageStateName(migrationv1alpha1.GroupResource{Group: gr.Group, Resource: gr.Resource}) + "-",
+			Labels:       map[string]string{trigger.CreatedByLabel: trigger.CreatedByValue},
+			Annotations:  map[string]string{trigger.TargetHashAnnotation: hash},
+		},
+		Spec: migrationv1alpha1.StorageVersionMigrationSpec{
+			Resource: migrationv1alpha1.GroupVersionResource{Group: gr.Group, Version: version, Resource: gr.Resource},
+		},
+	}
+	if err := c.Client.Create(ctx, m, client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("create migration: %w", err)
+	}
+	klog.FromContext(ctx).Info("Created migration", "migration", klog.KObj(m), "resource", gr, "storageVersionHash", hash)
+	return nil
+}
