@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
@@ -108,20 +107,9 @@ func resourceKey(m *migrationv1alpha1.StorageVersionMigration) string {
 }
 
 // IsFinished reports whether m has Succeeded or Failed.
-func IsFinished(m *migrationv1alpha1.StorageVersionMigration) bool {
-	return hasCondition(m, migrationv1alpha1.MigrationSucceeded) || hasCondition(m, migrationv1alpha1.MigrationFailed)
-}
+func IsFinished(m *migrationv1alpha1.StorageVersionMigration) bool { return m.IsFinished() }
 
 // IsRunning reports whether m's Running condition is True.
 func IsRunning(m *migrationv1alpha1.StorageVersionMigration) bool {
-	return hasCondition(m, migrationv1alpha1.MigrationRunning)
-}
-
-func hasCondition(m *migrationv1alpha1.StorageVersionMigration, t migrationv1alpha1.MigrationConditionType) bool {
-	for _, c := range m.Status.Conditions {
-		if c.Type == t && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
+	return m.HasCondition(migrationv1alpha1.MigrationRunning)
 }
