@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -28,10 +29,11 @@ type ControllerOptions struct {
 	MetricsAddress          string
 	HealthAddress           string
 
-	Trigger           bool
-	TriggerInterval   time.Duration
-	StaleAfter        time.Duration
-	TriggerRetryDelay time.Duration
+	Trigger             bool
+	TriggerInterval     time.Duration
+	StaleAfter          time.Duration
+	TriggerRetryDelay   time.Duration
+	PruneStoredVersions bool
 }
 
 func newControllerCommand(configFlags *genericclioptions.ConfigFlags) *cobra.Command {
@@ -57,6 +59,7 @@ func newControllerCommand(configFlags *genericclioptions.ConfigFlags) *cobra.Com
 	fs.BoolVar(&o.Trigger, "trigger", true, "keep StorageStates and start migrations when storage versions change")
 	fs.DurationVar(&o.TriggerInterval, "trigger-interval", 10*time.Minute, "time between discovery rounds of the trigger")
 	fs.DurationVar(&o.StaleAfter, "storage-state-stale-after", 10*time.Minute, "at start, StorageStates whose heartbeat is older are reset to Unknown")
+	fs.BoolVar(&o.PruneStoredVersions, "prune-stored-versions", true, "after a successful triggered migration of a custom resource, cut its CRD's status.storedVersions to the storage version")
 	fs.DurationVar(&o.TriggerRetryDelay, "trigger-retry-delay", time.Minute, "delay before a failed triggered migration is followed by a new one; doubles per failure up to an hour")
 	return cmd
 }
@@ -78,6 +81,12 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// svm's own bookkeeping (status writes, heartbeats, one discovery
+	// request per group version) must not queue behind client-go's default
+	// 5-20 requests per second; the migrations themselves are limited by
+	// --qps, on a separate client.
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 50, 100
 	ctrl.SetLogger(klog.NewKlogr())
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme.Scheme,
@@ -113,6 +122,7 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 		t := &storagestate.Controller{
 			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Discovery: disc,
 			Interval: o.TriggerInterval, StaleAfter: o.StaleAfter, RetryBase: o.TriggerRetryDelay,
+			PruneStoredVersions: o.PruneStoredVersions,
 		}
 		if err := t.SetupWithManager(ctx, mgr); err != nil {
 			return fmt.Errorf("set up trigger: %w", err)

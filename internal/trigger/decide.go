@@ -2,9 +2,8 @@ package trigger
 
 import (
 	"slices"
+	"strconv"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 )
@@ -18,6 +17,9 @@ const (
 	// TargetHashAnnotation records the storage version hash a trigger
 	// migration was created for.
 	TargetHashAnnotation = "migration.k8s.io/storage-version-hash"
+	// CRDGenerationAnnotation records the generation of the CRD a trigger
+	// migration of a custom resource was created at.
+	CRDGenerationAnnotation = "migration.k8s.io/crd-generation"
 )
 
 // Input is what Decide knows about one resource.
@@ -34,6 +36,18 @@ type Input struct {
 	// RetryBase and RetryMax bound the delay before a failed migration is
 	// followed by a new one: RetryBase doubling per failure, at most RetryMax.
 	RetryBase, RetryMax time.Duration
+	// CRD, for custom resources, is what the CRD says it has stored.
+	CRD *CRDStorage
+}
+
+// CRDStorage is what a CustomResourceDefinition records about storage. The
+// API server persists status.storedVersions, so it tells what may be stored
+// even about changes svm did not see.
+type CRDStorage struct {
+	Generation int64
+	// StoredHashes are the hashes of status.storedVersions other than the
+	// storage version: versions objects may still be stored in.
+	StoredHashes []string
 }
 
 // Decision is what to do for one resource. Apply it in order: delete, then
@@ -50,6 +64,10 @@ type Decision struct {
 	CreateMigrationFor *string
 	// RequeueAfter, when not zero, is when a retry falls due.
 	RequeueAfter time.Duration
+	// PruneStoredVersions: a migration made at the CRD's current generation
+	// succeeded, so its status.storedVersions can be cut to the storage
+	// version.
+	PruneStoredVersions bool
 }
 
 // Decide applies the StorageState life-cycle to one resource.
@@ -75,6 +93,15 @@ func Decide(in Input) Decision {
 		status.PersistedStorageVersionHashes = []string{migrationv1alpha1.UnknownStorageVersionHash}
 	}
 	var d Decision
+	crdBehind := in.CRD != nil && len(in.CRD.StoredHashes) > 0
+	if crdBehind {
+		for _, h := range in.CRD.StoredHashes {
+			if !slices.Contains(status.PersistedStorageVersionHashes, h) {
+				status.PersistedStorageVersionHashes = append(status.PersistedStorageVersionHashes, h)
+				d.Status = status
+			}
+		}
+	}
 	if in.Observed != nil {
 		status.LastHeartbeatTime = metaTime(in.Now)
 		d.Status = status
@@ -99,13 +126,22 @@ func Decide(in Input) Decision {
 	}
 	live := in.Migrations[:0:0]
 	for _, m := range in.Migrations {
-		if !m.CreationTimestamp.Before(&in.State.CreationTimestamp) {
-			live = append(live, m)
+		// Only migrations made since the state was (re)created count, and
+		// while the CRD lists other stored versions, only those made at its
+		// current generation: the storage version cannot have changed
+		// during them.
+		if m.CreationTimestamp.Before(&in.State.CreationTimestamp) {
+			continue
 		}
+		if crdBehind && (!IsOwned(&m) || m.Annotations[CRDGenerationAnnotation] != strconv.FormatInt(in.CRD.Generation, 10)) {
+			continue
+		}
+		live = append(live, m)
 	}
 	if succeededFor(live, current) {
 		status.PersistedStorageVersionHashes = []string{current}
 		d.Status = status
+		d.PruneStoredVersions = crdBehind
 		return d
 	}
 	if hasUnfinished(live) || hasUnfinishedOwned(in.Migrations, current) {
@@ -164,7 +200,7 @@ func unfinishedOwned(ms []migrationv1alpha1.StorageVersionMigration, keep string
 	var out []string
 	for i := range ms {
 		m := &ms[i]
-		if IsOwned(m) && !finished(m) && m.DeletionTimestamp == nil && (keep == "" || TargetHash(m) != keep) {
+		if IsOwned(m) && !m.IsFinished() && m.DeletionTimestamp == nil && (keep == "" || TargetHash(m) != keep) {
 			out = append(out, m.Name)
 		}
 	}
@@ -174,7 +210,7 @@ func unfinishedOwned(ms []migrationv1alpha1.StorageVersionMigration, keep string
 
 func hasUnfinishedOwned(ms []migrationv1alpha1.StorageVersionMigration, hash string) bool {
 	for i := range ms {
-		if m := &ms[i]; IsOwned(m) && TargetHash(m) == hash && !finished(m) && m.DeletionTimestamp == nil {
+		if m := &ms[i]; IsOwned(m) && TargetHash(m) == hash && !m.IsFinished() && m.DeletionTimestamp == nil {
 			return true
 		}
 	}
@@ -183,7 +219,7 @@ func hasUnfinishedOwned(ms []migrationv1alpha1.StorageVersionMigration, hash str
 
 func hasUnfinished(ms []migrationv1alpha1.StorageVersionMigration) bool {
 	for i := range ms {
-		if !finished(&ms[i]) && ms[i].DeletionTimestamp == nil {
+		if !ms[i].IsFinished() && ms[i].DeletionTimestamp == nil {
 			return true
 		}
 	}
@@ -195,7 +231,7 @@ func hasUnfinished(ms []migrationv1alpha1.StorageVersionMigration) bool {
 func succeededFor(ms []migrationv1alpha1.StorageVersionMigration, hash string) bool {
 	for i := range ms {
 		m := &ms[i]
-		if !condition(m, migrationv1alpha1.MigrationSucceeded) || m.Status.StorageVersionHash != hash {
+		if !m.HasCondition(migrationv1alpha1.MigrationSucceeded) || m.Status.StorageVersionHash != hash {
 			continue
 		}
 		if !IsOwned(m) || TargetHash(m) == hash {
@@ -211,7 +247,7 @@ func failedOwned(ms []migrationv1alpha1.StorageVersionMigration, hash string) (i
 	n, last := 0, time.Time{}
 	for i := range ms {
 		m := &ms[i]
-		if IsOwned(m) && TargetHash(m) == hash && condition(m, migrationv1alpha1.MigrationFailed) {
+		if IsOwned(m) && TargetHash(m) == hash && m.HasCondition(migrationv1alpha1.MigrationFailed) {
 			n++
 			end := m.CreationTimestamp.Time
 			if m.Status.CompletionTime != nil {
@@ -223,19 +259,6 @@ func failedOwned(ms []migrationv1alpha1.StorageVersionMigration, hash string) (i
 		}
 	}
 	return n, last
-}
-
-func finished(m *migrationv1alpha1.StorageVersionMigration) bool {
-	return condition(m, migrationv1alpha1.MigrationSucceeded) || condition(m, migrationv1alpha1.MigrationFailed)
-}
-
-func condition(m *migrationv1alpha1.StorageVersionMigration, t migrationv1alpha1.MigrationConditionType) bool {
-	for _, c := range m.Status.Conditions {
-		if c.Type == t && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
 }
 
 func isExactly(hashes []string, hash string) bool {

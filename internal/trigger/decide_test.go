@@ -169,6 +169,58 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+func atGeneration(m migrationv1alpha1.StorageVersionMigration, gen string) migrationv1alpha1.StorageVersionMigration {
+	m.Annotations[CRDGenerationAnnotation] = gen
+	return m
+}
+
+func TestDecideCRDStoredVersions(t *testing.T) {
+	now := t0.Add(time.Hour)
+	crd := &CRDStorage{Generation: 3, StoredHashes: []string{"A"}}
+	tests := []struct {
+		name string
+		in   Input
+		want Decision
+	}{
+		{
+			name: "stored versions svm never saw join the persisted list, and a migration starts",
+			in:   Input{Now: now, State: state(t0, "B", "B"), CRD: crd},
+			want: Decision{Status: status(t0, "B", "B", "A"), CreateMigrationFor: ptr("B")},
+		},
+		{
+			name: "an old success does not prove the stored versions gone",
+			in: Input{Now: now, State: state(t0, "B", "B"), CRD: crd,
+				Migrations: []migrationv1alpha1.StorageVersionMigration{atGeneration(owned("old", "B", t0, "ok"), "2")}},
+			want: Decision{Status: status(t0, "B", "B", "A"), CreateMigrationFor: ptr("B")},
+		},
+		{
+			name: "a success at the current generation refines and prunes",
+			in: Input{Now: now, State: state(t0, "B", "B", "A"), CRD: crd,
+				Migrations: []migrationv1alpha1.StorageVersionMigration{atGeneration(owned("new", "B", t0, "ok"), "3")}},
+			want: Decision{Status: status(t0, "B", "B"), PruneStoredVersions: true},
+		},
+		{
+			name: "a user's success cannot vouch for the generation",
+			in: Input{Now: now, State: state(t0, "B", "B", "A"), CRD: crd,
+				Migrations: []migrationv1alpha1.StorageVersionMigration{user("mine", t0, "ok", "B")}},
+			want: Decision{CreateMigrationFor: ptr("B")},
+		},
+		{
+			name: "nothing stored but the storage version: the usual rules",
+			in: Input{Now: now, State: state(t0, "B", "A", "B"), CRD: &CRDStorage{Generation: 3},
+				Migrations: []migrationv1alpha1.StorageVersionMigration{user("mine", t0, "ok", "B")}},
+			want: Decision{Status: status(t0, "B", "B")},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, Decide(tt.in)); diff != "" {
+				t.Errorf("Decide() (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestStaleness(t *testing.T) {
 	s := state(t0, "A", "A")
 	if IsStale(s, t0.Add(9*time.Minute), 10*time.Minute) {

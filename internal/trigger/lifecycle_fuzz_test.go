@@ -67,7 +67,7 @@ func (w *world) step(op byte) {
 		}
 	case 5, 6: // the oldest started migration ends
 		for i := range w.migrations {
-			if m := &w.migrations[i]; w.started[m.Name] && !finished(m) {
+			if m := &w.migrations[i]; w.started[m.Name] && !m.IsFinished() {
 				typ := migrationv1alpha1.MigrationSucceeded
 				if op%9 == 6 {
 					typ = migrationv1alpha1.MigrationFailed
@@ -112,10 +112,10 @@ func (w *world) check(t *testing.T, ops []byte) {
 	proved := false
 	for i := range w.migrations {
 		m := &w.migrations[i]
-		if IsOwned(m) && TargetHash(m) != x && !finished(m) {
+		if IsOwned(m) && TargetHash(m) != x && !m.IsFinished() {
 			t.Fatalf("ops %v: persisted [%s] while migration %s for %s is unfinished", ops, x, m.Name, TargetHash(m))
 		}
-		if condition(m, migrationv1alpha1.MigrationSucceeded) && m.Status.StorageVersionHash == x {
+		if m.HasCondition(migrationv1alpha1.MigrationSucceeded) && m.Status.StorageVersionHash == x {
 			proved = true
 		}
 	}

@@ -9,8 +9,10 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strconv"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -35,6 +37,8 @@ const FieldManager = "svm-trigger"
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storagestates,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storagestates/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations,verbs=create;delete
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions/status,verbs=update
 
 // Controller is the triggering controller. It runs with leadership.
 type Controller struct {
@@ -53,6 +57,10 @@ type Controller struct {
 	// RetryBase and RetryMax bound the delay before a failed migration is
 	// followed by a new one. Defaults 1 minute and 1 hour.
 	RetryBase, RetryMax time.Duration
+	// PruneStoredVersions cuts a CRD's status.storedVersions to its storage
+	// version once a migration made at the CRD's current generation has
+	// succeeded, so that old versions can be removed from the CRD.
+	PruneStoredVersions bool
 
 	kick     chan struct{}
 	versions map[schema.GroupResource]string // last discovered version of each resource
@@ -201,6 +209,16 @@ func (c *Controller) round(ctx context.Context, discover bool) time.Duration {
 		log.Error(err, "List migrations")
 		return 0
 	}
+	var crds apiextensionsv1.CustomResourceDefinitionList
+	if err := c.Reader.List(ctx, &crds); err != nil {
+		log.Error(err, "List CustomResourceDefinitions")
+		return 0
+	}
+	crdOf := map[schema.GroupResource]*apiextensionsv1.CustomResourceDefinition{}
+	for i := range crds.Items {
+		crd := &crds.Items[i]
+		crdOf[schema.GroupResource{Group: crd.Spec.Group, Resource: crd.Spec.Names.Plural}] = crd
+	}
 	stateOf := map[schema.GroupResource]*migrationv1alpha1.StorageState{}
 	for i := range states.Items {
 		r := states.Items[i].Spec.Resource
@@ -222,9 +240,9 @@ func (c *Controller) round(ctx context.Context, discover bool) time.Duration {
 	for gr, hash := range all {
 		d := trigger.Decide(trigger.Input{
 			Now: c.Clock.Now(), Observed: hash, State: stateOf[gr], Migrations: migrationsOf[gr],
-			RetryBase: c.RetryBase, RetryMax: c.RetryMax,
+			RetryBase: c.RetryBase, RetryMax: c.RetryMax, CRD: crdStorage(crdOf[gr]),
 		})
-		if err := c.apply(ctx, gr, stateOf[gr], d); err != nil {
+		if err := c.apply(ctx, gr, stateOf[gr], crdOf[gr], d); err != nil {
 			log.Error(err, "Apply trigger decision", "resource", gr)
 		}
 		if d.RequeueAfter > 0 && (next == 0 || d.RequeueAfter < next) {
@@ -236,7 +254,7 @@ func (c *Controller) round(ctx context.Context, discover bool) time.Duration {
 
 // apply carries out a decision: stop svm's stale migrations, write the
 // state, then create the migration.
-func (c *Controller) apply(ctx context.Context, gr schema.GroupResource, state *migrationv1alpha1.StorageState, d trigger.Decision) error {
+func (c *Controller) apply(ctx context.Context, gr schema.GroupResource, state *migrationv1alpha1.StorageState, crd *apiextensionsv1.CustomResourceDefinition, d trigger.Decision) error {
 	log := klog.FromContext(ctx).WithValues("resource", gr)
 	for _, name := range d.DeleteMigrations {
 		m := &migrationv1alpha1.StorageVersionMigration{ObjectMeta: metav1.ObjectMeta{Name: name}}
@@ -259,9 +277,52 @@ func (c *Controller) apply(ctx context.Context, gr schema.GroupResource, state *
 			return fmt.Errorf("update storage state: %w", err)
 		}
 	}
-	if d.CreateMigrationFor != nil {
-		return c.createMigration(ctx, gr, *d.CreateMigrationFor)
+	if d.PruneStoredVersions && c.PruneStoredVersions {
+		if err := c.pruneStoredVersions(ctx, crd); err != nil {
+			return err
+		}
 	}
+	if d.CreateMigrationFor != nil {
+		return c.createMigration(ctx, gr, *d.CreateMigrationFor, crd)
+	}
+	return nil
+}
+
+// crdStorage is what a CRD says about the versions its objects are stored in.
+func crdStorage(crd *apiextensionsv1.CustomResourceDefinition) *trigger.CRDStorage {
+	if crd == nil {
+		return nil
+	}
+	out := &trigger.CRDStorage{Generation: crd.Generation}
+	storage := storageVersion(crd)
+	for _, v := range crd.Status.StoredVersions {
+		if v != storage {
+			out.StoredHashes = append(out.StoredHashes, resources.StorageVersionHash(crd.Spec.Group, v, crd.Spec.Names.Kind))
+		}
+	}
+	return out
+}
+
+func storageVersion(crd *apiextensionsv1.CustomResourceDefinition) string {
+	for _, v := range crd.Spec.Versions {
+		if v.Storage {
+			return v.Name
+		}
+	}
+	return ""
+}
+
+// pruneStoredVersions cuts status.storedVersions to the storage version.
+// The update carries the resourceVersion read with the decision, so a CRD
+// changed since (its storage version, say) is left alone: the next round
+// decides again.
+func (c *Controller) pruneStoredVersions(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) error {
+	pruned := crd.DeepCopy()
+	pruned.Status.StoredVersions = []string{storageVersion(crd)}
+	if err := c.Client.Status().Update(ctx, pruned, client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("prune storedVersions of %s: %w", crd.Name, err)
+	}
+	klog.FromContext(ctx).Info("Pruned storedVersions", "crd", klog.KObj(crd), "from", crd.Status.StoredVersions, "to", pruned.Status.StoredVersions)
 	return nil
 }
 
@@ -282,7 +343,7 @@ func (c *Controller) createState(ctx context.Context, r migrationv1alpha1.GroupR
 	return nil
 }
 
-func (c *Controller) createMigration(ctx context.Context, gr schema.GroupResource, hash string) error {
+func (c *Controller) createMigration(ctx context.Context, gr schema.GroupResource, hash string, crd *apiextensionsv1.CustomResourceDefinition) error {
 	version, ok := c.versions[gr]
 	if !ok {
 		return nil // not discovered since start; the next round creates it
@@ -296,6 +357,9 @@ func (c *Controller) createMigration(ctx context.Context, gr schema.GroupResourc
 		Spec: migrationv1alpha1.StorageVersionMigrationSpec{
 			Resource: migrationv1alpha1.GroupVersionResource{Group: gr.Group, Version: version, Resource: gr.Resource},
 		},
+	}
+	if crd != nil {
+		m.Annotations[trigger.CRDGenerationAnnotation] = strconv.FormatInt(crd.Generation, 10)
 	}
 	if err := c.Client.Create(ctx, m, client.FieldOwner(FieldManager)); err != nil {
 		return fmt.Errorf("create migration: %w", err)

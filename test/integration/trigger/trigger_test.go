@@ -81,7 +81,7 @@ func TestStorageStateLifecycle(t *testing.T) {
 	prefix := framework.EtcdPrefix(framework.Widgets.GroupResource())
 
 	// First install: ["Unknown"] and a migration, then the v1 hash alone.
-	svm := env.StartSVM(t, args("20s")...)
+	svm := env.StartSVM(t, args("30s")...)
 	waitState(t, env, "first install", func(s *migrationv1alpha1.StorageState) bool {
 		return s.Status.CurrentStorageVersionHash == hashV1
 	})
@@ -93,7 +93,7 @@ func TestStorageStateLifecycle(t *testing.T) {
 	// Down for less than the staleness window: only the heartbeat moves.
 	svm.Kill()
 	before := waitState(t, env, "before restart", persisted(hashV1))
-	svm = env.StartSVM(t, args("20s")...)
+	svm = env.StartSVM(t, args("30s")...)
 	waitState(t, env, "heartbeat after a short outage", func(s *migrationv1alpha1.StorageState) bool {
 		return s.Status.LastHeartbeatTime.After(before.Status.LastHeartbeatTime.Time)
 	})
@@ -123,8 +123,8 @@ func TestStorageStateLifecycle(t *testing.T) {
 	// Down for longer than the window: reset to ["Unknown"], re-migrated.
 	svm.Kill()
 	stale := waitState(t, env, "before long outage", persisted(hashV1))
-	time.Sleep(21 * time.Second)
-	env.StartSVM(t, args("20s")...)
+	time.Sleep(31 * time.Second)
+	env.StartSVM(t, args("30s")...)
 	reset := waitState(t, env, "reset after a long outage", func(s *migrationv1alpha1.StorageState) bool {
 		return s.UID != stale.UID && len(s.Status.PersistedStorageVersionHashes) > 0
 	})
