@@ -22,7 +22,9 @@ func widgetMigrations(t *testing.T, env *framework.Env) []migrationv1alpha1.Stor
 		t.Fatal(err)
 	}
 	out := slices.DeleteFunc(list.Items, func(m migrationv1alpha1.StorageVersionMigration) bool { return m.Spec.Resource.Resource != "widgets" })
-	slices.SortFunc(out, func(a, b migrationv1alpha1.StorageVersionMigration) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+	slices.SortFunc(out, func(a, b migrationv1alpha1.StorageVersionMigration) int {
+		return a.CreationTimestamp.Compare(b.CreationTimestamp.Time)
+	})
 	return out
 }
 
