@@ -3,9 +3,12 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -13,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controller/migration"
 	"github.com/svm-project/svm/internal/controller/storagestate"
 	"github.com/svm-project/svm/internal/resources"
@@ -88,6 +92,9 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = 50, 100
 	ctrl.SetLogger(klog.NewKlogr())
+	if err := requireCRDs(cfg); err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme.Scheme,
 		LeaderElection:                o.LeaderElect,
@@ -135,6 +142,28 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// requireCRDs fails with a plain message when svm's CRDs are missing,
+// rather than with the discovery error the manager would give.
+func requireCRDs(cfg *rest.Config) error {
+	disc, err := resources.NewDiscoveryClient(cfg)
+	if err != nil {
+		return err
+	}
+	list, err := disc.ServerResourcesForGroupVersion(migrationv1alpha1.GroupVersion.String())
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("the server does not serve %s: install svm's CRDs first (kubectl apply -k config/crd)", migrationv1alpha1.GroupVersion)
+	}
+	if err != nil {
+		return fmt.Errorf("discover %s: %w", migrationv1alpha1.GroupVersion, err)
+	}
+	for _, want := range []string{"storageversionmigrations", "storagestates"} {
+		if !slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == want }) {
+			return fmt.Errorf("the server does not serve %s.%s: install svm's CRDs first (kubectl apply -k config/crd)", want, migrationv1alpha1.GroupVersion.Group)
+		}
+	}
+	return nil
 }
 
 func ptr[T any](v T) *T { return &v }

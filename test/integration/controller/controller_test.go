@@ -216,3 +216,16 @@ func TestWebhookDenialsFailTheMigrationNamingTheObjects(t *testing.T) {
 		}
 	}
 }
+
+func TestControllerWithoutCRDsSaysSo(t *testing.T) {
+	env := framework.Start(t, controlplane.Options{})
+	svm := env.StartSVM(t, controllerArgs()...)
+	if code := svm.ExitCode(); code != 1 {
+		t.Errorf("exit code %d, want 1", code)
+	}
+	lines := strings.Split(strings.TrimSpace(string(svm.Log(t))), "\n")
+	want := "svm: the server does not serve migration.k8s.io/v1alpha1: install svm's CRDs first (kubectl apply -k config/crd)"
+	if last := lines[len(lines)-1]; last != want {
+		t.Errorf("last line %q, want %q", last, want)
+	}
+}
