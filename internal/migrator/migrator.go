@@ -312,10 +312,7 @@ feed:
 	}
 	close(work)
 	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
-		return err
-	}
-	return nil
+	return context.Cause(ctx)
 }
 
 // rewrite writes one object back unchanged. It returns an error only when

@@ -93,7 +93,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	// Forget ended runs once the cache shows their outcome or their object.
 	inCache := make(map[types.UID]bool, len(list.Items))
 	for i := range list.Items {
-		if !IsFinished(&list.Items[i]) {
+		if !list.Items[i].IsFinished() {
 			inCache[list.Items[i].UID] = true
 		}
 	}

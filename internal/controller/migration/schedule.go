@@ -47,7 +47,7 @@ func Schedule(in ScheduleInput) ScheduleDecision {
 	busy := map[string]bool{} // resources with a running migration
 	for i := range in.Migrations {
 		m := &in.Migrations[i]
-		if m.DeletionTimestamp == nil && !IsFinished(m) && !in.Ended[m.UID] {
+		if m.DeletionTimestamp == nil && !m.IsFinished() && !in.Ended[m.UID] {
 			live[m.Name] = true
 			if in.Running[m.Name] {
 				busy[resourceKey(m)] = true
@@ -69,7 +69,7 @@ func Schedule(in ScheduleInput) ScheduleDecision {
 		}
 	}
 	slices.SortFunc(candidates, func(a, b *migrationv1alpha1.StorageVersionMigration) int {
-		if ra, rb := IsRunning(a), IsRunning(b); ra != rb {
+		if ra, rb := a.HasCondition(migrationv1alpha1.MigrationRunning), b.HasCondition(migrationv1alpha1.MigrationRunning); ra != rb {
 			if ra {
 				return -1
 			}
@@ -104,12 +104,4 @@ func Schedule(in ScheduleInput) ScheduleDecision {
 
 func resourceKey(m *migrationv1alpha1.StorageVersionMigration) string {
 	return m.Spec.Resource.Resource + "." + m.Spec.Resource.Group
-}
-
-// IsFinished reports whether m has Succeeded or Failed.
-func IsFinished(m *migrationv1alpha1.StorageVersionMigration) bool { return m.IsFinished() }
-
-// IsRunning reports whether m's Running condition is True.
-func IsRunning(m *migrationv1alpha1.StorageVersionMigration) bool {
-	return m.HasCondition(migrationv1alpha1.MigrationRunning)
 }

@@ -239,14 +239,14 @@ func TestConcurrentWritersLoseNothing(t *testing.T) {
 			t.Errorf("%s lost its concurrent update: spec %v", key, spec)
 		}
 	}
-	untouched := before
+	touched := make([]string, 0, len(updated)+len(deleted))
 	for key := range updated {
-		untouched = untouched.Without(key)
-		after = after.Without(key)
+		touched = append(touched, key)
 	}
 	for key := range deleted {
-		untouched = untouched.Without(key)
+		touched = append(touched, key)
 	}
+	untouched, after := before.Without(touched...), after.Without(touched...)
 	if diff := untouched.Diff(after); diff != "" {
 		t.Errorf("untouched objects changed (-before +after):\n%s", diff)
 	}

@@ -5,6 +5,7 @@ package trigger_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,12 +125,21 @@ func TestStorageStateLifecycle(t *testing.T) {
 	svm.Kill()
 	stale := waitState(t, env, "before long outage", persisted(hashV1))
 	time.Sleep(31 * time.Second)
-	env.StartSVM(t, args("30s")...)
+	restarted := env.StartSVM(t, args("30s")...)
 	reset := waitState(t, env, "reset after a long outage", func(s *migrationv1alpha1.StorageState) bool {
 		return s.UID != stale.UID && len(s.Status.PersistedStorageVersionHashes) > 0
 	})
 	if !cmp.Equal([]string{hashV1}, reset.Status.PersistedStorageVersionHashes) && !cmp.Equal([]string{migrationv1alpha1.UnknownStorageVersionHash}, reset.Status.PersistedStorageVersionHashes) {
 		t.Errorf("re-created state persisted %v, want [Unknown] until re-migrated", reset.Status.PersistedStorageVersionHashes)
+	}
+	// The value ["Unknown"] may be replaced before a poll sees it; the
+	// controller's own record of the reset is what proves it happened.
+	resetLogged := false
+	for _, line := range strings.Split(string(restarted.Log(t)), "\n") {
+		resetLogged = resetLogged || strings.Contains(line, `"Resetting stale storage state"`) && strings.Contains(line, `storageState="widgets.example.com"`)
+	}
+	if !resetLogged {
+		t.Error("the restarted controller did not log resetting the stale storage state")
 	}
 	waitState(t, env, "re-migrated after reset", persisted(hashV1))
 	if got := ownedMigrations(t, env); got[hashV1] != 3 {
