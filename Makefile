@@ -36,11 +36,16 @@ build: ## Build the svm binary into bin/.
 	go build -o $(BIN)/svm ./cmd/svm
 
 .PHONY: controlplane
-controlplane: $(BIN)/kube-apiserver $(BIN)/etcd ## Build kube-apiserver and etcd into bin/ (skipped when up to date).
+controlplane: $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/sample-apiserver ## Build kube-apiserver, etcd and the sample aggregated API server into bin/ (skipped when up to date).
 
 $(BIN)/kube-apiserver: $(TOOLS_MOD)
 	@echo "building kube-apiserver $(KUBE_VERSION) (the first build takes about 7 minutes on 2 cores)"
 	cd hack/tools && go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+
+# An aggregated API server (k8s.io/sample-apiserver), so that svm is tested
+# on aggregated resources too.
+$(BIN)/sample-apiserver: $(TOOLS_MOD)
+	cd hack/tools && go build -o $@ k8s.io/sample-apiserver
 
 $(BIN)/etcd: $(TOOLS_MOD) hack/tools/etcd/main.go
 	@echo "building etcd"

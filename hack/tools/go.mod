@@ -67,6 +67,7 @@ replace k8s.io/streaming => k8s.io/streaming v0.37.1
 require (
 	go.etcd.io/etcd/server/v3 v3.7.0
 	k8s.io/kubernetes v1.37.1
+	k8s.io/sample-apiserver v0.37.1
 )
 
 require (

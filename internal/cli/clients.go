@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"os"
 
 	"golang.org/x/time/rate"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -76,5 +77,8 @@ func restConfig(flags *genericclioptions.ConfigFlags) (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load kubeconfig: %w", err)
 	}
+	// Rewriting a deprecated API version draws the same warning on every
+	// request; say it once, not once per object.
+	cfg.WarningHandler = rest.NewWarningWriter(os.Stderr, rest.WarningWriterOptions{Deduplicate: true})
 	return cfg, nil
 }

@@ -37,6 +37,7 @@ type ControllerOptions struct {
 	TriggerInterval     time.Duration
 	StaleAfter          time.Duration
 	TriggerRetryDelay   time.Duration
+	MigrateUnhashed     bool
 	PruneStoredVersions bool
 }
 
@@ -64,6 +65,7 @@ func newControllerCommand(configFlags *genericclioptions.ConfigFlags) *cobra.Com
 	fs.DurationVar(&o.TriggerInterval, "trigger-interval", 10*time.Minute, "time between discovery rounds of the trigger")
 	fs.DurationVar(&o.StaleAfter, "storage-state-stale-after", 10*time.Minute, "at start, StorageStates whose heartbeat is older are reset to Unknown")
 	fs.BoolVar(&o.PruneStoredVersions, "prune-stored-versions", true, "after a successful triggered migration of a custom resource, cut its CRD's status.storedVersions to the storage version")
+	fs.BoolVar(&o.MigrateUnhashed, "migrate-unhashed", true, "migrate once, when first seen, every resource whose discovery reports no storage version hash (some aggregated APIs), since the trigger cannot see its storage version change")
 	fs.DurationVar(&o.TriggerRetryDelay, "trigger-retry-delay", time.Minute, "delay before a failed triggered migration is followed by a new one; doubles per failure up to an hour")
 	return cmd
 }
@@ -129,7 +131,7 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 		t := &storagestate.Controller{
 			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Discovery: disc,
 			Interval: o.TriggerInterval, StaleAfter: o.StaleAfter, RetryBase: o.TriggerRetryDelay,
-			PruneStoredVersions: o.PruneStoredVersions,
+			PruneStoredVersions: o.PruneStoredVersions, MigrateUnhashed: o.MigrateUnhashed,
 		}
 		if err := t.SetupWithManager(ctx, mgr); err != nil {
 			return fmt.Errorf("set up trigger: %w", err)

@@ -65,11 +65,13 @@ type ControlPlane struct {
 	startTimeout time.Duration
 	apiPort      int
 	baseFlags    []string
+	binDir       string
 
 	mu         sync.Mutex
 	extraFlags []string
 	etcd       *process
 	apiserver  *process
+	aggregated []*process
 }
 
 // Start starts etcd and kube-apiserver and waits until both are ready.
@@ -109,6 +111,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 // prepare picks ports and writes the certificates and credentials that stay
 // the same across restarts.
 func (cp *ControlPlane) prepare(binDir string) error {
+	cp.binDir = binDir
 	ports, err := freePorts(3)
 	if err != nil {
 		return err
@@ -178,6 +181,11 @@ func (cp *ControlPlane) prepare(binDir string) error {
 		// One API server: there is no endpoints reconciliation to do.
 		"--endpoint-reconciler-type=none",
 	}
+	frontProxy, err := cp.frontProxyFlags()
+	if err != nil {
+		return err
+	}
+	cp.baseFlags = append(cp.baseFlags, frontProxy...)
 	cp.apiserver = &process{
 		name:    "kube-apiserver",
 		path:    filepath.Join(binDir, "kube-apiserver"),
@@ -255,9 +263,16 @@ func (cp *ControlPlane) APIServerPID() int { return cp.apiserver.pid() }
 // APIServerRunning reports whether kube-apiserver is running.
 func (cp *ControlPlane) APIServerRunning() bool { return cp.apiserver.running() }
 
-// Stop stops both processes and removes the directory if Start created it.
+// Stop stops every process and removes the directory if Start created it.
 func (cp *ControlPlane) Stop() error {
-	errs := []error{cp.StopAPIServer(), cp.StopEtcd()}
+	var errs []error
+	cp.mu.Lock()
+	aggregated := cp.aggregated
+	cp.mu.Unlock()
+	for _, p := range aggregated {
+		errs = append(errs, p.stop(syscall.SIGTERM, 30*time.Second))
+	}
+	errs = append(errs, cp.StopAPIServer(), cp.StopEtcd())
 	cp.cleanup()
 	return errors.Join(errs...)
 }

@@ -6,12 +6,15 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // Proxy sits between a client and the real API server on loopback and can
@@ -22,6 +25,7 @@ type Proxy struct {
 
 	mu        sync.Mutex
 	intercept func(*http.Request) (status int, header http.Header, ok bool)
+	modify    func(*http.Response) error
 	log       []ProxyEvent
 }
 
@@ -47,6 +51,15 @@ func (e *Env) StartProxy(t testing.TB) *Proxy {
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.Transport = transport
 	p := &Proxy{}
+	rp.ModifyResponse = func(r *http.Response) error {
+		p.mu.Lock()
+		modify := p.modify
+		p.mu.Unlock()
+		if modify == nil {
+			return nil
+		}
+		return modify(r)
+	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.mu.Lock()
 		ev := ProxyEvent{Method: r.Method, Path: r.URL.Path, Time: time.Now()}
@@ -60,6 +73,10 @@ func (e *Env) StartProxy(t testing.TB) *Proxy {
 			ev.Status = status
 		}
 		p.log = append(p.log, ev)
+		if p.modify != nil {
+			// Ask for plain bodies, so that the modifier can read them.
+			r.Header.Del("Accept-Encoding")
+		}
 		p.mu.Unlock()
 		if intercepted {
 			for k, v := range header {
@@ -87,6 +104,30 @@ func (p *Proxy) Intercept(f func(*http.Request) (status int, header http.Header,
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.intercept = f
+}
+
+// ModifyResponse sets a function that may change the API server's answers
+// before they reach the client; nil passes them unchanged.
+func (p *Proxy) ModifyResponse(f func(*http.Response) error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.modify = f
+}
+
+// StartSVM runs the svm binary with args against the API server through
+// the proxy (see Env.StartSVM).
+func (p *Proxy) StartSVM(t testing.TB, args ...string) *Process {
+	t.Helper()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["proxy"] = &clientcmdapi.Cluster{Server: p.Config.Host}
+	cfg.AuthInfos["proxy"] = &clientcmdapi.AuthInfo{}
+	cfg.Contexts["proxy"] = &clientcmdapi.Context{Cluster: "proxy", AuthInfo: "proxy"}
+	cfg.CurrentContext = "proxy"
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	return startSVM(t, kubeconfig, args)
 }
 
 // Events returns the requests seen so far.

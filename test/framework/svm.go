@@ -60,13 +60,17 @@ type Process struct {
 // the test ends or the process is stopped or killed.
 func (e *Env) StartSVM(t testing.TB, args ...string) *Process {
 	t.Helper()
-	bin := SVMBinary(t)
-	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := e.CP.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	logFile, err := os.CreateTemp(dir, "svm-*.log")
+	return startSVM(t, kubeconfig, args)
+}
+
+func startSVM(t testing.TB, kubeconfig string, args []string) *Process {
+	t.Helper()
+	bin := SVMBinary(t)
+	logFile, err := os.CreateTemp(t.TempDir(), "svm-*.log")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,6 +61,10 @@ type Controller struct {
 	// version once a migration made at the CRD's current generation has
 	// succeeded, so that old versions can be removed from the CRD.
 	PruneStoredVersions bool
+	// MigrateUnhashed migrates once each resource whose discovery reports
+	// no storageVersionHash (some aggregated APIs): the trigger cannot watch
+	// such a resource, but its objects may still be stored in an old form.
+	MigrateUnhashed bool
 
 	kick     chan struct{}
 	versions map[schema.GroupResource]string // last discovered version of each resource
@@ -181,6 +185,7 @@ func (c *Controller) resetStale(ctx context.Context) error {
 func (c *Controller) round(ctx context.Context, discover bool) time.Duration {
 	log := klog.FromContext(ctx)
 	observed := map[schema.GroupResource]*string{}
+	var unhashed []schema.GroupResource
 	if discover {
 		found, err := resources.Discover(c.Discovery)
 		if err != nil {
@@ -188,12 +193,13 @@ func (c *Controller) round(ctx context.Context, discover bool) time.Duration {
 			return 0
 		}
 		for _, r := range found.Resources {
+			c.versions[r.GroupResource()] = r.Version
 			if r.StorageVersionHash == "" {
-				continue // nothing to compare; migrate such resources by hand
+				unhashed = append(unhashed, r.GroupResource())
+				continue
 			}
 			hash := r.StorageVersionHash
 			observed[r.GroupResource()] = &hash
-			c.versions[r.GroupResource()] = r.Version
 		}
 		if len(found.FailedGroups) > 0 {
 			log.Info("Discovery failed for some groups; their resources keep their state this round", "groups", len(found.FailedGroups))
@@ -230,6 +236,10 @@ func (c *Controller) round(ctx context.Context, discover bool) time.Duration {
 		migrationsOf[gr] = append(migrationsOf[gr], m)
 	}
 
+	if c.MigrateUnhashed {
+		c.migrateOnce(ctx, unhashed, migrations.Items)
+	}
+
 	var next time.Duration
 	all := maps.Clone(observed)
 	for gr := range stateOf {
@@ -250,6 +260,37 @@ func (c *Controller) round(ctx context.Context, discover bool) time.Duration {
 		}
 	}
 	return next
+}
+
+// migrateOnce creates the one-time migration of each resource without a
+// storageVersionHash that has none yet.
+func (c *Controller) migrateOnce(ctx context.Context, grs []schema.GroupResource, existing []migrationv1alpha1.StorageVersionMigration) {
+	names := map[string]bool{}
+	for _, m := range existing {
+		names[m.Name] = true
+	}
+	for _, gr := range grs {
+		r := migrationv1alpha1.GroupResource{Group: gr.Group, Resource: gr.Resource}
+		name := trigger.InitialMigrationName(r)
+		if names[name] {
+			continue
+		}
+		m := &migrationv1alpha1.StorageVersionMigration{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:   name,
+				Labels: map[string]string{trigger.CreatedByLabel: trigger.InitializerValue},
+			},
+			Spec: migrationv1alpha1.StorageVersionMigrationSpec{
+				Resource: migrationv1alpha1.GroupVersionResource{Group: gr.Group, Version: c.versions[gr], Resource: gr.Resource},
+			},
+		}
+		err := c.Client.Create(ctx, m, client.FieldOwner(FieldManager))
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			klog.FromContext(ctx).Error(err, "Create the one-time migration of a resource without a storage version hash", "resource", gr)
+			continue
+		}
+		klog.FromContext(ctx).Info("Created the one-time migration of a resource without a storage version hash", "migration", name, "resource", gr)
+	}
 }
 
 // apply carries out a decision: stop svm's stale migrations, write the

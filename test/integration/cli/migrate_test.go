@@ -89,18 +89,24 @@ func TestMigrateAll(t *testing.T) {
 	hash := env.StorageVersionHash(t, framework.Widgets)
 	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")
 	env.WaitStorageVersionHashChange(t, framework.Widgets, hash)
+	// An aggregated API server's objects, left in an older version.
+	env.StartSampleAPIServer(t)
+	env.CreateFlunders(t, "wardle", 20)
+	env.StoreFlundersAsV1beta1(t)
 
 	code, stdout, stderr := svm(t, "migrate", "--kubeconfig", kubeconfig, "--all")
 	if code != 0 {
 		t.Fatalf("svm migrate --all exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
-	// Custom and built-in resources alike, each with its summary line.
-	for _, want := range []string{"widgets.example.com: rewritten 100,", "namespaces: rewritten ", "customresourcedefinitions.apiextensions.k8s.io: rewritten 1,", "clusterroles.rbac.authorization.k8s.io: rewritten "} {
+	// Custom, aggregated and built-in resources alike, each with its
+	// summary line.
+	for _, want := range []string{"widgets.example.com: rewritten 100,", "flunders.wardle.example.com: rewritten 20,", "namespaces: rewritten ", "customresourcedefinitions.apiextensions.k8s.io: rewritten 1,", "clusterroles.rbac.authorization.k8s.io: rewritten "} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, stdout)
 		}
 	}
 	env.ExpectStored(t, framework.EtcdPrefix(framework.Widgets.GroupResource()), map[string]int{"example.com/v2": 100})
+	env.ExpectStored(t, framework.SampleAPIEtcdPrefix("flunders"), map[string]int{framework.Flunders.GroupVersion().String(): 20})
 	// Every resource once; events and events.events.k8s.io share storage.
 	seen := map[string]int{}
 	for _, line := range strings.Split(stdout, "\n") {

@@ -34,12 +34,18 @@ func args(staleAfter string) []string {
 		"--max-parallel", "4", "--trigger-interval", "2s", "--storage-state-stale-after", staleAfter}
 }
 
-// waitState polls the StorageState until cond holds.
+// waitState polls the widgets' StorageState until cond holds.
 func waitState(t *testing.T, env *framework.Env, what string, cond func(*migrationv1alpha1.StorageState) bool) *migrationv1alpha1.StorageState {
+	t.Helper()
+	return waitStateNamed(t, env, stateName, what, cond)
+}
+
+// waitStateNamed polls the StorageState name until cond holds.
+func waitStateNamed(t *testing.T, env *framework.Env, name, what string, cond func(*migrationv1alpha1.StorageState) bool) *migrationv1alpha1.StorageState {
 	t.Helper()
 	s := &migrationv1alpha1.StorageState{}
 	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: stateName}, s); err != nil {
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, s); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
 		return cond(s), nil
