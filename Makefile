@@ -47,6 +47,12 @@ $(BIN)/kube-apiserver: $(TOOLS_MOD)
 $(BIN)/sample-apiserver: $(TOOLS_MOD)
 	cd hack/tools && go build -o $@ k8s.io/sample-apiserver
 
+.PHONY: kubectl
+kubectl: $(BIN)/kubectl ## Build kubectl into bin/ (tests run svm as a kubectl plugin and apply its manifests).
+
+$(BIN)/kubectl: $(TOOLS_MOD)
+	cd hack/tools && go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kubectl
+
 $(BIN)/etcd: $(TOOLS_MOD) hack/tools/etcd/main.go
 	@echo "building etcd"
 	cd hack/tools && go build -o $@ ./etcd
@@ -84,7 +90,7 @@ vet: ## go vet both modules.
 	cd hack/tools && go vet ./etcd
 
 .PHONY: test
-test: controlplane verify-generated fmt-check vet ## Build the control plane, check generated code, and run every test.
+test: controlplane kubectl verify-generated fmt-check vet ## Build the control plane and kubectl, check generated code, and run every test.
 	SVM_BIN_DIR=$(BIN) go test $(GO_TEST_FLAGS) ./...
 
 ##@ Try it
