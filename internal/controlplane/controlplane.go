@@ -196,6 +196,10 @@ func (cp *ControlPlane) prepare(binDir string) error {
 
 func (cp *ControlPlane) path(name string) string { return filepath.Join(cp.Dir, name) }
 
+// BinPath is the path of a program built next to kube-apiserver (make
+// controlplane and make kubectl build into the same directory).
+func (cp *ControlPlane) BinPath(name string) string { return filepath.Join(cp.binDir, name) }
+
 // SetAPIServerFlags replaces the extra kube-apiserver flags. They take effect
 // at the next StartAPIServer.
 func (cp *ControlPlane) SetAPIServerFlags(flags ...string) {
