@@ -10,6 +10,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -44,6 +46,9 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	if name, ok := pluginDisplayName(os.Args[0]); ok {
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: name}
+	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	configFlags := genericclioptions.NewConfigFlags(true)
@@ -52,6 +57,7 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		newVersionCommand(stdout),
 		newMigrateCommand(configFlags, stdout, stderr),
 		newControllerCommand(configFlags),
+		newStatusCommand(configFlags, stdout, stderr),
 	)
 	return root
 }
@@ -65,4 +71,17 @@ func newVersionCommand(out io.Writer) *cobra.Command {
 			fmt.Fprintln(out, Version)
 		},
 	}
+}
+
+// pluginDisplayName is how kubectl users call svm when its binary is
+// installed as a kubectl plugin: kubectl runs kubectl-svm for `kubectl svm`,
+// and help and usage should show what the user types. kubectl reads a
+// dash in a plugin's file name as a space and an underscore as a dash.
+func pluginDisplayName(argv0 string) (string, bool) {
+	base := strings.TrimSuffix(filepath.Base(argv0), ".exe")
+	name, ok := strings.CutPrefix(base, "kubectl-")
+	if !ok || name == "" {
+		return "", false
+	}
+	return "kubectl " + strings.ReplaceAll(strings.ReplaceAll(name, "-", " "), "_", "-"), true
 }

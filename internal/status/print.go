@@ -1,0 +1,269 @@
+package status
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"sigs.k8s.io/yaml"
+)
+
+// The table aims at TableWidth columns, a wide terminal, while keeping what
+// identifies a row. Its truncation rules, in the order they apply:
+//
+//   - NAME keeps at most maxIDWidth characters and is cut in the middle
+//     ("customresourc...k8s.io-8fj2k"): generated names differ at their
+//     end. RESOURCE keeps at most maxIDWidth characters too and is cut at
+//     its end ("customresourcedefin..."), keeping the resource before its
+//     group. While the line would be wider than TableWidth, RESOURCE gives
+//     way first, down to minResourceWidth, then NAME, down to minNameWidth:
+//     a migration's name usually repeats its resource, and the name is what
+//     one types next (kubectl describe).
+//   - LAST ERROR gets what is left of TableWidth, and is cut at its end:
+//     the start of an error says what failed. The columns before it give
+//     way (above) so that it keeps minMessageWidth characters, or fewer
+//     when no message is that long; it never gets fewer. So a table whose
+//     other columns are very wide (huge counts) can still be wider than
+//     TableWidth.
+//   - In the storage states table RESOURCE keeps at most
+//     stateResourceWidth characters, cut in the middle, and PERSISTED HASHES
+//     names the first maxHashes hashes and counts the rest ("a,b (+3)").
+//   - Newlines, tabs and runs of spaces in any cell become one space, so
+//     every row stays one line and the columns stay aligned.
+//
+// The full values are in -o json and -o yaml.
+const (
+	TableWidth         = 120
+	maxIDWidth         = 40
+	minNameWidth       = 20
+	minResourceWidth   = 16
+	minMessageWidth    = 20
+	stateResourceWidth = 46
+	maxHashes          = 2
+	columnPadding      = 2
+	ellipsis           = "..."
+)
+
+// WriteTable prints r as two tables, the migrations and then the storage
+// states, separated by a blank line. Without svm's API there are no storage
+// states and the second table is left out.
+func WriteTable(w io.Writer, r *Report) error {
+	var b strings.Builder
+	writeMigrations(&b, r)
+	if r.SVMAPIServed {
+		b.WriteString("\n")
+		writeStorageStates(&b, r)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeMigrations(b *strings.Builder, r *Report) {
+	if len(r.Migrations) == 0 {
+		b.WriteString("No migrations found.\n")
+		return
+	}
+	now := r.Time.Time
+	rows := [][]string{{"NAME", "RESOURCE", "SOURCE", "STATE", "PROGRESS", "RATE", "ETA", "AGE"}}
+	messages := []string{"LAST ERROR"}
+	for _, m := range r.Migrations {
+		rows = append(rows, []string{
+			oneLine(m.Name),
+			oneLine(groupResource(m.Group, m.Resource)),
+			string(m.Source),
+			string(m.State),
+			progressCell(m.Progress, m.StartTime != nil),
+			rateCell(m.ObjectsPerSecond),
+			etaCell(m.ETASeconds),
+			age(now, &m.CreationTimestamp),
+		})
+		messages = append(messages, lastError(m))
+	}
+	widths := make([]int, len(rows[0]))
+	for _, row := range rows {
+		for col, cell := range row {
+			widths[col] = max(widths[col], utf8.RuneCountInString(cell))
+		}
+	}
+	// RESOURCE (1) and then NAME (0) give way, so that LAST ERROR keeps
+	// its minimum within TableWidth.
+	widths[0], widths[1] = min(widths[0], maxIDWidth), min(widths[1], maxIDWidth)
+	used := func() int {
+		sum := 0
+		for _, w := range widths {
+			sum += w + columnPadding
+		}
+		return sum
+	}
+	// Reserve room only for messages there are: a table of successes
+	// needs none.
+	reserve := 0
+	for _, msg := range messages {
+		reserve = max(reserve, min(minMessageWidth, utf8.RuneCountInString(msg)))
+	}
+	if over := used() + reserve - TableWidth; over > 0 {
+		cut := min(over, max(0, widths[1]-minResourceWidth))
+		widths[1] -= cut
+		widths[0] -= min(over-cut, max(0, widths[0]-minNameWidth))
+	}
+	room := max(minMessageWidth, TableWidth-used())
+	tw := tabwriter.NewWriter(b, 0, 0, columnPadding, ' ', 0)
+	for i, row := range rows {
+		row[0], row[1] = cutMiddle(row[0], widths[0]), cutEnd(row[1], widths[1])
+		fmt.Fprintf(tw, "%s\t%s\n", strings.Join(row, "\t"), cutEnd(messages[i], room))
+	}
+	_ = tw.Flush()
+}
+
+func writeStorageStates(b *strings.Builder, r *Report) {
+	if len(r.StorageStates) == 0 {
+		b.WriteString("No storage states found.\n")
+		return
+	}
+	now := r.Time.Time
+	tw := tabwriter.NewWriter(b, 0, 0, columnPadding, ' ', 0)
+	fmt.Fprintln(tw, "RESOURCE\tCURRENT HASH\tPERSISTED HASHES\tMIGRATED\tLAST HEARTBEAT")
+	for _, s := range r.StorageStates {
+		migrated := "no"
+		if s.Migrated {
+			migrated = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n",
+			cutMiddle(s.Name, stateResourceWidth),
+			orDash(oneLine(s.CurrentStorageVersionHash)),
+			hashesCell(s.PersistedStorageVersionHashes),
+			migrated,
+			age(now, s.LastHeartbeatTime),
+		)
+	}
+	_ = tw.Flush()
+}
+
+// WriteJSON prints r as indented JSON.
+func WriteJSON(w io.Writer, r *Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteYAML prints r as YAML, with the field names of the JSON.
+func WriteYAML(w io.Writer, r *Report) error {
+	data, err := yaml.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(data)
+	return err
+}
+
+func groupResource(group, resource string) string {
+	if group == "" {
+		return resource
+	}
+	return resource + "." + group
+}
+
+// progressCell is "rewritten/total", with a "+" when more objects may
+// come (the total is a lower bound), or "-" when there are no counters: an
+// in-tree migration, or an svm migration that has not started.
+func progressCell(p *Progress, started bool) string {
+	if p == nil || !started && p.Listed == 0 && p.handled() == 0 {
+		return "-"
+	}
+	more := ""
+	if !p.TotalKnown {
+		more = "+"
+	}
+	return fmt.Sprintf("%d/%d%s", p.Rewritten, p.Total, more)
+}
+
+func rateCell(rate *float64) string {
+	switch {
+	case rate == nil:
+		return "-"
+	case *rate < 10:
+		return fmt.Sprintf("%.1f/s", *rate)
+	default:
+		return fmt.Sprintf("%.0f/s", *rate)
+	}
+}
+
+func etaCell(seconds *int64) string {
+	if seconds == nil {
+		return "-"
+	}
+	return duration.HumanDuration(time.Duration(*seconds) * time.Second)
+}
+
+// age is kubectl's short form of the time since t.
+func age(now time.Time, t *metav1.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return duration.HumanDuration(now.Sub(t.Time))
+}
+
+// lastError is what went wrong: the Failed condition's message, or the
+// Running condition's while svm retries (or when it says anything).
+// Succeeded's message is a summary, not an error.
+func lastError(m Migration) string {
+	msg := ""
+	switch m.State {
+	case StateFailed, StateRetrying, StateRunning:
+		msg = oneLine(m.Message)
+		if msg == "" && m.State == StateFailed {
+			msg = m.Reason
+		}
+	}
+	return orDash(msg)
+}
+
+func hashesCell(hashes []string) string {
+	if len(hashes) == 0 {
+		return "-"
+	}
+	shown := hashes[:min(len(hashes), maxHashes)]
+	cell := oneLine(strings.Join(shown, ","))
+	if rest := len(hashes) - len(shown); rest > 0 {
+		cell += fmt.Sprintf(" (+%d)", rest)
+	}
+	return cell
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// oneLine turns any run of whitespace, newlines and tabs included, into
+// one space: a tab would split a cell and a newline a row.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// cutMiddle shortens s to n characters by replacing its middle with "...".
+func cutMiddle(s string, n int) string {
+	s = oneLine(s)
+	runes := []rune(s)
+	if len(runes) <= n {
+		return s
+	}
+	keep := n - len(ellipsis)
+	head := (keep + 1) / 2
+	return string(runes[:head]) + ellipsis + string(runes[len(runes)-(keep-head):])
+}
+
+// cutEnd shortens s to n characters by replacing its end with "...".
+func cutEnd(s string, n int) string {
+	runes := []rune(s)
+	if len(runes) <= n {
+		return s
+	}
+	return string(runes[:n-len(ellipsis)]) + ellipsis
+}

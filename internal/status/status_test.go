@@ -1,0 +1,392 @@
+package status
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	storagemigrationv1 "k8s.io/api/storagemigration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/controller/migration"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata from the current output")
+
+// now is the fixed clock of every case: ages, rates and estimates in the
+// golden files are relative to it.
+var now = time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
+
+func ago(d time.Duration) metav1.Time { return metav1.NewTime(now.Add(-d)) }
+
+func agoPtr(d time.Duration) *metav1.Time {
+	t := ago(d)
+	return &t
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func newMigration(name, group, resource string, age time.Duration, st migrationv1alpha1.StorageVersionMigrationStatus) migrationv1alpha1.StorageVersionMigration {
+	return migrationv1alpha1.StorageVersionMigration{
+		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: ago(age)},
+		Spec:       migrationv1alpha1.StorageVersionMigrationSpec{Resource: migrationv1alpha1.GroupVersionResource{Group: group, Version: "v1", Resource: resource}},
+		Status:     st,
+	}
+}
+
+func cond(t migrationv1alpha1.MigrationConditionType, status corev1.ConditionStatus, reason, message string, at time.Duration) migrationv1alpha1.MigrationCondition {
+	return migrationv1alpha1.MigrationCondition{Type: t, Status: status, Reason: reason, Message: message, LastUpdateTime: ago(at)}
+}
+
+func newStorageState(group, resource, current string, persisted []string, heartbeat time.Duration) migrationv1alpha1.StorageState {
+	gr := migrationv1alpha1.GroupResource{Group: group, Resource: resource}
+	return migrationv1alpha1.StorageState{
+		ObjectMeta: metav1.ObjectMeta{Name: migrationv1alpha1.StorageStateName(gr), CreationTimestamp: ago(24 * time.Hour)},
+		Spec:       migrationv1alpha1.StorageStateSpec{Resource: gr},
+		Status: migrationv1alpha1.StorageStateStatus{
+			CurrentStorageVersionHash: current, PersistedStorageVersionHashes: persisted, LastHeartbeatTime: ago(heartbeat),
+		},
+	}
+}
+
+func newInTree(name, group, resource string, age time.Duration, conds ...metav1.Condition) storagemigrationv1.StorageVersionMigration {
+	return storagemigrationv1.StorageVersionMigration{
+		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: ago(age)},
+		Spec:       storagemigrationv1.StorageVersionMigrationSpec{Resource: metav1.GroupResource{Group: group, Resource: resource}},
+		Status:     storagemigrationv1.StorageVersionMigrationStatus{Conditions: conds},
+	}
+}
+
+// The migrations of the golden cases, one per situation an operator meets.
+var (
+	runningWithEstimate = newMigration("widgets.example.com-7xk2p", "example.com", "widgets", 3*time.Minute, migrationv1alpha1.StorageVersionMigrationStatus{
+		Conditions: []migrationv1alpha1.MigrationCondition{cond(migrationv1alpha1.MigrationRunning, corev1.ConditionTrue, "Started", "", 2*time.Minute)},
+		Progress:   migrationv1alpha1.MigrationProgress{Listed: 1500, Rewritten: 1400, Skipped: 50, RemainingEstimate: ptr[int64](3500)},
+		StartTime:  agoPtr(2 * time.Minute),
+	})
+	runningWithoutEstimate = newMigration("secrets-4hq9d", "", "secrets", 10*time.Minute, migrationv1alpha1.StorageVersionMigrationStatus{
+		Conditions: []migrationv1alpha1.MigrationCondition{cond(migrationv1alpha1.MigrationRunning, corev1.ConditionTrue, "Resumed", "", 50*time.Second)},
+		Progress:   migrationv1alpha1.MigrationProgress{Listed: 500, Rewritten: 480, Skipped: 20},
+		StartTime:  agoPtr(50 * time.Second),
+	})
+	succeeded = newMigration("deployments.apps-x8v2m", "apps", "deployments", 90*time.Minute, migrationv1alpha1.StorageVersionMigrationStatus{
+		Conditions: []migrationv1alpha1.MigrationCondition{
+			cond(migrationv1alpha1.MigrationRunning, corev1.ConditionFalse, "Completed", "", 59*time.Minute),
+			cond(migrationv1alpha1.MigrationSucceeded, corev1.ConditionTrue, "AllObjectsRewritten", "118 objects rewritten, 2 skipped (written by others since the migration started)", 59*time.Minute),
+		},
+		Progress:       migrationv1alpha1.MigrationProgress{Listed: 120, Rewritten: 118, Skipped: 2},
+		StartTime:      agoPtr(time.Hour),
+		CompletionTime: agoPtr(59 * time.Minute),
+	})
+	failedLong = newMigration("widgets.example.com-q9z8w", "example.com", "widgets", 2*time.Hour, migrationv1alpha1.StorageVersionMigrationStatus{
+		Conditions: []migrationv1alpha1.MigrationCondition{
+			cond(migrationv1alpha1.MigrationRunning, corev1.ConditionFalse, "Completed", "", 100*time.Minute),
+			cond(migrationv1alpha1.MigrationFailed, corev1.ConditionTrue, "ObjectsFailed",
+				"3 of 2000 objects could not be rewritten; ns-a/widget-00017: admission webhook \"deny.example.com\" denied the request: test policy denies ns-a/widget-00017; "+
+					"ns-b/widget-00018: admission webhook \"deny.example.com\" denied the request: test policy denies ns-b/widget-00018; "+
+					"ns-c/widget-00019: admission webhook \"deny.example.com\" denied the request: test policy denies ns-c/widget-00019", 100*time.Minute),
+		},
+		Progress:       migrationv1alpha1.MigrationProgress{Listed: 2000, Rewritten: 1997, Failed: 3},
+		StartTime:      agoPtr(110 * time.Minute),
+		CompletionTime: agoPtr(100 * time.Minute),
+	})
+	notFound = newMigration("gadgets.example.com-m2k4d", "example.com", "gadgets", 30*time.Minute, migrationv1alpha1.StorageVersionMigrationStatus{
+		Conditions: []migrationv1alpha1.MigrationCondition{
+			cond(migrationv1alpha1.MigrationRunning, corev1.ConditionFalse, "ResourceNotFound", "", 30*time.Minute),
+			cond(migrationv1alpha1.MigrationFailed, corev1.ConditionTrue, "ResourceNotFound", "", 30*time.Minute),
+		},
+		StartTime:      agoPtr(30 * time.Minute),
+		CompletionTime: agoPtr(30 * time.Minute),
+	})
+	retrying = newMigration("configmaps-2b7cd", "", "configmaps", 20*time.Minute, migrationv1alpha1.StorageVersionMigrationStatus{
+		Conditions: []migrationv1alpha1.MigrationCondition{cond(migrationv1alpha1.MigrationRunning, corev1.ConditionTrue, "Retrying",
+			"list configmaps:\n\tthe server is currently unable to handle the request (get configmaps)", time.Minute)},
+		Progress:  migrationv1alpha1.MigrationProgress{Listed: 1000, Rewritten: 600, RemainingEstimate: ptr[int64](400)},
+		StartTime: agoPtr(15 * time.Minute),
+	})
+	pending  = newMigration("flunders.wardle.example.com-initial", "wardle.example.com", "flunders", 10*time.Second, migrationv1alpha1.StorageVersionMigrationStatus{})
+	longName = newMigration("customresourcedefinitions.apiextensions.k8s.io-8fj2k", "apiextensions.k8s.io", "customresourcedefinitions", 3*24*time.Hour, migrationv1alpha1.StorageVersionMigrationStatus{
+		Conditions: []migrationv1alpha1.MigrationCondition{
+			cond(migrationv1alpha1.MigrationSucceeded, corev1.ConditionTrue, "AllObjectsRewritten", "12 objects rewritten, 0 skipped", 3*24*time.Hour),
+		},
+		Progress:       migrationv1alpha1.MigrationProgress{Listed: 12, Rewritten: 12},
+		StartTime:      agoPtr(3 * 24 * time.Hour),
+		CompletionTime: agoPtr(3*24*time.Hour - 2*time.Second),
+	})
+
+	inTreePending   = newInTree("secrets-intree", "", "secrets", 5*time.Minute)
+	inTreeSucceeded = newInTree("widgets-intree", "example.com", "widgets", 2*time.Hour,
+		metav1.Condition{Type: "Running", Status: metav1.ConditionFalse, Reason: "Completed", LastTransitionTime: ago(time.Hour)},
+		metav1.Condition{Type: "Succeeded", Status: metav1.ConditionTrue, Reason: "Succeeded", Message: "migration succeeded", LastTransitionTime: ago(time.Hour)})
+	inTreeFailed = newInTree("gadgets-intree", "example.com", "gadgets", time.Hour,
+		metav1.Condition{Type: "Failed", Status: metav1.ConditionTrue, Reason: "ResourceNotFound", Message: "resource does not exist in discovery", LastTransitionTime: ago(time.Hour)})
+
+	stateMigrated    = newStorageState("example.com", "widgets", "Tb3cR5Zx0qk=", []string{"Tb3cR5Zx0qk="}, 40*time.Second)
+	stateUnknown     = newStorageState("", "secrets", "k6S1K8hGv1A=", []string{migrationv1alpha1.UnknownStorageVersionHash}, 40*time.Second)
+	stateChanged     = newStorageState("apps", "deployments", "Dd9lYlNqvJw=", []string{"8aSe+NMegvE=", "Dd9lYlNqvJw="}, 3*time.Minute)
+	stateManyHashes  = newStorageState("example.com", "gadgets", "mZ2Wg5bYmUo=", []string{"a1Mf3QbEj9g=", "Xy0pQ8r4TnU=", "Uz2vH7cK1sE=", "mZ2Wg5bYmUo="}, 11*time.Minute)
+	stateBothUnknown = newStorageState("apiextensions.k8s.io", "customresourcedefinitions", migrationv1alpha1.UnknownStorageVersionHash, []string{migrationv1alpha1.UnknownStorageVersionHash}, 40*time.Second)
+)
+
+func svmInput(ms ...migrationv1alpha1.StorageVersionMigration) Input {
+	return Input{Now: now, SVMServed: true, InTreeServed: true, Migrations: ms}
+}
+
+func TestStatusGolden(t *testing.T) {
+	tests := []struct {
+		name string
+		in   Input
+		yaml bool
+	}{
+		{name: "running-with-estimate", in: svmInput(runningWithEstimate)},
+		{name: "running-without-estimate", in: svmInput(runningWithoutEstimate)},
+		{name: "succeeded", in: svmInput(succeeded)},
+		{name: "failed-long-message", in: svmInput(failedLong, notFound)},
+		{name: "retrying", in: svmInput(retrying)},
+		{name: "pending", in: svmInput(pending)},
+		{name: "in-tree", in: Input{Now: now, SVMServed: true, InTreeServed: true,
+			InTreeMigrations: []storagemigrationv1.StorageVersionMigration{inTreeSucceeded, inTreePending, inTreeFailed}}},
+		{name: "storage-states", in: Input{Now: now, SVMServed: true,
+			StorageStates: []migrationv1alpha1.StorageState{stateUnknown, stateMigrated, stateChanged, stateManyHashes, stateBothUnknown}}},
+		{name: "empty-cluster", in: Input{Now: now, SVMServed: true, InTreeServed: true}},
+		{name: "svm-not-installed", in: Input{Now: now, InTreeServed: true,
+			// Whatever was passed for svm's API is ignored when it is not served.
+			Migrations:       []migrationv1alpha1.StorageVersionMigration{succeeded},
+			InTreeMigrations: []storagemigrationv1.StorageVersionMigration{inTreePending}}},
+		{name: "in-tree-not-served", in: Input{Now: now, SVMServed: true, Migrations: []migrationv1alpha1.StorageVersionMigration{succeeded},
+			InTreeMigrations: []storagemigrationv1.StorageVersionMigration{inTreePending}}},
+		{name: "mixed", yaml: true, in: Input{Now: now, SVMServed: true, InTreeServed: true,
+			Migrations: []migrationv1alpha1.StorageVersionMigration{
+				succeeded, longName, pending, failedLong, runningWithoutEstimate, retrying, runningWithEstimate, notFound,
+			},
+			InTreeMigrations: []storagemigrationv1.StorageVersionMigration{inTreeSucceeded, inTreePending},
+			StorageStates:    []migrationv1alpha1.StorageState{stateMigrated, stateUnknown, stateChanged},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := Build(tt.in)
+			var table, js bytes.Buffer
+			if err := WriteTable(&table, r); err != nil {
+				t.Fatal(err)
+			}
+			if err := WriteJSON(&js, r); err != nil {
+				t.Fatal(err)
+			}
+			golden(t, tt.name+".txt", table.Bytes())
+			golden(t, tt.name+".json", js.Bytes())
+			if tt.yaml {
+				var y bytes.Buffer
+				if err := WriteYAML(&y, r); err != nil {
+					t.Fatal(err)
+				}
+				golden(t, tt.name+".yaml", y.Bytes())
+				var back Report
+				if err := yaml.UnmarshalStrict(y.Bytes(), &back); err != nil {
+					t.Fatalf("the YAML does not decode: %v", err)
+				}
+				if diff := cmp.Diff(r, &back); diff != "" {
+					t.Errorf("YAML round trip (-built +decoded):\n%s", diff)
+				}
+			}
+			// The documented structure is all a script gets: it must decode
+			// into Report without loss.
+			var back Report
+			dec := json.NewDecoder(&js)
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&back); err != nil {
+				t.Fatalf("the JSON does not decode: %v", err)
+			}
+			if diff := cmp.Diff(r, &back); diff != "" {
+				t.Errorf("JSON round trip (-built +decoded):\n%s", diff)
+			}
+			for _, line := range strings.Split(strings.TrimSuffix(table.String(), "\n"), "\n") {
+				if n := utf8.RuneCountInString(line); n > TableWidth {
+					t.Errorf("line is %d columns wide, more than %d:\n%s", n, TableWidth, line)
+				}
+				if line != strings.TrimRight(line, " ") {
+					t.Errorf("line ends in spaces: %q", line)
+				}
+			}
+		})
+	}
+}
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./internal/status -update to write it)", err)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("%s differs (-want +got; go test ./internal/status -update rewrites it):\n%s", path, diff)
+	}
+}
+
+func TestStatusBuild(t *testing.T) {
+	tests := []struct {
+		name string
+		m    migrationv1alpha1.StorageVersionMigration
+		want Migration
+	}{{
+		// 1450 objects handled in 120s; 3550 left at 12.08/s.
+		name: "running with estimate",
+		m:    runningWithEstimate,
+		want: Migration{
+			Name: "widgets.example.com-7xk2p", Source: SourceSVM, Group: "example.com", Resource: "widgets",
+			State: StateRunning, Reason: "Started", CreationTimestamp: ago(3 * time.Minute), StartTime: agoPtr(2 * time.Minute),
+			Progress:         &Progress{Listed: 1500, Rewritten: 1400, Skipped: 50, RemainingEstimate: ptr[int64](3500), Total: 5000, TotalKnown: true},
+			ObjectsPerSecond: ptr(12.08), ETASeconds: ptr[int64](294),
+		},
+	}, {
+		name: "running without estimate has no ETA",
+		m:    runningWithoutEstimate,
+		want: Migration{
+			Name: "secrets-4hq9d", Source: SourceSVM, Resource: "secrets",
+			State: StateRunning, Reason: "Resumed", CreationTimestamp: ago(10 * time.Minute), StartTime: agoPtr(50 * time.Second),
+			Progress:         &Progress{Listed: 500, Rewritten: 480, Skipped: 20, Total: 500},
+			ObjectsPerSecond: ptr(10.0),
+		},
+	}, {
+		name: "retrying has no ETA",
+		m:    retrying,
+		want: Migration{
+			Name: "configmaps-2b7cd", Source: SourceSVM, Resource: "configmaps",
+			State: StateRetrying, Reason: "Retrying", Message: retrying.Status.Conditions[0].Message,
+			CreationTimestamp: ago(20 * time.Minute), StartTime: agoPtr(15 * time.Minute),
+			Progress:         &Progress{Listed: 1000, Rewritten: 600, RemainingEstimate: ptr[int64](400), Total: 1400, TotalKnown: true},
+			ObjectsPerSecond: ptr(0.67),
+		},
+	}, {
+		// The rate ends at completion, not now.
+		name: "succeeded",
+		m:    succeeded,
+		want: Migration{
+			Name: "deployments.apps-x8v2m", Source: SourceSVM, Group: "apps", Resource: "deployments",
+			State: StateSucceeded, Reason: "AllObjectsRewritten", Message: succeeded.Status.Conditions[1].Message,
+			CreationTimestamp: ago(90 * time.Minute), StartTime: agoPtr(time.Hour), CompletionTime: agoPtr(59 * time.Minute),
+			Progress:         &Progress{Listed: 120, Rewritten: 118, Skipped: 2, Total: 120, TotalKnown: true},
+			ObjectsPerSecond: ptr(2.0),
+		},
+	}, {
+		name: "pending",
+		m:    pending,
+		want: Migration{
+			Name: "flunders.wardle.example.com-initial", Source: SourceSVM, Group: "wardle.example.com", Resource: "flunders",
+			State: StatePending, CreationTimestamp: ago(10 * time.Second), Progress: &Progress{},
+		},
+	}, {
+		// A crash between two writes could leave Running True next to a
+		// final condition; the final one wins.
+		name: "failed wins over running",
+		m: newMigration("x", "", "secrets", time.Minute, migrationv1alpha1.StorageVersionMigrationStatus{
+			Conditions: []migrationv1alpha1.MigrationCondition{
+				cond(migrationv1alpha1.MigrationRunning, corev1.ConditionTrue, "Started", "", time.Minute),
+				cond(migrationv1alpha1.MigrationFailed, corev1.ConditionTrue, "Forbidden", "secrets is forbidden", time.Minute),
+			},
+		}),
+		want: Migration{
+			Name: "x", Source: SourceSVM, Resource: "secrets", State: StateFailed, Reason: "Forbidden", Message: "secrets is forbidden",
+			CreationTimestamp: ago(time.Minute), Progress: &Progress{TotalKnown: true},
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := Build(svmInput(tt.m))
+			if diff := cmp.Diff([]Migration{tt.want}, r.Migrations); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestStatusStorageStateMigrated(t *testing.T) {
+	tests := []struct {
+		name      string
+		current   string
+		persisted []string
+		want      bool
+	}{
+		{"current alone", "abc=", []string{"abc="}, true},
+		{"old hash left", "abc=", []string{"old=", "abc="}, false},
+		{"unknown persisted", "abc=", []string{"Unknown"}, false},
+		{"unknown current", "Unknown", []string{"Unknown"}, false},
+		{"nothing recorded", "", nil, false},
+		{"stale hash only", "abc=", []string{"old="}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStorageState("", "secrets", tt.current, tt.persisted, time.Minute)
+			if got := storageState(&s).Migrated; got != tt.want {
+				t.Errorf("Migrated = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestStatusSummary(t *testing.T) {
+	tests := []struct {
+		name string
+		in   Input
+		want string
+	}{
+		{"none", svmInput(), "no migrations"},
+		{"one", svmInput(pending), "1 migration: 1 pending"},
+		{"mixed", Input{Now: now, SVMServed: true, InTreeServed: true,
+			Migrations:       []migrationv1alpha1.StorageVersionMigration{succeeded, retrying, runningWithEstimate, failedLong, longName},
+			InTreeMigrations: []storagemigrationv1.StorageVersionMigration{inTreePending}},
+			"6 migrations: 1 running, 1 retrying, 1 pending, 1 failed, 2 succeeded"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Summary(Build(tt.in)); got != tt.want {
+				t.Errorf("Summary = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestStatusCut(t *testing.T) {
+	tests := []struct {
+		in, middle, end string
+	}{
+		{"short", "short", "short"},
+		{"exactly-10", "exactly-10", "exactly-10"},
+		{"widgets.example.com", "widg...com", "widgets..."},
+		{"a\n\tb  c", "a b c", "a b c"},
+	}
+	for _, tt := range tests {
+		if got := cutMiddle(tt.in, 10); got != tt.middle {
+			t.Errorf("cutMiddle(%q, 10) = %q, want %q", tt.in, got, tt.middle)
+		}
+		if got := cutEnd(oneLine(tt.in), 10); got != tt.end {
+			t.Errorf("cutEnd(%q, 10) = %q, want %q", tt.in, got, tt.end)
+		}
+	}
+}
+
+// The table tells Retrying from Running by the controller's reason; keep
+// the two in step.
+func TestStatusRetryingReason(t *testing.T) {
+	if reasonRetrying != migration.ReasonRetrying {
+		t.Errorf("reasonRetrying is %q, the controller sets %q", reasonRetrying, migration.ReasonRetrying)
+	}
+}
