@@ -46,9 +46,10 @@ func (f *EngineFlags) validate() error {
 	return nil
 }
 
-// newMigrator builds the engine over cfg. svm's own limiter replaces
-// client-go's, so --qps is the one limit and --qps 0 means none.
-func (f *EngineFlags) newMigrator(cfg *rest.Config) (*migrator.Migrator, error) {
+// newMigrator builds the engine over cfg, telling observer (if not nil)
+// what it does. svm's own limiter replaces client-go's, so --qps is the one
+// limit and --qps 0 means none.
+func (f *EngineFlags) newMigrator(cfg *rest.Config, observer migrator.Observer) (*migrator.Migrator, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = -1, 0, nil
 	md, err := metadata.NewForConfig(cfg)
@@ -59,7 +60,7 @@ func (f *EngineFlags) newMigrator(cfg *rest.Config) (*migrator.Migrator, error) 
 	if err != nil {
 		return nil, err
 	}
-	opts := migrator.Options{ChunkSize: f.ChunkSize, Workers: f.Workers}
+	opts := migrator.Options{ChunkSize: f.ChunkSize, Workers: f.Workers, Observer: observer}
 	if f.QPS > 0 {
 		burst := f.Burst
 		if burst == 0 {

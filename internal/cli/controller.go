@@ -12,13 +12,17 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controller/migration"
 	"github.com/svm-project/svm/internal/controller/storagestate"
+	"github.com/svm-project/svm/internal/health"
+	"github.com/svm-project/svm/internal/metrics"
+	"github.com/svm-project/svm/internal/migrator"
 	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/internal/scheme"
 )
@@ -97,20 +101,34 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 	if err := requireCRDs(cfg); err != nil {
 		return err
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	svmMetrics := metrics.New()
+	if err := svmMetrics.Register(ctrlmetrics.Registry); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	tracker := health.NewTracker(clock.RealClock{}, o.LeaderElect)
+	opts := ctrl.Options{
 		Scheme:                        scheme.Scheme,
 		LeaderElection:                o.LeaderElect,
-		LeaderElectionID:              "svm-controller.migration.k8s.io",
+		LeaderElectionID:              leaderElectionID,
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddress},
 		HealthProbeBindAddress:        o.HealthAddress,
 		GracefulShutdownTimeout:       ptr(30 * time.Second),
-	})
+	}
+	if o.LeaderElect {
+		lock, err := leaseLock(cfg, o.LeaderElectionNamespace)
+		if err != nil {
+			return err
+		}
+		opts.LeaderElectionResourceLockInterface = tracker.WrapLock(lock)
+	}
+	mgr, err := ctrl.NewManager(cfg, opts)
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	m, err := o.Engine.newMigrator(cfg)
+	stallAfter := health.StallAfter(o.Engine.requestInterval(o.MaxParallel))
+	m, err := o.Engine.newMigrator(cfg, migrator.Observers(svmMetrics, tracker.MigrationObserver(stallAfter)))
 	if err != nil {
 		return err
 	}
@@ -118,6 +136,7 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 		Client:      mgr.GetClient(),
 		Migrator:    m,
 		Recorder:    mgr.GetEventRecorder("svm-controller"),
+		Metrics:     svmMetrics,
 		MaxParallel: o.MaxParallel,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
@@ -132,15 +151,17 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Discovery: disc,
 			Interval: o.TriggerInterval, StaleAfter: o.StaleAfter, RetryBase: o.TriggerRetryDelay,
 			PruneStoredVersions: o.PruneStoredVersions, MigrateUnhashed: o.MigrateUnhashed,
+			Recorder: mgr.GetEventRecorder("svm-trigger"), Metrics: svmMetrics, Health: tracker,
 		}
 		if err := t.SetupWithManager(ctx, mgr); err != nil {
 			return fmt.Errorf("set up trigger: %w", err)
 		}
 	}
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+	// See package health for what ready and live mean.
+	if err := mgr.AddHealthzCheck("progress", tracker.HealthzCheck(mgr.Elected())); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+	if err := mgr.AddReadyzCheck("synced-and-settled", tracker.ReadyzCheck(mgr.GetCache().WaitForCacheSync, mgr.Elected())); err != nil {
 		return err
 	}
 	return mgr.Start(ctx)

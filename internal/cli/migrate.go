@@ -10,9 +10,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 
 	"github.com/svm-project/svm/internal/migrator"
 	"github.com/svm-project/svm/internal/resources"
@@ -68,16 +71,16 @@ func (o *MigrateOptions) Complete(ctx context.Context) error {
 	if o.config, err = restConfig(o.ConfigFlags); err != nil {
 		return err
 	}
-	if o.migrator, err = o.Engine.newMigrator(o.config); err != nil {
+	if o.migrator, err = o.Engine.newMigrator(o.config, nil); err != nil {
 		return err
 	}
 	if o.All {
 		o.resources, err = allMigratable(o.config)
 		return err
 	}
-	mapper, err := o.ConfigFlags.ToRESTMapper()
+	mapper, err := resourceMapper(o.config)
 	if err != nil {
-		return fmt.Errorf("load API resources: %w", err)
+		return err
 	}
 	for _, arg := range o.Args {
 		gvr, err := mapper.ResourceFor(schema.ParseGroupResource(arg).WithVersion(""))
@@ -164,6 +167,28 @@ func objectKey(namespace, name string) string {
 		return name
 	}
 	return namespace + "/" + name
+}
+
+// resourceMapper resolves the names on the command line with an uncached
+// discovery client. kubectl's cached mapper (ConfigFlags.ToRESTMapper) logs
+// every failed discovery through klog before returning the error, so an
+// unreachable server or rejected credentials would print the same failure
+// two more times, as log lines, around svm's one-line error. A migration
+// also wants what the server serves now, not a discovery cache hours old.
+func resourceMapper(cfg *rest.Config) (meta.RESTMapper, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 50, 300 // what kubectl allows discovery
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// Groups whose discovery failed are left out rather than failing every
+	// name: the resources named may well be served by the others.
+	groups, err := restmapper.GetAPIGroupResources(disc)
+	if err != nil {
+		return nil, fmt.Errorf("discover resources: %w", err)
+	}
+	return restmapper.NewShortcutExpander(restmapper.NewDiscoveryRESTMapper(groups), disc, nil), nil
 }
 
 // unwrapDiscovery turns a RESTMapper miss into a short message.

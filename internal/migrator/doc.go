@@ -38,4 +38,12 @@
 // object's name and the migration continues, failing at the end; errors that
 // no retry can fix (the resource does not exist, 403 Forbidden, 405) stop the
 // migration at once with a TerminalError that says why.
+//
+// # Observation
+//
+// The engine tells an Observer (Options.Observer) what it does: objects
+// rewritten, skipped and failed, requests, retries and their errors, waits
+// for the rate limiter. Metrics and health checks are built on it elsewhere
+// (internal/metrics, internal/health), so the engine depends on no metrics
+// library and `svm migrate` observes nothing.
 package migrator

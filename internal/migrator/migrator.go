@@ -43,6 +43,9 @@ type Options struct {
 	// ProgressInterval is how often OnProgress is called while a chunk is
 	// being written. Default 1s.
 	ProgressInterval time.Duration
+	// Observer is told what every migration does, for metrics and health
+	// checks. Default: nothing is observed.
+	Observer Observer
 }
 
 // Backoff is an exponential backoff with jitter.
@@ -76,6 +79,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ProgressInterval <= 0 {
 		o.ProgressInterval = time.Second
+	}
+	if o.Observer == nil {
+		o.Observer = NopObserver{}
 	}
 	return o
 }
@@ -146,7 +152,14 @@ type Result struct {
 // cannot be migrated, an *ObjectsFailedError when some objects could not be
 // rewritten (the rest were), and the context's error when cancelled; the
 // Result holds the progress in every case.
-func (m *Migrator) Run(ctx context.Context, req Request) (Result, error) {
+func (m *Migrator) Run(ctx context.Context, req Request) (res Result, err error) {
+	gr := req.Resource.GroupResource()
+	m.opts.Observer.RunStarted(gr)
+	defer func() { m.opts.Observer.RunEnded(gr, err) }()
+	return m.migrate(ctx, req)
+}
+
+func (m *Migrator) migrate(ctx context.Context, req Request) (Result, error) {
 	var res Result
 	if req.Resume != nil {
 		res.State = *req.Resume
@@ -158,7 +171,7 @@ func (m *Migrator) Run(ctx context.Context, req Request) (Result, error) {
 	}
 	res.StorageVersionHash = info.StorageVersionHash
 
-	run := &run{m: m, req: req, res: &res, namespaced: info.Namespaced}
+	run := &run{m: m, req: req, res: &res, namespaced: info.Namespaced, gr: req.Resource.GroupResource(), observer: m.opts.Observer}
 	run.counters.load(res.Progress)
 	err = run.listAndRewrite(ctx)
 	res.Progress = run.counters.snapshot(res.Progress.RemainingEstimate)
@@ -203,6 +216,8 @@ type run struct {
 	res        *Result
 	namespaced bool
 	counters   counters
+	gr         schema.GroupResource
+	observer   Observer
 
 	failedMu sync.Mutex
 }
@@ -213,7 +228,7 @@ func (r *run) listAndRewrite(ctx context.Context) error {
 	first := r.res.Checkpoint == ""
 	for {
 		var list *metav1.PartialObjectMetadataList
-		err := r.retry(ctx, func() error {
+		err := r.retry(ctx, "list", func() error {
 			var err error
 			list, err = client.List(ctx, metav1.ListOptions{Limit: r.m.opts.ChunkSize, Continue: token})
 			return err
@@ -233,14 +248,18 @@ func (r *run) listAndRewrite(ctx context.Context) error {
 			r.res.Checkpoint = list.ResourceVersion
 			first = false
 		}
-		r.counters.listed.Add(int64(len(list.Items)))
-		r.res.Progress.RemainingEstimate = list.RemainingItemCount
+		remaining := list.RemainingItemCount
+		if list.Continue == "" {
+			remaining = new(int64) // the last chunk: nothing is left, whatever the server estimates
+		}
+		r.observer.Listed(r.gr, r.counters.listed.Add(int64(len(list.Items))), remaining)
+		r.res.Progress.RemainingEstimate = remaining
 		if err := r.rewriteChunk(ctx, list.Items); err != nil {
 			return err
 		}
 		token = list.Continue
 		r.res.ContinueToken = token
-		r.res.Progress = r.counters.snapshot(list.RemainingItemCount)
+		r.res.Progress = r.counters.snapshot(remaining)
 		if r.req.OnChunk != nil {
 			if err := r.req.OnChunk(ctx, r.snapshotState()); err != nil {
 				return fmt.Errorf("save progress: %w", err)
@@ -320,11 +339,12 @@ feed:
 func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata) error {
 	if newerThan(obj.ResourceVersion, r.res.Checkpoint) {
 		r.counters.skipped.Add(1)
+		r.observer.ObjectSkipped(r.gr, nil)
 		return nil
 	}
 	patch := fmt.Appendf(nil, `{"metadata":{"uid":%q,"resourceVersion":%q}}`, obj.UID, obj.ResourceVersion)
 	client := r.m.metadata.Resource(r.req.Resource)
-	err := r.retry(ctx, func() error {
+	err := r.retry(ctx, "patch", func() error {
 		var err error
 		if r.namespaced {
 			_, err = client.Namespace(obj.Namespace).Patch(ctx, obj.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: r.m.opts.FieldManager})
@@ -335,11 +355,13 @@ func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata) er
 	})
 	if err == nil {
 		r.counters.rewritten.Add(1)
+		r.observer.ObjectRewritten(r.gr)
 		return nil
 	}
 	switch Classify(err) {
 	case Skip:
 		r.counters.skipped.Add(1)
+		r.observer.ObjectSkipped(r.gr, err)
 		return nil
 	case Terminal:
 		if ctx.Err() != nil {
@@ -366,6 +388,7 @@ func terminalReason(err error) string {
 
 func (r *run) recordFailure(obj *metav1.PartialObjectMetadata, err error) {
 	r.counters.failed.Add(1)
+	r.observer.ObjectFailed(r.gr, err)
 	r.failedMu.Lock()
 	defer r.failedMu.Unlock()
 	if len(r.res.FailedObjects) < r.m.opts.MaxFailedObjects {
@@ -404,23 +427,29 @@ func (r *run) reportProgress() {
 	}
 }
 
-// retry calls fn until it succeeds, fails with a non-transient error, or
-// the backoff is exhausted. Every attempt waits for the rate limiter.
-// Throttling with Retry-After is first handled inside client-go, which
-// sleeps for the time the server asked for.
-func (r *run) retry(ctx context.Context, fn func() error) error {
+// retry calls fn, a request with verb, until it succeeds, fails with a
+// non-transient error, or the backoff is exhausted. Every attempt waits for
+// the rate limiter. Throttling with Retry-After is first handled inside
+// client-go, which sleeps for the time the server asked for.
+func (r *run) retry(ctx context.Context, verb string, fn func() error) error {
 	b := r.m.opts.Retry
 	delay := b.Initial
 	var err error
 	for attempt := 1; ; attempt++ {
 		if r.m.opts.Limiter != nil {
-			if werr := r.m.opts.Limiter.Wait(ctx); werr != nil {
+			start := time.Now()
+			werr := r.m.opts.Limiter.Wait(ctx)
+			r.observer.LimiterWaited(r.gr, time.Since(start))
+			if werr != nil {
 				return werr
 			}
 		}
-		if err = fn(); err == nil || !IsTransient(err) || attempt >= b.Attempts {
+		err = fn()
+		r.observer.Requested(r.gr, verb, err)
+		if err == nil || !IsTransient(err) || attempt >= b.Attempts {
 			return err
 		}
+		r.observer.Retry(r.gr, err)
 		// Full jitter keeps retrying workers from moving in lockstep.
 		sleep := delay/2 + rand.N(delay/2+1)
 		select {

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/metrics"
 	"github.com/svm-project/svm/internal/migrator"
 )
 
@@ -45,6 +46,9 @@ type Reconciler struct {
 	Client   client.Client
 	Migrator *migrator.Migrator
 	Recorder events.EventRecorder
+	// Metrics, if set, counts finished migrations; the engine reports the
+	// rest itself.
+	Metrics *metrics.Metrics
 	// MaxParallel bounds how many resources migrate at once. Default 1.
 	MaxParallel int
 	Clock       clock.Clock
@@ -137,7 +141,11 @@ func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVe
 		r.retryLater(ctx, m, err)
 		return
 	}
-	r.event(m, corev1.EventTypeNormal, reason, "Migrating "+resourceString(m))
+	if resume != nil {
+		r.event(m, corev1.EventTypeNormal, reason, fmt.Sprintf("Resuming the migration of %s after %d objects listed", resourceString(m), resume.Progress.Listed))
+	} else {
+		r.event(m, corev1.EventTypeNormal, reason, "Migrating "+resourceString(m))
+	}
 	log.Info("Migration started", "reason", reason)
 
 	gvr := schema.GroupVersionResource{Group: m.Spec.Resource.Group, Version: m.Spec.Resource.Version, Resource: m.Spec.Resource.Resource}
@@ -155,18 +163,28 @@ func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVe
 	if ctx.Err() != nil {
 		// Shutting down, or the migration was deleted: keep the saved state.
 		log.Info("Migration stopped", "reason", context.Cause(ctx))
+		if !r.runner.shuttingDown() {
+			r.event(m, corev1.EventTypeNormal, ReasonStopped, "Stopped: the migration was deleted or finished elsewhere")
+		}
 		return
 	}
 	if apierrors.IsNotFound(err) || errors.Is(err, errGone) {
 		log.Info("Migration deleted while running")
+		r.event(m, corev1.EventTypeNormal, ReasonStopped, "Stopped: the migration was deleted")
 		return
 	}
 	out := finish(status, res, err, metav1.NewTime(r.Clock.Now()))
-	if err := r.patchContinueToken(ctx, m, res.ContinueToken); err != nil && !out.retry {
+	// The final writes must outlive the run's context: once the API server
+	// has stored Succeeded or Failed, the scheduler stops this run, which
+	// would cancel the write while its answer is being read, and the end
+	// would go unreported.
+	final, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := r.patchContinueToken(final, m, res.ContinueToken); err != nil && !out.retry {
 		r.retryLater(ctx, m, err)
 		return
 	}
-	if perr := r.patchStatus(ctx, m, status); perr != nil {
+	if perr := r.patchStatus(final, m, status); perr != nil {
 		r.retryLater(ctx, m, perr)
 		return
 	}
@@ -175,13 +193,34 @@ func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVe
 		r.retryLater(ctx, m, err)
 	case err == nil:
 		r.forget(m)
+		r.Metrics.MigrationFinished(gvr.GroupResource(), metrics.StatusSucceeded, took(status))
 		r.event(m, corev1.EventTypeNormal, ReasonAllObjectsRewritten, fmt.Sprintf("Rewrote %d objects, skipped %d", res.Progress.Rewritten, res.Progress.Skipped))
 		log.Info("Migration succeeded", "rewritten", res.Progress.Rewritten, "skipped", res.Progress.Skipped)
 	default:
 		r.forget(m)
-		r.event(m, corev1.EventTypeWarning, "Failed", truncate(err.Error(), 1024))
-		log.Info("Migration failed", "err", err)
+		r.Metrics.MigrationFinished(gvr.GroupResource(), metrics.StatusFailed, took(status))
+		failed := condition(status, migrationv1alpha1.MigrationFailed)
+		r.event(m, corev1.EventTypeWarning, ReasonFailed, truncate(failed.Reason+": "+failed.Message, 1024))
+		log.Info("Migration failed", "reason", failed.Reason, "err", err)
 	}
+}
+
+// took is how long a finished migration ran, from its first start to its
+// end, whichever process started it.
+func took(st *migrationv1alpha1.StorageVersionMigrationStatus) time.Duration {
+	if st.StartTime == nil || st.CompletionTime == nil {
+		return 0
+	}
+	return st.CompletionTime.Sub(st.StartTime.Time)
+}
+
+func condition(st *migrationv1alpha1.StorageVersionMigrationStatus, t migrationv1alpha1.MigrationConditionType) migrationv1alpha1.MigrationCondition {
+	for _, c := range st.Conditions {
+		if c.Type == t {
+			return c
+		}
+	}
+	return migrationv1alpha1.MigrationCondition{}
 }
 
 var errGone = errors.New("migration deleted")
@@ -193,6 +232,9 @@ func (r *Reconciler) retryLater(ctx context.Context, m *migrationv1alpha1.Storag
 	r.mu.Lock()
 	r.wait[m.Name] = r.Clock.Now().Add(delay)
 	r.mu.Unlock()
+	if !errors.Is(err, errGone) {
+		r.event(m, corev1.EventTypeWarning, ReasonRetrying, truncate(fmt.Sprintf("Retrying in %s: %v", delay, err), 1024))
+	}
 	klog.FromContext(ctx).Info("Migration will be retried", "migration", klog.KObj(m), "after", delay, "err", err)
 }
 

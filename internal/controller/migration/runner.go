@@ -72,6 +72,14 @@ func (r *runner) start(name string, fn func(context.Context)) {
 	})
 }
 
+// shuttingDown reports whether the runner is draining, as opposed to
+// stopping single migrations.
+func (r *runner) shuttingDown() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ctx == nil || r.ctx.Err() != nil
+}
+
 func (r *runner) stop(name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

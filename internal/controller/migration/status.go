@@ -22,6 +22,17 @@ const (
 	ReasonObjectsFailed       = "ObjectsFailed"
 )
 
+// Reasons of svm's events that are no condition's.
+const (
+	// ReasonFailed: the migration ended with Failed=True; the note starts
+	// with the condition's reason.
+	ReasonFailed = "Failed"
+	// ReasonStopped: the run stopped because the migration was deleted
+	// (by a user, or by the trigger when a newer storage version
+	// superseded it).
+	ReasonStopped = "Stopped"
+)
+
 // setCondition returns conds with t set to status, reason and message.
 func setCondition(conds []migrationv1alpha1.MigrationCondition, t migrationv1alpha1.MigrationConditionType, status corev1.ConditionStatus, reason, message string, now metav1.Time) []migrationv1alpha1.MigrationCondition {
 	out := make([]migrationv1alpha1.MigrationCondition, 0, len(conds)+1)

@@ -9,24 +9,32 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/health"
+	"github.com/svm-project/svm/internal/metrics"
 	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/internal/trigger"
 )
+
+// loopName names the trigger's loop for the liveness check.
+const loopName = "trigger"
 
 // FieldManager names the triggering controller's writes.
 const FieldManager = "svm-trigger"
@@ -65,9 +73,20 @@ type Controller struct {
 	// no storageVersionHash (some aggregated APIs): the trigger cannot watch
 	// such a resource, but its objects may still be stored in an old form.
 	MigrateUnhashed bool
+	// Recorder, if set, records an event for every change of a
+	// StorageState and every migration the trigger creates or stops.
+	Recorder events.EventRecorder
+	// Metrics, if set, counts discovery rounds and StorageState changes.
+	Metrics *metrics.Metrics
+	// Health, if set, is told after every round that the loop is alive, so
+	// that a stuck loop fails the liveness probe.
+	Health *health.Tracker
 
 	kick     chan struct{}
 	versions map[schema.GroupResource]string // last discovered version of each resource
+	// retries holds the retry each resource was last seen waiting for,
+	// so that its event is recorded once, not every round.
+	retries map[schema.GroupResource]string
 }
 
 // SetupWithManager adds the controller to mgr.
@@ -81,6 +100,7 @@ func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	c.RetryMax = cmpOr(c.RetryMax, time.Hour)
 	c.kick = make(chan struct{}, 1)
 	c.versions = map[schema.GroupResource]string{}
+	c.retries = map[schema.GroupResource]string{}
 	informer, err := mgr.GetCache().GetInformer(ctx, &migrationv1alpha1.StorageVersionMigration{})
 	if err != nil {
 		return err
@@ -120,12 +140,17 @@ func (c *Controller) NeedLeaderElection() bool { return true }
 func (c *Controller) Start(ctx context.Context) error {
 	log := klog.FromContext(ctx).WithName("trigger")
 	ctx = klog.NewContext(ctx, log)
+	// A healthy loop finishes a discovery round every Interval, and
+	// rounds on changes in between.
+	c.Health.Start(loopName, health.StallAfter(c.Interval))
+	defer c.Health.Stop(loopName)
 	if err := c.resetStale(ctx); err != nil {
 		return err
 	}
 	discoverAt := c.Clock.Now()
 	var retry <-chan time.Time
 	for {
+		c.Health.Beat(loopName)
 		wait := max(discoverAt.Sub(c.Clock.Now()), 0)
 		select {
 		case <-ctx.Done():
@@ -173,9 +198,12 @@ func (c *Controller) resetStale(ctx context.Context) error {
 		if err := c.Client.Delete(ctx, s, client.Preconditions{UID: &s.UID, ResourceVersion: &s.ResourceVersion}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("reset storage state %s: %w", s.Name, err)
 		}
-		if err := c.createState(ctx, s.Spec.Resource, trigger.ResetStatus(s, now)); err != nil {
+		created, err := c.createState(ctx, s.Spec.Resource, trigger.ResetStatus(s, now))
+		if err != nil {
 			return err
 		}
+		gr := schema.GroupResource{Group: s.Spec.Resource.Group, Resource: s.Spec.Resource.Resource}
+		c.record(gr, created, nil, resetTransition(s.Status.LastHeartbeatTime.Time, c.StaleAfter))
 	}
 	return nil
 }
@@ -189,9 +217,11 @@ func (c *Controller) round(ctx context.Context, discover bool) time.Duration {
 	if discover {
 		found, err := resources.Discover(c.Discovery)
 		if err != nil {
+			c.Metrics.DiscoveryPolled(err, 0)
 			log.Error(err, "Discovery failed; nothing is concluded this round")
 			return 0
 		}
+		c.Metrics.DiscoveryPolled(nil, len(found.FailedGroups))
 		for _, r := range found.Resources {
 			c.versions[r.GroupResource()] = r.Version
 			if r.StorageVersionHash == "" {
@@ -248,13 +278,15 @@ func (c *Controller) round(ctx context.Context, discover bool) time.Duration {
 		}
 	}
 	for gr, hash := range all {
+		now := c.Clock.Now()
 		d := trigger.Decide(trigger.Input{
-			Now: c.Clock.Now(), Observed: hash, State: stateOf[gr], Migrations: migrationsOf[gr],
+			Now: now, Observed: hash, State: stateOf[gr], Migrations: migrationsOf[gr],
 			RetryBase: c.RetryBase, RetryMax: c.RetryMax, CRD: crdStorage(crdOf[gr]),
 		})
-		if err := c.apply(ctx, gr, stateOf[gr], crdOf[gr], d); err != nil {
+		if err := c.apply(ctx, gr, stateOf[gr], crdOf[gr], migrationsOf[gr], d); err != nil {
 			log.Error(err, "Apply trigger decision", "resource", gr)
 		}
+		c.noteRetry(gr, stateOf[gr], d, now)
 		if d.RequeueAfter > 0 && (next == 0 || d.RequeueAfter < next) {
 			next = d.RequeueAfter
 		}
@@ -295,20 +327,28 @@ func (c *Controller) migrateOnce(ctx context.Context, grs []schema.GroupResource
 
 // apply carries out a decision: stop svm's stale migrations, write the
 // state, then create the migration.
-func (c *Controller) apply(ctx context.Context, gr schema.GroupResource, state *migrationv1alpha1.StorageState, crd *apiextensionsv1.CustomResourceDefinition, d trigger.Decision) error {
+func (c *Controller) apply(ctx context.Context, gr schema.GroupResource, state *migrationv1alpha1.StorageState, crd *apiextensionsv1.CustomResourceDefinition,
+	migrations []migrationv1alpha1.StorageVersionMigration, d trigger.Decision) error {
 	log := klog.FromContext(ctx).WithValues("resource", gr)
 	for _, name := range d.DeleteMigrations {
 		m := &migrationv1alpha1.StorageVersionMigration{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if i := slices.IndexFunc(migrations, func(m migrationv1alpha1.StorageVersionMigration) bool { return m.Name == name }); i >= 0 {
+			m = &migrations[i]
+		}
 		if err := c.Client.Delete(ctx, m); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("stop migration %s: %w", name, err)
 		}
+		c.event(m, nil, corev1.EventTypeNormal, ReasonSuperseded, "Delete", supersededNote(d))
 		log.Info("Stopped migration for a previous storage version", "migration", name)
 	}
 	switch {
 	case d.CreateState:
-		if err := c.createState(ctx, migrationv1alpha1.GroupResource{Group: gr.Group, Resource: gr.Resource}, d.Status); err != nil {
+		created, err := c.createState(ctx, migrationv1alpha1.GroupResource{Group: gr.Group, Resource: gr.Resource}, d.Status)
+		if err != nil {
 			return err
 		}
+		state = created
+		c.record(gr, state, nil, createdTransition(d.Status))
 	case d.Status != nil:
 		updated := state.DeepCopy()
 		updated.Status = *d.Status
@@ -317,16 +357,45 @@ func (c *Controller) apply(ctx context.Context, gr schema.GroupResource, state *
 		if err := c.Client.Status().Update(ctx, updated, client.FieldOwner(FieldManager)); err != nil {
 			return fmt.Errorf("update storage state: %w", err)
 		}
+		for _, t := range statusTransitions(&state.Status, d.Status) {
+			c.record(gr, updated, nil, t)
+		}
+		state = updated
 	}
 	if d.PruneStoredVersions && c.PruneStoredVersions {
-		if err := c.pruneStoredVersions(ctx, crd); err != nil {
+		if err := c.pruneStoredVersions(ctx, gr, state, crd); err != nil {
 			return err
 		}
 	}
 	if d.CreateMigrationFor != nil {
-		return c.createMigration(ctx, gr, *d.CreateMigrationFor, crd)
+		return c.createMigration(ctx, gr, state, *d.CreateMigrationFor, crd)
 	}
 	return nil
+}
+
+func supersededNote(d trigger.Decision) string {
+	if d.CreateMigrationFor != nil {
+		return "Stopped by the trigger: superseded by a migration to storage version hash " + *d.CreateMigrationFor
+	}
+	return "Stopped by the trigger: superseded by a newer storage version"
+}
+
+// noteRetry records an event the first time a resource is seen waiting
+// for a retry after its migrations failed.
+func (c *Controller) noteRetry(gr schema.GroupResource, state *migrationv1alpha1.StorageState, d trigger.Decision, now time.Time) {
+	if d.RequeueAfter <= 0 || state == nil {
+		delete(c.retries, gr)
+		return
+	}
+	due := now.Add(d.RequeueAfter)
+	key := retryKey(state.Status.CurrentStorageVersionHash, due)
+	if c.retries[gr] == key {
+		return
+	}
+	c.retries[gr] = key
+	c.event(state, nil, corev1.EventTypeWarning, ReasonRetryScheduled, "ScheduleRetry",
+		fmt.Sprintf("The last migration to storage version hash %s failed; a new one starts in %s (at %s)",
+			state.Status.CurrentStorageVersionHash, d.RequeueAfter.Round(time.Second), due.UTC().Format(time.RFC3339)))
 }
 
 // crdStorage is what a CRD says about the versions its objects are stored in.
@@ -357,34 +426,35 @@ func storageVersion(crd *apiextensionsv1.CustomResourceDefinition) string {
 // The update carries the resourceVersion read with the decision, so a CRD
 // changed since (its storage version, say) is left alone: the next round
 // decides again.
-func (c *Controller) pruneStoredVersions(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) error {
+func (c *Controller) pruneStoredVersions(ctx context.Context, gr schema.GroupResource, state *migrationv1alpha1.StorageState, crd *apiextensionsv1.CustomResourceDefinition) error {
 	pruned := crd.DeepCopy()
 	pruned.Status.StoredVersions = []string{storageVersion(crd)}
 	if err := c.Client.Status().Update(ctx, pruned, client.FieldOwner(FieldManager)); err != nil {
 		return fmt.Errorf("prune storedVersions of %s: %w", crd.Name, err)
 	}
+	c.record(gr, state, pruned, prunedTransition(crd.Name, crd.Status.StoredVersions, pruned.Status.StoredVersions))
 	klog.FromContext(ctx).Info("Pruned storedVersions", "crd", klog.KObj(crd), "from", crd.Status.StoredVersions, "to", pruned.Status.StoredVersions)
 	return nil
 }
 
-func (c *Controller) createState(ctx context.Context, r migrationv1alpha1.GroupResource, status *migrationv1alpha1.StorageStateStatus) error {
+func (c *Controller) createState(ctx context.Context, r migrationv1alpha1.GroupResource, status *migrationv1alpha1.StorageStateStatus) (*migrationv1alpha1.StorageState, error) {
 	s := &migrationv1alpha1.StorageState{
 		ObjectMeta: metav1.ObjectMeta{Name: migrationv1alpha1.StorageStateName(r)},
 		Spec:       migrationv1alpha1.StorageStateSpec{Resource: r},
 	}
 	if err := c.Client.Create(ctx, s, client.FieldOwner(FieldManager)); err != nil {
-		return fmt.Errorf("create storage state %s: %w", s.Name, err)
+		return nil, fmt.Errorf("create storage state %s: %w", s.Name, err)
 	}
 	// Status is a subresource: it is written separately.
 	s.Status = *status
 	if err := c.Client.Status().Update(ctx, s, client.FieldOwner(FieldManager)); err != nil {
-		return fmt.Errorf("set status of storage state %s: %w", s.Name, err)
+		return nil, fmt.Errorf("set status of storage state %s: %w", s.Name, err)
 	}
 	klog.FromContext(ctx).Info("Created storage state", "storageState", klog.KObj(s), "current", status.CurrentStorageVersionHash)
-	return nil
+	return s, nil
 }
 
-func (c *Controller) createMigration(ctx context.Context, gr schema.GroupResource, hash string, crd *apiextensionsv1.CustomResourceDefinition) error {
+func (c *Controller) createMigration(ctx context.Context, gr schema.GroupResource, state *migrationv1alpha1.StorageState, hash string, crd *apiextensionsv1.CustomResourceDefinition) error {
 	version, ok := c.versions[gr]
 	if !ok {
 		return nil // not discovered since start; the next round creates it
@@ -404,6 +474,9 @@ func (c *Controller) createMigration(ctx context.Context, gr schema.GroupResourc
 	}
 	if err := c.Client.Create(ctx, m, client.FieldOwner(FieldManager)); err != nil {
 		return fmt.Errorf("create migration: %w", err)
+	}
+	if state != nil {
+		c.event(state, m, corev1.EventTypeNormal, ReasonMigrationCreated, "CreateMigration", fmt.Sprintf("Created migration %s to storage version hash %s", m.Name, hash))
 	}
 	klog.FromContext(ctx).Info("Created migration", "migration", klog.KObj(m), "resource", gr, "storageVersionHash", hash)
 	return nil

@@ -79,6 +79,12 @@ func TestRewritesEveryObjectWithoutChangingIt(t *testing.T) {
 	if diff := cmp.Diff(want, res.Progress, ignoreRemaining); diff != "" {
 		t.Errorf("progress (-want +got):\n%s", diff)
 	}
+	// The last chunk says nothing is left, whatever the server estimated
+	// for the chunk before: a status that kept the old estimate would show
+	// an unfinished total forever.
+	if last := chunks[len(chunks)-1].Progress.RemainingEstimate; last == nil || *last != 0 {
+		t.Errorf("remaining estimate after the last chunk = %v, want 0", last)
+	}
 	if res.Checkpoint == "" || res.StorageVersionHash != env.StorageVersionHash(t, framework.Widgets) {
 		t.Errorf("checkpoint %q, hash %q: want a checkpoint and the current hash", res.Checkpoint, res.StorageVersionHash)
 	}

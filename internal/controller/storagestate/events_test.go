@@ -1,0 +1,45 @@
+package storagestate
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/metrics"
+)
+
+func TestStatusTransitions(t *testing.T) {
+	const unknown = migrationv1alpha1.UnknownStorageVersionHash
+	status := func(current string, persisted ...string) *migrationv1alpha1.StorageStateStatus {
+		return &migrationv1alpha1.StorageStateStatus{CurrentStorageVersionHash: current, PersistedStorageVersionHashes: persisted}
+	}
+	tests := []struct {
+		name         string
+		old, updated *migrationv1alpha1.StorageStateStatus
+		want         []string // metric labels, in order
+	}{
+		{"heartbeat only", status("A", "A"), status("A", "A"), nil},
+		{"heartbeat while a migration runs", status("A", unknown, "A"), status("A", unknown, "A"), nil},
+		{"hash changed", status("A", "A"), status("B", "A", "B"), []string{metrics.TransitionStorageVersionChanged}},
+		{"migrated after creation", status("A", unknown), status("A", "A"), []string{metrics.TransitionMigrated}},
+		{"migrated after a change", status("B", "A", "B"), status("B", "B"), []string{metrics.TransitionMigrated}},
+		{"migrated from a status never written", status("A"), status("A", "A"), []string{metrics.TransitionMigrated}},
+		{"a CRD's stored version recorded", status("B", "B"), status("B", "B", "A"), nil},
+		{"a state without a current hash yet", status("", unknown), status("A", unknown, "A"), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, tr := range statusTransitions(tt.old, tt.updated) {
+				got = append(got, tr.metric)
+				if tr.note == "" || tr.reason == "" || tr.action == "" {
+					t.Errorf("transition %+v lacks a reason, action or note", tr)
+				}
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("transitions (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,0 +1,69 @@
+// Package metrics holds every Prometheus metric of svm. They live in one
+// place so that the migration engine (internal/migrator) needs no metrics
+// library: it reports what it does to a plain migrator.Observer, which
+// *Metrics implements; the controllers call *Metrics for what only they
+// know (a migration's final status, the trigger's rounds). `svm controller`
+// registers them explicitly on controller-runtime's registry, so they are
+// served next to controller-runtime's own metrics on --metrics-bind-address;
+// `svm migrate` observes nothing.
+//
+// The resource label is "<resource>.<group>" ("secrets" for the core group),
+// the name of the resource's StorageState: labels name resources, never
+// objects, so the number of series stays bounded by the number of resources.
+//
+// The first three names are those of the reference kube-storage-version-migrator,
+// kept so that existing dashboards work; the others follow Prometheus'
+// naming conventions.
+//
+// Migration engine (storage_migrator_core_migrator_*):
+//
+//   - migrated_objects{resource} (counter): objects rewritten.
+//   - remaining_objects{resource} (gauge): the API server's estimate of the
+//     objects the running migration has not listed yet (remainingItemCount);
+//     0 when the resource's migration ends.
+//   - migrations{resource,status} (counter): migrations that finished, by
+//     status "succeeded" or "failed". A run that stops to be retried or
+//     resumed later has not finished.
+//   - migration_duration_seconds{resource,status} (histogram): time from a
+//     migration's start to its end (status.startTime to
+//     status.completionTime, across restarts), for finished migrations.
+//   - running_migrations{resource} (gauge): migrations running in this
+//     process.
+//   - listed_objects{resource} (gauge): objects the running migration has
+//     listed so far, counting the runs it resumed, and kept when it ends;
+//     with remaining_objects it gives the progress of a migration.
+//   - skipped_objects_total{resource,reason} (counter): objects that needed no
+//     write, by reason: "newer_than_checkpoint" (written since the migration
+//     started), "conflict" (written since svm listed it), "not_found" and
+//     "gone" (deleted).
+//   - failed_objects_total{resource,reason} (counter): objects that could
+//     not be rewritten, by error reason (see below).
+//   - retries_total{resource,reason} (counter): requests that failed with a
+//     transient error and were retried, by error reason.
+//   - requests_total{resource,verb} (counter): requests sent, verb "list" or
+//     "patch", retries included: the load svm puts on the API server.
+//     rate(...{verb="patch"}) is svm's write rate; a gauge of objects per
+//     second is deliberately not kept, since rate() over a counter is exact
+//     over any window and survives missed scrapes.
+//   - rate_limiter_wait_seconds (histogram): time each request waited for
+//     the --qps limiter, shared by all migrations of the process.
+//
+// Triggering controller (storage_migrator_trigger_*):
+//
+//   - discovery_polls_total (counter): discovery rounds.
+//   - discovery_errors_total{scope} (counter): scope "round" counts rounds
+//     whose discovery failed (nothing is concluded), scope "group" counts
+//     group versions that failed in a round that otherwise answered (their
+//     resources keep their state).
+//   - storage_state_transitions_total{resource,transition} (counter): changes
+//     of StorageStates, by transition: "created", "storage_version_changed",
+//     "migrated" (the persisted hashes became the current hash alone),
+//     "reset" (stale at start-up, reset to Unknown), "stored_versions_pruned"
+//     (the CRD's status.storedVersions cut to the storage version).
+//
+// Error reasons, from the API server's answer or the transport: "conflict",
+// "not_found", "gone", "throttled" (429), "timeout", "server_error" (other
+// 5xx), "forbidden", "unauthorized", "invalid" (422), "bad_request",
+// "method_not_allowed", "canceled", "connection" (reset, refused, EOF),
+// "other".
+package metrics

@@ -1,0 +1,296 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/svm-project/svm/internal/migrator"
+)
+
+const (
+	namespace        = "storage_migrator"
+	engineSubsystem  = "core_migrator"
+	triggerSubsystem = "trigger"
+)
+
+// Statuses of finished migrations.
+const (
+	StatusSucceeded = "succeeded"
+	StatusFailed    = "failed"
+)
+
+// Transitions of StorageStates.
+const (
+	TransitionCreated               = "created"
+	TransitionStorageVersionChanged = "storage_version_changed"
+	TransitionMigrated              = "migrated"
+	TransitionReset                 = "reset"
+	TransitionStoredVersionsPruned  = "stored_versions_pruned"
+)
+
+// SkipNewerThanCheckpoint is the skip reason of objects written since the
+// migration started: they needed no request at all.
+const SkipNewerThanCheckpoint = "newer_than_checkpoint"
+
+// Metrics are svm's metrics. The zero value is not usable: call New. A nil
+// *Metrics records nothing, so controllers built without metrics (in tests)
+// need no checks.
+type Metrics struct {
+	migratedObjects   *prometheus.CounterVec
+	remainingObjects  *prometheus.GaugeVec
+	migrations        *prometheus.CounterVec
+	migrationDuration *prometheus.HistogramVec
+	runningMigrations *prometheus.GaugeVec
+	listedObjects     *prometheus.GaugeVec
+	skippedObjects    *prometheus.CounterVec
+	failedObjects     *prometheus.CounterVec
+	retries           *prometheus.CounterVec
+	requests          *prometheus.CounterVec
+	limiterWait       prometheus.Histogram
+
+	discoveryPolls   prometheus.Counter
+	discoveryErrors  *prometheus.CounterVec
+	stateTransitions *prometheus.CounterVec
+}
+
+var _ migrator.Observer = (*Metrics)(nil)
+
+// New creates svm's metrics, unregistered.
+func New() *Metrics {
+	engine := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: namespace, Subsystem: engineSubsystem, Name: name, Help: help}
+	}
+	trigger := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: namespace, Subsystem: triggerSubsystem, Name: name, Help: help}
+	}
+	return &Metrics{
+		migratedObjects: prometheus.NewCounterVec(prometheus.CounterOpts(engine("migrated_objects",
+			"Objects rewritten, by resource.")), []string{"resource"}),
+		remainingObjects: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("remaining_objects",
+			"The API server's estimate of objects the running migration of a resource has not listed yet; 0 when it ends.")), []string{"resource"}),
+		migrations: prometheus.NewCounterVec(prometheus.CounterOpts(engine("migrations",
+			"Migrations that finished, by resource and status (succeeded, failed).")), []string{"resource", "status"}),
+		migrationDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: engineSubsystem, Name: "migration_duration_seconds",
+			Help: "Time from a migration's start to its end, across restarts, by resource and status.",
+			// One second to three days: small resources finish in seconds,
+			// large ones at a low --qps take days.
+			Buckets: prometheus.ExponentialBuckets(1, 4, 10),
+		}, []string{"resource", "status"}),
+		runningMigrations: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("running_migrations",
+			"Migrations running in this process, by resource.")), []string{"resource"}),
+		listedObjects: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("listed_objects",
+			"Objects the running migration of a resource has listed so far, counting the runs it resumed.")), []string{"resource"}),
+		skippedObjects: prometheus.NewCounterVec(prometheus.CounterOpts(engine("skipped_objects_total",
+			"Objects that needed no write, by resource and reason.")), []string{"resource", "reason"}),
+		failedObjects: prometheus.NewCounterVec(prometheus.CounterOpts(engine("failed_objects_total",
+			"Objects that could not be rewritten, by resource and error reason.")), []string{"resource", "reason"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts(engine("retries_total",
+			"Requests retried after a transient error, by resource and error reason.")), []string{"resource", "reason"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts(engine("requests_total",
+			"Requests sent by migrations, retries included, by resource and verb (list, patch).")), []string{"resource", "verb"}),
+		limiterWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: engineSubsystem, Name: "rate_limiter_wait_seconds",
+			Help: "Time each request of a migration waited for the --qps rate limiter.",
+			// One millisecond (no wait to speak of) to four minutes.
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+
+		discoveryPolls: prometheus.NewCounter(prometheus.CounterOpts(trigger("discovery_polls_total",
+			"Discovery rounds of the triggering controller."))),
+		discoveryErrors: prometheus.NewCounterVec(prometheus.CounterOpts(trigger("discovery_errors_total",
+			"Discovery failures: scope round (the round concluded nothing) or group (one group version failed).")), []string{"scope"}),
+		stateTransitions: prometheus.NewCounterVec(prometheus.CounterOpts(trigger("storage_state_transitions_total",
+			"Changes of StorageStates, by resource and transition.")), []string{"resource", "transition"}),
+	}
+}
+
+// Collectors are every metric, for registration.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		m.migratedObjects, m.remainingObjects, m.migrations, m.migrationDuration, m.runningMigrations,
+		m.listedObjects, m.skippedObjects, m.failedObjects, m.retries, m.requests, m.limiterWait,
+		m.discoveryPolls, m.discoveryErrors, m.stateTransitions,
+	}
+}
+
+// Register registers every metric with reg, such as controller-runtime's
+// metrics.Registry.
+func (m *Metrics) Register(reg prometheus.Registerer) error {
+	for _, c := range m.Collectors() {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func label(r schema.GroupResource) string { return r.String() }
+
+// RunStarted implements migrator.Observer.
+func (m *Metrics) RunStarted(r schema.GroupResource) {
+	if m == nil {
+		return
+	}
+	m.runningMigrations.WithLabelValues(label(r)).Inc()
+	m.listedObjects.WithLabelValues(label(r)).Set(0)
+}
+
+// RunEnded implements migrator.Observer. Whatever the outcome, nothing of
+// the resource remains to be listed by this process now; whether the
+// migration finished is for MigrationFinished to say.
+func (m *Metrics) RunEnded(r schema.GroupResource, _ error) {
+	if m == nil {
+		return
+	}
+	m.runningMigrations.WithLabelValues(label(r)).Dec()
+	m.remainingObjects.WithLabelValues(label(r)).Set(0)
+}
+
+// Listed implements migrator.Observer.
+func (m *Metrics) Listed(r schema.GroupResource, listed int64, remaining *int64) {
+	if m == nil {
+		return
+	}
+	m.listedObjects.WithLabelValues(label(r)).Set(float64(listed))
+	if remaining != nil {
+		m.remainingObjects.WithLabelValues(label(r)).Set(float64(*remaining))
+	}
+}
+
+// Requested implements migrator.Observer.
+func (m *Metrics) Requested(r schema.GroupResource, verb string, _ error) {
+	if m == nil {
+		return
+	}
+	m.requests.WithLabelValues(label(r), verb).Inc()
+}
+
+// ObjectRewritten implements migrator.Observer.
+func (m *Metrics) ObjectRewritten(r schema.GroupResource) {
+	if m == nil {
+		return
+	}
+	m.migratedObjects.WithLabelValues(label(r)).Inc()
+}
+
+// ObjectSkipped implements migrator.Observer.
+func (m *Metrics) ObjectSkipped(r schema.GroupResource, err error) {
+	if m == nil {
+		return
+	}
+	reason := SkipNewerThanCheckpoint
+	if err != nil {
+		reason = ErrorReason(err)
+	}
+	m.skippedObjects.WithLabelValues(label(r), reason).Inc()
+}
+
+// ObjectFailed implements migrator.Observer.
+func (m *Metrics) ObjectFailed(r schema.GroupResource, err error) {
+	if m == nil {
+		return
+	}
+	m.failedObjects.WithLabelValues(label(r), ErrorReason(err)).Inc()
+}
+
+// Retry implements migrator.Observer.
+func (m *Metrics) Retry(r schema.GroupResource, err error) {
+	if m == nil {
+		return
+	}
+	m.retries.WithLabelValues(label(r), ErrorReason(err)).Inc()
+}
+
+// LimiterWaited implements migrator.Observer.
+func (m *Metrics) LimiterWaited(_ schema.GroupResource, wait time.Duration) {
+	if m == nil {
+		return
+	}
+	m.limiterWait.Observe(wait.Seconds())
+}
+
+// MigrationFinished records a migration that ended for good with status
+// (StatusSucceeded or StatusFailed) after running for took.
+func (m *Metrics) MigrationFinished(r schema.GroupResource, status string, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.migrations.WithLabelValues(label(r), status).Inc()
+	m.migrationDuration.WithLabelValues(label(r), status).Observe(took.Seconds())
+}
+
+// DiscoveryPolled records a discovery round of the trigger: err when it
+// failed altogether, or the number of group versions that failed.
+func (m *Metrics) DiscoveryPolled(err error, failedGroups int) {
+	if m == nil {
+		return
+	}
+	m.discoveryPolls.Inc()
+	if err != nil {
+		m.discoveryErrors.WithLabelValues("round").Inc()
+	}
+	if failedGroups > 0 {
+		m.discoveryErrors.WithLabelValues("group").Add(float64(failedGroups))
+	}
+}
+
+// StorageStateTransition records a change of a resource's StorageState.
+func (m *Metrics) StorageStateTransition(r schema.GroupResource, transition string) {
+	if m == nil {
+		return
+	}
+	m.stateTransitions.WithLabelValues(label(r), transition).Inc()
+}
+
+// ErrorReason names the kind of a request error for a metric label: a
+// small, fixed set, whatever the error's text.
+func ErrorReason(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case apierrors.IsConflict(err):
+		return "conflict"
+	case apierrors.IsNotFound(err):
+		return "not_found"
+	case apierrors.IsGone(err), apierrors.IsResourceExpired(err):
+		return "gone"
+	case apierrors.IsTooManyRequests(err):
+		return "throttled"
+	case apierrors.IsServerTimeout(err), apierrors.IsTimeout(err), errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case apierrors.IsForbidden(err):
+		return "forbidden"
+	case apierrors.IsUnauthorized(err):
+		return "unauthorized"
+	case apierrors.IsInvalid(err):
+		return "invalid"
+	case apierrors.IsBadRequest(err):
+		return "bad_request"
+	case apierrors.IsMethodNotSupported(err):
+		return "method_not_allowed"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		if status.Status().Code >= 500 {
+			return "server_error"
+		}
+		return "other"
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) && netErr.Timeout() {
+		return "timeout"
+	}
+	if migrator.IsTransient(err) {
+		return "connection"
+	}
+	return "other"
+}

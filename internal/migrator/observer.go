@@ -1,0 +1,140 @@
+package migrator
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Observer is told what the engine does, so that metrics and health checks
+// can be built on it while the engine itself depends on no metrics library.
+// Its methods are called from many workers at once and must return quickly.
+//
+// Events are reported per resource, never per object: the controller runs
+// one migration per resource at a time, and object names would make
+// unbounded metric labels.
+type Observer interface {
+	// RunStarted and RunEnded bracket every Run; err is what Run returns.
+	RunStarted(resource schema.GroupResource)
+	RunEnded(resource schema.GroupResource, err error)
+	// Listed reports a chunk listed: listed is the number of objects the
+	// migration has listed so far (counting the runs it resumes), remaining
+	// the API server's estimate of objects not yet listed: nil when it gave
+	// none, 0 after the last chunk.
+	Listed(resource schema.GroupResource, listed int64, remaining *int64)
+	// Requested reports an answered request (verb "list" or "patch"), or
+	// one that failed without an answer; err is nil on success.
+	Requested(resource schema.GroupResource, verb string, err error)
+	// ObjectRewritten reports an object written back.
+	ObjectRewritten(resource schema.GroupResource)
+	// ObjectSkipped reports an object that needed no write: err is the
+	// server's answer (Conflict, NotFound), or nil when the object was
+	// written after the migration started and no request was sent.
+	ObjectSkipped(resource schema.GroupResource, err error)
+	// ObjectFailed reports an object that could not be rewritten.
+	ObjectFailed(resource schema.GroupResource, err error)
+	// Retry reports a transient error that the engine will retry.
+	Retry(resource schema.GroupResource, err error)
+	// LimiterWaited reports how long a request waited for the rate limiter.
+	LimiterWaited(resource schema.GroupResource, wait time.Duration)
+}
+
+// NopObserver ignores everything. Embed it to observe only some events.
+type NopObserver struct{}
+
+// RunStarted implements Observer.
+func (NopObserver) RunStarted(schema.GroupResource) {}
+
+// RunEnded implements Observer.
+func (NopObserver) RunEnded(schema.GroupResource, error) {}
+
+// Listed implements Observer.
+func (NopObserver) Listed(schema.GroupResource, int64, *int64) {}
+
+// Requested implements Observer.
+func (NopObserver) Requested(schema.GroupResource, string, error) {}
+
+// ObjectRewritten implements Observer.
+func (NopObserver) ObjectRewritten(schema.GroupResource) {}
+
+// ObjectSkipped implements Observer.
+func (NopObserver) ObjectSkipped(schema.GroupResource, error) {}
+
+// ObjectFailed implements Observer.
+func (NopObserver) ObjectFailed(schema.GroupResource, error) {}
+
+// Retry implements Observer.
+func (NopObserver) Retry(schema.GroupResource, error) {}
+
+// LimiterWaited implements Observer.
+func (NopObserver) LimiterWaited(schema.GroupResource, time.Duration) {}
+
+// Observers tells each of obs everything, in order; nil entries are ignored.
+func Observers(obs ...Observer) Observer {
+	var out multiObserver
+	for _, o := range obs {
+		if o != nil {
+			out = append(out, o)
+		}
+	}
+	if len(out) == 1 {
+		return out[0]
+	}
+	return out
+}
+
+type multiObserver []Observer
+
+func (m multiObserver) RunStarted(r schema.GroupResource) {
+	for _, o := range m {
+		o.RunStarted(r)
+	}
+}
+
+func (m multiObserver) RunEnded(r schema.GroupResource, err error) {
+	for _, o := range m {
+		o.RunEnded(r, err)
+	}
+}
+
+func (m multiObserver) Listed(r schema.GroupResource, listed int64, remaining *int64) {
+	for _, o := range m {
+		o.Listed(r, listed, remaining)
+	}
+}
+
+func (m multiObserver) Requested(r schema.GroupResource, verb string, err error) {
+	for _, o := range m {
+		o.Requested(r, verb, err)
+	}
+}
+
+func (m multiObserver) ObjectRewritten(r schema.GroupResource) {
+	for _, o := range m {
+		o.ObjectRewritten(r)
+	}
+}
+
+func (m multiObserver) ObjectSkipped(r schema.GroupResource, err error) {
+	for _, o := range m {
+		o.ObjectSkipped(r, err)
+	}
+}
+
+func (m multiObserver) ObjectFailed(r schema.GroupResource, err error) {
+	for _, o := range m {
+		o.ObjectFailed(r, err)
+	}
+}
+
+func (m multiObserver) Retry(r schema.GroupResource, err error) {
+	for _, o := range m {
+		o.Retry(r, err)
+	}
+}
+
+func (m multiObserver) LimiterWaited(r schema.GroupResource, d time.Duration) {
+	for _, o := range m {
+		o.LimiterWaited(r, d)
+	}
+}
