@@ -90,8 +90,12 @@ vet: ## go vet both modules.
 	cd hack/tools && go vet ./etcd
 
 .PHONY: test
-test: controlplane kubectl verify-generated fmt-check vet ## Build the control plane and kubectl, check generated code, and run every test.
+test: controlplane kubectl verify-generated fmt-check vet test-race ## Build the control plane and kubectl, check generated code, and run every test.
 	SVM_BIN_DIR=$(BIN) go test $(GO_TEST_FLAGS) ./...
+
+.PHONY: test-race
+test-race: ## Run the unit tests (and the fuzz tests' seed corpora) with the race detector.
+	go test -race -count=1 ./internal/...
 
 ##@ Try it
 
@@ -101,9 +105,10 @@ controlplane-up: controlplane ## Run a local control plane in the foreground; DI
 	exec $(BIN)/svm-controlplane --bin-dir $(BIN) --dir $(or $(DIR),_output/controlplane)
 
 .PHONY: demo
-demo: controlplane build ## Run the end-to-end demo on a local control plane.
+demo: controlplane build ## Run the end-to-end demo on a local control plane; ARGS="--objects N --qps Q" to change it.
 	go build -o $(BIN)/svm-demo ./hack/demo
-	$(BIN)/svm-demo --bin-dir $(BIN)
+	mkdir -p _output
+	$(BIN)/svm-demo --bin-dir $(BIN) --log-dir $(CURDIR)/_output $(ARGS)
 
 .PHONY: help
 help: ## Show this help.
