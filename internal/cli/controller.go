@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -101,6 +102,9 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 	if err := requireCRDs(cfg); err != nil {
 		return err
 	}
+	if err := requireAccess(ctx, cfg); err != nil {
+		return err
+	}
 	svmMetrics := metrics.New()
 	if err := svmMetrics.Register(ctrlmetrics.Registry); err != nil {
 		return fmt.Errorf("register metrics: %w", err)
@@ -120,6 +124,11 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 		lock, err := leaseLock(cfg, o.LeaderElectionNamespace)
 		if err != nil {
 			return err
+		}
+		// The elector would retry a lease it may not read every two
+		// seconds, forever; say so once instead.
+		if _, _, err := lock.Get(ctx); apierrors.IsForbidden(err) {
+			return fmt.Errorf("leader election: %w; svm controller needs the Role svm-leader-election (config/rbac) bound to this user in the lease's namespace", err)
 		}
 		opts.LeaderElectionResourceLockInterface = tracker.WrapLock(lock)
 	}
@@ -164,7 +173,36 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 	if err := mgr.AddReadyzCheck("synced-and-settled", tracker.ReadyzCheck(mgr.GetCache().WaitForCacheSync, mgr.Elected())); err != nil {
 		return err
 	}
-	return mgr.Start(ctx)
+	return startUntilStopped(ctx, mgr.Start, shutdownGrace)
+}
+
+// shutdownGrace bounds how long the process may take to stop after SIGTERM:
+// the manager's own GracefulShutdownTimeout for draining migrations, plus a
+// margin to save their state.
+const shutdownGrace = 30*time.Second + 10*time.Second
+
+// startUntilStopped runs start until it returns, or until ctx has ended and
+// grace has passed. controller-runtime's manager does not return when it is
+// stopped before its caches synced (as when RBAC forbids watching one of
+// svm's types): it waits for them forever, so without this bound SIGTERM or
+// Ctrl-C would never end the process. Giving up then loses nothing: a
+// manager whose caches never synced started no migration.
+func startUntilStopped(ctx context.Context, start func(context.Context) error, grace time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- start(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+		return fmt.Errorf("did not stop within %s of being asked to; the API server may forbid svm to list or watch its own objects (see the log)", grace)
+	}
 }
 
 // requireCRDs fails with a plain message when svm's CRDs are missing,
@@ -185,6 +223,24 @@ func requireCRDs(cfg *rest.Config) error {
 		if !slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == want }) {
 			return fmt.Errorf("the server does not serve %s.%s: install svm's CRDs first (kubectl apply -k config/crd)", want, migrationv1alpha1.GroupVersion.Group)
 		}
+	}
+	return nil
+}
+
+// requireAccess fails with the API server's own words when svm may not list
+// its migrations: the manager's cache would otherwise retry that list
+// forever, logging each refusal, and the controller would never start.
+func requireAccess(ctx context.Context, cfg *rest.Config) error {
+	md, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	_, err = md.Resource(migrationsResource).List(ctx, metav1.ListOptions{Limit: 1})
+	if apierrors.IsForbidden(err) {
+		return fmt.Errorf("%w; svm controller needs the ClusterRole svm-controller (config/rbac) bound to this user", err)
+	}
+	if err != nil {
+		return fmt.Errorf("list %s.%s: %w", migrationsResource.Resource, migrationsResource.Group, err)
 	}
 	return nil
 }

@@ -62,8 +62,12 @@ func Classify(err error) Class {
 // errors, timeouts and broken connections.
 func IsTransient(err error) bool {
 	switch {
+	// An answer that is not an API status (IsUnexpectedServerError) is not
+	// transient by itself: the API server answers a resource it no longer
+	// serves, such as a deleted CRD's, with a plain-text 404. Its status
+	// code decides, below.
 	case apierrors.IsTooManyRequests(err), apierrors.IsServerTimeout(err), apierrors.IsTimeout(err),
-		apierrors.IsInternalError(err), apierrors.IsServiceUnavailable(err), apierrors.IsUnexpectedServerError(err):
+		apierrors.IsInternalError(err), apierrors.IsServiceUnavailable(err):
 		return true
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EPIPE):
@@ -83,9 +87,22 @@ func IsTransient(err error) bool {
 		strings.Contains(msg, "http2: client connection lost") || strings.Contains(msg, "unexpected EOF")
 }
 
+// isRBACDenial tells the authorizer's refusal, which kube-apiserver words
+// `<resource> ["<name>"] is forbidden: User "<user>" cannot <verb> ...`,
+// from an admission webhook's or policy's, whose own words may quote a user
+// and say "cannot" too. Only the server's message counts, not the context
+// svm or client-go wrapped around it.
 func isRBACDenial(err error) bool {
-	msg := err.Error()
-	return strings.Contains(msg, " cannot ") && strings.Contains(msg, "User \"")
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	msg := status.Status().Message
+	if strings.HasPrefix(msg, "admission webhook ") {
+		return false
+	}
+	_, rest, ok := strings.Cut(msg, " is forbidden: ")
+	return ok && strings.HasPrefix(rest, `User "`) && strings.Contains(rest, " cannot ")
 }
 
 // TerminalError stops a migration: retrying will not help.

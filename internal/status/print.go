@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -198,7 +199,14 @@ func etaCell(seconds *int64) string {
 	if seconds == nil {
 		return "-"
 	}
-	return duration.HumanDuration(time.Duration(*seconds) * time.Second)
+	// A migration left Running by a controller that went away slows down
+	// forever, and its estimate outgrows a time.Duration (292 years): show
+	// the longest one rather than what the overflow makes of it.
+	d := time.Duration(math.MaxInt64)
+	if *seconds < int64(d/time.Second) {
+		d = time.Duration(*seconds) * time.Second
+	}
+	return duration.HumanDuration(d)
 }
 
 // age is kubectl's short form of the time since t.

@@ -35,9 +35,11 @@ const FieldManager = "svm-migration-controller"
 // The controller reads and updates migrations, records events, and lists
 // and patches every resource it migrates: rewriting arbitrary resources is
 // the one thing that needs a wildcard, and it is limited to list and patch.
+// Migrations are read from the cache (list and watch, never get) and
+// written with merge patches only.
 //
-// +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations/status,verbs=get;patch
+// +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations,verbs=list;watch;patch
+// +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations/status,verbs=patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=*,resources=*,verbs=list;patch
 

@@ -40,12 +40,14 @@ const loopName = "trigger"
 const FieldManager = "svm-trigger"
 
 // The triggering controller reads discovery, keeps StorageStates, and
-// creates and deletes (its own) migrations.
+// creates and deletes (its own) migrations. It reads StorageStates and CRDs
+// with uncached lists only, and writes status with updates that carry the
+// resourceVersion read, so it needs neither get, watch nor patch on them.
 //
-// +kubebuilder:rbac:groups=migration.k8s.io,resources=storagestates,verbs=get;list;watch;create;delete
-// +kubebuilder:rbac:groups=migration.k8s.io,resources=storagestates/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations,verbs=create;delete
-// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
+// +kubebuilder:rbac:groups=migration.k8s.io,resources=storagestates,verbs=list;create;delete
+// +kubebuilder:rbac:groups=migration.k8s.io,resources=storagestates/status,verbs=update
+// +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations,verbs=list;watch;create;delete
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=list
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions/status,verbs=update
 
 // Controller is the triggering controller. It runs with leadership.
