@@ -39,6 +39,15 @@
 // no retry can fix (the resource does not exist, 403 Forbidden, 405) stop the
 // migration at once with a TerminalError that says why.
 //
+// Every request has a deadline (Options.RequestTimeout), so an answer that
+// stalls halfway is a timeout to retry, not a worker lost for good. A wait
+// the server asks for with Retry-After is honoured by every retry, whether
+// client-go's or the engine's. Transient trouble that outlives the retries
+// is an outage, not a fault of the object at hand: the migration stops with
+// that error and the state of its last completed chunk, to be resumed later
+// (the controller does so after a backoff), and no object is recorded as
+// failed for it.
+//
 // # Observation
 //
 // The engine tells an Observer (Options.Observer) what it does: objects

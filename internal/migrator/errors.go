@@ -38,6 +38,15 @@ func Classify(err error) Class {
 	case apierrors.IsConflict(err), apierrors.IsNotFound(err), apierrors.IsGone(err):
 		return Skip
 	case IsTransient(err):
+		// An admission webhook the API server could not call in time (or
+		// at all) fails the writes it covers with 500 while the server is
+		// fine. It is retried like any transient error, but once the
+		// retries are spent it is this object's failure, not an outage to
+		// wait out: waiting would hold the whole migration on this object
+		// for as long as the webhook misbehaves, and retry it forever.
+		if isWebhookCallFailure(err) {
+			return ObjectFailure
+		}
 		return Transient
 	case apierrors.IsMethodNotSupported(err), apierrors.IsUnauthorized(err), apierrors.IsBadRequest(err):
 		return Terminal
@@ -85,6 +94,14 @@ func IsTransient(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "connection reset") || strings.Contains(msg, "connection refused") ||
 		strings.Contains(msg, "http2: client connection lost") || strings.Contains(msg, "unexpected EOF")
+}
+
+// isWebhookCallFailure reports whether err is kube-apiserver's answer when
+// calling an admission webhook failed and its failurePolicy is Fail.
+func isWebhookCallFailure(err error) bool {
+	var status apierrors.APIStatus
+	return errors.As(err, &status) && status.Status().Code == 500 &&
+		strings.Contains(status.Status().Message, "failed calling webhook \"")
 }
 
 // isRBACDenial tells the authorizer's refusal, which kube-apiserver words

@@ -17,6 +17,9 @@ func TestClassify(t *testing.T) {
 	gr := schema.GroupResource{Group: "example.com", Resource: "widgets"}
 	webhookDenial := apierrors.NewForbidden(gr, "w1", errors.New(`admission webhook "deny.example.com" denied the request: no`))
 	rbacDenial := apierrors.NewForbidden(gr, "w1", errors.New(`User "system:serviceaccount:svm:svm" cannot patch resource "widgets" in API group "example.com"`))
+	// What kube-apiserver answers when a webhook with failurePolicy Fail
+	// times out: retried as transient (IsTransient), then failed.
+	webhookTimeout := apierrors.NewInternalError(errors.New(`failed calling webhook "validate.example.com": failed to call webhook: Post "https://127.0.0.1:1/review?timeout=1s": context deadline exceeded`))
 	tests := []struct {
 		name string
 		err  error
@@ -33,6 +36,7 @@ func TestClassify(t *testing.T) {
 		{"connection refused", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, Transient},
 		{"unexpected EOF", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), Transient},
 		{"webhook denial", webhookDenial, ObjectFailure},
+		{"webhook not answering", webhookTimeout, ObjectFailure},
 		{"invalid", apierrors.NewInvalid(schema.GroupKind{Kind: "Widget"}, "w1", nil), ObjectFailure},
 		{"rbac denial", rbacDenial, Terminal},
 		{"method not allowed", apierrors.NewMethodNotSupported(gr, "patch"), Terminal},
@@ -64,6 +68,33 @@ func TestNewerThan(t *testing.T) {
 	for _, tt := range tests {
 		if got := newerThan(tt.rv, tt.checkpoint); got != tt.want {
 			t.Errorf("newerThan(%q, %q) = %v, want %v", tt.rv, tt.checkpoint, got, tt.want)
+		}
+	}
+}
+
+func TestIsTransientFollowsTheStatusCode(t *testing.T) {
+	gr := schema.GroupResource{Group: "example.com", Resource: "widgets"}
+	// What client-go makes of answers that are not an API status, such as
+	// the plain-text 404 for a resource no longer served, or a proxy's 502.
+	tests := []struct {
+		code int
+		want bool
+	}{
+		{404, false},
+		{403, false},
+		{429, true},
+		{500, true},
+		{502, true},
+		{503, true},
+		{504, true},
+	}
+	for _, tt := range tests {
+		err := apierrors.NewGenericServerResponse(tt.code, "patch", gr, "w1", "a plain-text body", 0, true)
+		if !apierrors.IsUnexpectedServerError(err) {
+			t.Fatalf("%d: %v is not an unexpected server response; the test proves nothing", tt.code, err)
+		}
+		if got := IsTransient(err); got != tt.want {
+			t.Errorf("IsTransient(%d %v) = %v, want %v", tt.code, err, got, tt.want)
 		}
 	}
 }

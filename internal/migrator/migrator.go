@@ -37,6 +37,11 @@ type Options struct {
 	// Retry is the backoff for transient errors. Default: 200ms doubling to
 	// at most 30s, with jitter, 10 attempts.
 	Retry Backoff
+	// RequestTimeout bounds every request, from sending it to reading the
+	// last byte of its answer; a request that runs out of it is retried as
+	// a transient error. Waits client-go makes for Retry-After count
+	// towards it. Default 1m.
+	RequestTimeout time.Duration
 	// MaxFailedObjects bounds how many failed objects a Result names; all
 	// are counted. Default 100.
 	MaxFailedObjects int
@@ -73,6 +78,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Retry.Attempts <= 0 {
 		o.Retry.Attempts = 10
+	}
+	if o.RequestTimeout <= 0 {
+		// kube-apiserver gives up on a request after a minute by default
+		// (--request-timeout): one still unanswered by then never will
+		// be, such as an answer whose connection stalled halfway.
+		o.RequestTimeout = time.Minute
 	}
 	if o.MaxFailedObjects <= 0 {
 		o.MaxFailedObjects = 100
@@ -151,7 +162,10 @@ type Result struct {
 // Run migrates req.Resource. It returns a *TerminalError when the resource
 // cannot be migrated, an *ObjectsFailedError when some objects could not be
 // rewritten (the rest were), and the context's error when cancelled; the
-// Result holds the progress in every case.
+// Result holds the progress in every case. Any other error is transient
+// trouble that outlived the retries: run the migration again later,
+// resuming from the Result's State, which is then the last completed
+// chunk's.
 func (m *Migrator) Run(ctx context.Context, req Request) (res Result, err error) {
 	gr := req.Resource.GroupResource()
 	m.opts.Observer.RunStarted(gr)
@@ -165,16 +179,32 @@ func (m *Migrator) migrate(ctx context.Context, req Request) (Result, error) {
 		res.State = *req.Resume
 		res.FailedObjects = slices.Clone(req.Resume.FailedObjects)
 	}
-	info, err := m.lookup(req.Resource)
+	run := &run{m: m, req: req, res: &res, saved: res.State, gr: req.Resource.GroupResource(), observer: m.opts.Observer}
+	var info *metav1.APIResource
+	// Discovery requests are retried like the others but not observed:
+	// observers count the migration's lists and writes.
+	err := run.retry(ctx, "", func(ctx context.Context) error {
+		var err error
+		info, err = m.lookup(ctx, req.Resource)
+		return err
+	})
 	if err != nil {
 		return res, err
 	}
 	res.StorageVersionHash = info.StorageVersionHash
+	run.namespaced = info.Namespaced
 
-	run := &run{m: m, req: req, res: &res, namespaced: info.Namespaced, gr: req.Resource.GroupResource(), observer: m.opts.Observer}
 	run.counters.load(res.Progress)
 	err = run.listAndRewrite(ctx)
 	res.Progress = run.counters.snapshot(res.Progress.RemainingEstimate)
+	var terminal *TerminalError
+	if err != nil && !errors.As(err, &terminal) {
+		// The migration will be resumed from the returned state: the last
+		// completed chunk's, so that the chunk in flight is handled and
+		// counted again rather than counted twice.
+		res.State = run.saved
+		return res, err
+	}
 	if err != nil {
 		return res, err
 	}
@@ -185,9 +215,15 @@ func (m *Migrator) migrate(ctx context.Context, req Request) (Result, error) {
 }
 
 // lookup finds the resource in discovery and checks svm can migrate it.
-func (m *Migrator) lookup(gvr schema.GroupVersionResource) (*metav1.APIResource, error) {
-	list, err := m.discovery.ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+func (m *Migrator) lookup(ctx context.Context, gvr schema.GroupVersionResource) (*metav1.APIResource, error) {
+	// Discovery clients that take no context (fakes, wrappers) ignore it;
+	// client-go's own honours it.
+	disc := discovery.ToServerResourcesInterfaceWithContext(m.discovery)
+	list, err := disc.ServerResourcesForGroupVersionWithContext(ctx, gvr.GroupVersion().String())
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		if apierrors.IsNotFound(err) {
 			return nil, terminal("ResourceNotFound", "the server does not serve %s", gvr.GroupVersion())
 		}
@@ -218,6 +254,9 @@ type run struct {
 	counters   counters
 	gr         schema.GroupResource
 	observer   Observer
+	// saved is the state after the last completed chunk: where the
+	// migration resumes if this run stops early.
+	saved State
 
 	failedMu sync.Mutex
 }
@@ -228,7 +267,7 @@ func (r *run) listAndRewrite(ctx context.Context) error {
 	first := r.res.Checkpoint == ""
 	for {
 		var list *metav1.PartialObjectMetadataList
-		err := r.retry(ctx, "list", func() error {
+		err := r.retry(ctx, "list", func(ctx context.Context) error {
 			var err error
 			list, err = client.List(ctx, metav1.ListOptions{Limit: r.m.opts.ChunkSize, Continue: token})
 			return err
@@ -246,6 +285,7 @@ func (r *run) listAndRewrite(ctx context.Context) error {
 		}
 		if first {
 			r.res.Checkpoint = list.ResourceVersion
+			r.saved.Checkpoint = list.ResourceVersion
 			first = false
 		}
 		remaining := list.RemainingItemCount
@@ -260,6 +300,7 @@ func (r *run) listAndRewrite(ctx context.Context) error {
 		token = list.Continue
 		r.res.ContinueToken = token
 		r.res.Progress = r.counters.snapshot(remaining)
+		r.saved = r.snapshotState()
 		if r.req.OnChunk != nil {
 			if err := r.req.OnChunk(ctx, r.snapshotState()); err != nil {
 				return fmt.Errorf("save progress: %w", err)
@@ -344,7 +385,7 @@ func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata) er
 	}
 	patch := fmt.Appendf(nil, `{"metadata":{"uid":%q,"resourceVersion":%q}}`, obj.UID, obj.ResourceVersion)
 	client := r.m.metadata.Resource(r.req.Resource)
-	err := r.retry(ctx, "patch", func() error {
+	err := r.retry(ctx, "patch", func(ctx context.Context) error {
 		var err error
 		if r.namespaced {
 			_, err = client.Namespace(obj.Namespace).Patch(ctx, obj.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: r.m.opts.FieldManager})
@@ -368,9 +409,13 @@ func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata) er
 			return context.Cause(ctx)
 		}
 		return terminal(terminalReason(err), "rewrite %s %s: %w", r.req.Resource.Resource, objectName(obj), err)
+	case Transient:
+		// The retries are exhausted, but the trouble is the server's or
+		// the network's, not the object's: stop, to be resumed later,
+		// rather than fail an object that a later attempt will rewrite.
+		return fmt.Errorf("rewrite %s %s: %w", r.req.Resource.Resource, objectName(obj), err)
 	default:
-		// An object-level failure, or a transient one that outlived every
-		// retry: record it and go on with the others.
+		// An error about this object: record it and go on with the others.
 		r.recordFailure(obj, err)
 		return nil
 	}
@@ -429,9 +474,10 @@ func (r *run) reportProgress() {
 
 // retry calls fn, a request with verb, until it succeeds, fails with a
 // non-transient error, or the backoff is exhausted. Every attempt waits for
-// the rate limiter. Throttling with Retry-After is first handled inside
-// client-go, which sleeps for the time the server asked for.
-func (r *run) retry(ctx context.Context, verb string, fn func() error) error {
+// the rate limiter and has Options.RequestTimeout to complete. Throttling
+// with Retry-After is first handled inside client-go, which sleeps for the
+// time the server asked for. An empty verb is not reported to the observer.
+func (r *run) retry(ctx context.Context, verb string, fn func(context.Context) error) error {
 	b := r.m.opts.Retry
 	delay := b.Initial
 	var err error
@@ -439,19 +485,37 @@ func (r *run) retry(ctx context.Context, verb string, fn func() error) error {
 		if r.m.opts.Limiter != nil {
 			start := time.Now()
 			werr := r.m.opts.Limiter.Wait(ctx)
-			r.observer.LimiterWaited(r.gr, time.Since(start))
+			if verb != "" {
+				r.observer.LimiterWaited(r.gr, time.Since(start))
+			}
 			if werr != nil {
 				return werr
 			}
 		}
-		err = fn()
-		r.observer.Requested(r.gr, verb, err)
+		attemptCtx, cancel := context.WithTimeout(ctx, r.m.opts.RequestTimeout)
+		err = fn(attemptCtx)
+		cancel()
+		if verb != "" {
+			r.observer.Requested(r.gr, verb, err)
+		}
+		if err != nil && ctx.Err() != nil {
+			// Stopped from outside: the request did not fail by itself.
+			return ctx.Err()
+		}
 		if err == nil || !IsTransient(err) || attempt >= b.Attempts {
 			return err
 		}
-		r.observer.Retry(r.gr, err)
-		// Full jitter keeps retrying workers from moving in lockstep.
+		if verb != "" {
+			r.observer.Retry(r.gr, err)
+		}
+		// Jitter keeps retrying workers from moving in lockstep; sleeping
+		// at least half the delay keeps the backoff a backoff.
 		sleep := delay/2 + rand.N(delay/2+1)
+		// A server that said when to come back is not asked sooner, even
+		// once client-go has given up waiting for it (after ten 429s).
+		if seconds, ok := apierrors.SuggestsClientDelay(err); ok {
+			sleep = max(sleep, time.Duration(seconds)*time.Second)
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

@@ -154,12 +154,17 @@ func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVe
 	res, err := r.Migrator.Run(ctx, migrator.Request{
 		Resource: gvr,
 		Resume:   resume,
+		// The counters (in status) and the token (in spec) take two writes.
+		// Counters first: a crash between the two then resumes from the old
+		// token and counts the chunk again, as it counts any chunk listed
+		// again, whereas a saved token with unsaved counters would lose the
+		// chunk from them for good and report fewer objects than exist.
 		OnChunk: func(ctx context.Context, s migrator.State) error {
-			if err := r.patchContinueToken(ctx, m, s.ContinueToken); err != nil {
+			applyState(status, s, "")
+			if err := r.patchStatus(ctx, m, status); err != nil {
 				return err
 			}
-			applyState(status, s, "")
-			return r.patchStatus(ctx, m, status)
+			return r.patchContinueToken(ctx, m, s.ContinueToken)
 		},
 	})
 	if ctx.Err() != nil {
@@ -170,7 +175,11 @@ func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVe
 		}
 		return
 	}
-	if apierrors.IsNotFound(err) || errors.Is(err, errGone) {
+	// Only errGone, from saving the migration, means it was deleted. A
+	// NotFound from the engine is about the resource being migrated (a CRD
+	// deleted meanwhile): the migration must fail with that reason, not
+	// stop and be restarted at once as if deleted.
+	if errors.Is(err, errGone) {
 		log.Info("Migration deleted while running")
 		r.event(m, corev1.EventTypeNormal, ReasonStopped, "Stopped: the migration was deleted")
 		return
@@ -182,12 +191,15 @@ func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVe
 	// would go unreported.
 	final, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if err := r.patchContinueToken(final, m, res.ContinueToken); err != nil && !out.retry {
-		r.retryLater(ctx, m, err)
-		return
-	}
+	// Counters before the token, as after every chunk. The token differs
+	// from the saved one only when a chunk's save failed, which ends the
+	// run to be retried.
 	if perr := r.patchStatus(final, m, status); perr != nil {
 		r.retryLater(ctx, m, perr)
+		return
+	}
+	if err := r.patchContinueToken(final, m, res.ContinueToken); err != nil && !out.retry {
+		r.retryLater(ctx, m, err)
 		return
 	}
 	switch {
