@@ -118,8 +118,15 @@ func (p *Proxy) ModifyResponse(f func(*http.Response) error) {
 // the proxy (see Env.StartSVM).
 func (p *Proxy) StartSVM(t testing.TB, args ...string) *Process {
 	t.Helper()
+	return startSVM(t, proxyKubeconfig(t, p.Config.Host), args)
+}
+
+// proxyKubeconfig writes a kubeconfig for a proxy at host. It carries no
+// credentials: the proxy adds the admin's on the way to the API server.
+func proxyKubeconfig(t testing.TB, host string) string {
+	t.Helper()
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["proxy"] = &clientcmdapi.Cluster{Server: p.Config.Host}
+	cfg.Clusters["proxy"] = &clientcmdapi.Cluster{Server: host}
 	cfg.AuthInfos["proxy"] = &clientcmdapi.AuthInfo{}
 	cfg.Contexts["proxy"] = &clientcmdapi.Context{Cluster: "proxy", AuthInfo: "proxy"}
 	cfg.CurrentContext = "proxy"
@@ -127,7 +134,7 @@ func (p *Proxy) StartSVM(t testing.TB, args ...string) *Process {
 	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	return startSVM(t, kubeconfig, args)
+	return kubeconfig
 }
 
 // Events returns the requests seen so far.

@@ -1,0 +1,238 @@
+// Package faults_test runs svm through a proxy that breaks requests the way
+// networks, load balancers and overloaded API servers do: resets, 500s,
+// 503s, 429s with Retry-After, slow, stalled and truncated answers, and
+// outages that fail everything. Every scenario checks that the migration
+// completes, that etcd's raw values are all in the target version and the
+// objects' contents unchanged, and that svm's retries stay bounded.
+package faults_test
+
+import (
+	"flag"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/svm-project/svm/internal/controlplane"
+	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/test/framework"
+)
+
+func TestMain(m *testing.M) {
+	// client-go logs every answer the proxy breaks; the proxy's records
+	// say more, and the test log stays readable.
+	// Errors would still reach stderr below the threshold's default.
+	flags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(flags)
+	for name, value := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "FATAL"} {
+		if err := flags.Set(name, value); err != nil {
+			panic(err)
+		}
+	}
+	klog.SetOutput(io.Discard)
+	os.Exit(m.Run())
+}
+
+// TestMigrationsRideOutFaults runs every scenario on one control plane,
+// each after a storage version flip that leaves every widget to be
+// rewritten again: svm's engine, in the test process, against each fault
+// alone, long Retry-After waits and an outage that outlasts its retries;
+// `svm controller`, as a process, through an outage; and last, with more
+// widgets, the engine against all faults at once.
+func TestMigrationsRideOutFaults(t *testing.T) {
+	f := newFixture(t, 150)
+	t.Run("alone", func(t *testing.T) {
+		for _, fault := range framework.Faults {
+			t.Run("30% "+string(fault), func(t *testing.T) { testFaultAlone(t, f, fault, 0.3) })
+		}
+	})
+	t.Run("long Retry-After", func(t *testing.T) { testLongRetryAfter(t, f) })
+	t.Run("engine outage", func(t *testing.T) { testOutageLongerThanRetries(t, f) })
+	t.Run("controller outage", func(t *testing.T) { testControllerOutage(t, f) })
+	t.Run("mixed faults", func(t *testing.T) {
+		f.grow(t, 1000)
+		testMixedFaults(t, f)
+	})
+}
+
+var widgetsPrefix = framework.EtcdPrefix(framework.Widgets.GroupResource())
+
+// fixture is a control plane with widgets that scenarios migrate one after
+// another: each flips the storage version, so every widget needs a rewrite
+// again, and one control plane serves several scenarios.
+type fixture struct {
+	env     *framework.Env
+	objects int
+	storage string
+}
+
+func newFixture(t *testing.T, objects int) *fixture {
+	t.Helper()
+	env := framework.Start(t, controlplane.Options{})
+	env.InstallCRDs(t, framework.CRDBasesDir())
+	env.CreateWidgetCRD(t, "v1")
+	env.CreateWidgets(t, "v1", []string{"ns-a", "ns-b", "ns-c", "ns-d"}, objects)
+	return &fixture{env: env, objects: objects, storage: "v1"}
+}
+
+// flip makes the other version the storage version, so that every widget
+// is stored in an outdated one, and returns their contents before.
+func (f *fixture) flip(t *testing.T) framework.Snapshot {
+	t.Helper()
+	before := f.env.TakeSnapshot(t, framework.Widgets)
+	hash := f.env.StorageVersionHash(t, framework.Widgets)
+	f.storage = map[string]string{"v1": "v2", "v2": "v1"}[f.storage]
+	f.env.SetCRDStorageVersion(t, framework.WidgetsCRDName, f.storage)
+	f.env.WaitStorageVersionHashChange(t, framework.Widgets, hash)
+	return before
+}
+
+// grow adds widgets in four more namespaces, stored in the current storage
+// version, until there are n.
+func (f *fixture) grow(t *testing.T, n int) {
+	t.Helper()
+	f.env.CreateWidgets(t, f.storage, []string{"ns-e", "ns-f", "ns-g", "ns-h"}, n-f.objects)
+	f.objects = n
+}
+
+// expectMigrated checks etcd's raw values and the objects' contents, and
+// reports whether both held.
+func (f *fixture) expectMigrated(t *testing.T, before framework.Snapshot) bool {
+	t.Helper()
+	f.env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/" + f.storage: f.objects})
+	f.env.ExpectUnchanged(t, framework.Widgets, before)
+	return !t.Failed()
+}
+
+// serverWrites is the API server's own count of PATCH requests to widgets.
+func (f *fixture) serverWrites(t *testing.T) int {
+	t.Helper()
+	return f.env.ServerRequests(t, http.MethodPatch, "widgets")
+}
+
+// newMigrator builds the engine as svm does, on a client of cfg.
+func newMigrator(t *testing.T, cfg *rest.Config, opts migrator.Options) *migrator.Migrator {
+	t.Helper()
+	md, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return migrator.New(md, disc, opts)
+}
+
+// isWidgets tells the migration's lists and writes from everything else a
+// client sends (discovery, svm's bookkeeping).
+func isWidgets(r framework.FaultRecord) bool {
+	return strings.HasSuffix(r.Path, "/widgets") || strings.Contains(r.Path, "/widgets/")
+}
+
+// isMigration tells the migration's requests, discovery of its resource
+// included, from svm's bookkeeping.
+func isMigration(r framework.FaultRecord) bool {
+	return isWidgets(r) || r.Path == "/apis/"+framework.Widgets.GroupVersion().String()
+}
+
+// sentAgain returns the requests that svm sent again afterwards (the same
+// method, path and query), keyed by their index in log.
+func sentAgain(log framework.FaultLog) map[int]bool {
+	again := map[int]bool{}
+	last := map[string]int{}
+	for i, r := range log {
+		if j, ok := last[r.Key()]; ok {
+			again[j] = true
+		}
+		last[r.Key()] = i
+	}
+	return again
+}
+
+// expectSkips checks that the objects svm skipped are exactly those whose
+// write the API server applied without svm getting the answer: the retry
+// of such a write finds the object already rewritten (409), which counts
+// as skipped. A success broken by Stall or Truncate was surely lost after
+// the write; another forwarded write that svm sent again was one it gave
+// up waiting for, which the server may or may not have applied.
+func expectSkips(t *testing.T, log framework.FaultLog, skipped int64) {
+	t.Helper()
+	again := sentAgain(log)
+	lost, maybe := map[string]bool{}, map[string]bool{}
+	for i, r := range log {
+		switch {
+		case r.Method != http.MethodPatch || !r.Forwarded:
+		case (r.Fault == framework.Stall || r.Fault == framework.Truncate) && r.Status == http.StatusOK:
+			lost[r.Path] = true
+		case again[i]:
+			// Among them a Stall or Truncate of a write that svm had given
+			// up on before the API server answered it.
+			maybe[r.Path] = true
+		}
+	}
+	for path := range lost {
+		delete(maybe, path)
+	}
+	if skipped < int64(len(lost)) || skipped > int64(len(lost)+len(maybe)) {
+		t.Errorf("%d objects skipped, want %d (writes applied but unanswered) and up to %d more (writes abandoned)", skipped, len(lost), len(maybe))
+	}
+}
+
+// expectWrites checks the proxy's count of writes against the API
+// server's: they agree but for writes svm gave up waiting for, which may
+// have been cancelled before they reached the server.
+func expectWrites(t *testing.T, log framework.FaultLog, server int) {
+	t.Helper()
+	again := sentAgain(log)
+	abandoned := 0
+	for i, r := range log {
+		if r.Method == http.MethodPatch && r.Forwarded && again[i] && !r.Fault.Fails() {
+			abandoned++
+		}
+	}
+	if server > log.Writes() || server < log.Writes()-abandoned {
+		t.Errorf("the API server counted %d writes, the proxy forwarded %d (%d abandoned)", server, log.Writes(), abandoned)
+	}
+}
+
+// expectProgress checks that every object was handled once and none failed.
+func expectProgress(t *testing.T, p migrator.Progress, objects int) {
+	t.Helper()
+	if p.Listed != int64(objects) || p.Rewritten+p.Skipped != int64(objects) || p.Failed != 0 {
+		t.Errorf("progress %+v: want %d listed, rewritten or skipped, none failed", p, objects)
+	}
+}
+
+// expectOneRepeatPerFailure checks that svm sent a request again only
+// when it got no usable answer, and then exactly once more: every request
+// broken by a fault is followed by one repeat, and so is one svm gave up
+// on after its timeout (the proxy cannot always tell that the client hung
+// up, but such a request took at least about that long); any other request
+// is never repeated.
+func expectOneRepeatPerFailure(t *testing.T, log framework.FaultLog, timeout time.Duration) {
+	t.Helper()
+	again := sentAgain(log)
+	slow := 0
+	for i, r := range log {
+		failed := r.Fault.Fails() || r.Abandoned
+		switch {
+		case failed && !again[i]:
+			t.Errorf("%s got no usable answer (%+v) and was never sent again", r.Key(), r)
+		case again[i] && !failed && r.Duration < timeout/2:
+			t.Errorf("%s was sent again after an answer in %s (%+v)", r.Key(), r.Duration, r)
+		case again[i] && !failed:
+			slow++
+		}
+	}
+	if slow > 0 {
+		t.Logf("%d requests were sent again after svm gave up on a slow API server", slow)
+	}
+}
