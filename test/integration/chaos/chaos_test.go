@@ -1,0 +1,476 @@
+// Package chaos_test breaks what a running migration depends on (the svm
+// controller, kube-apiserver, etcd) at random points while 20,000 custom
+// resources are migrated, and checks that each migration then completes by
+// itself: Succeeded, every value in etcd in the target version, every
+// object's content unchanged, and the writes within a stated bound.
+//
+// The random choices come from one seed, logged at the start; set
+// SVM_CHAOS_SEED to replay them.
+package chaos_test
+
+import (
+	"context"
+	"io"
+	"log"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/controlplane"
+	"github.com/svm-project/svm/test/framework"
+)
+
+const (
+	objects = 20000
+	// chunkSize makes 100 chunks: small enough that a kill at a random
+	// moment may land inside a chunk or between two, large enough that
+	// listing is a small part of the work.
+	chunkSize = 200
+	// workers and attempts are svm's defaults (--workers, and the engine's
+	// retries of a transient error): together they bound how often writes
+	// in flight can be repeated while a server is away.
+	workers  = 8
+	attempts = 10
+	// within bounds every wait for a migration's progress or end: 20,000
+	// writes have taken up to four minutes on two cores shared with other
+	// tests.
+	within = 8 * time.Minute
+	// retries is svm's counter of requests repeated after a transient error.
+	retries = "storage_migrator_core_migrator_retries_total"
+)
+
+var (
+	widgetsPrefix = framework.EtcdPrefix(framework.Widgets.GroupResource())
+	namespaces    = []string{"ns-a", "ns-b", "ns-c", "ns-d"}
+)
+
+// TestChaos runs the scenarios one after another on one control plane and
+// one set of widgets, to keep the suite within minutes on two cores: each
+// scenario flips the storage version, so each migrates every object again,
+// and each compares every object with the snapshot taken before the first.
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the chaos suite takes minutes; run it without -short: go test ./test/integration/chaos/")
+	}
+	seed := framework.ChaosSeed(t)
+	env := framework.Start(t, controlplane.Options{})
+	env.InstallCRDs(t, framework.CRDBasesDir())
+	env.CreateWidgetCRD(t, "v1")
+	env.SeedWidgets(t, "v1", namespaces, objects)
+	before := env.TakeSnapshotInPages(t, framework.Widgets)
+	if len(before) != objects {
+		t.Fatalf("%d widgets, want %d", len(before), objects)
+	}
+
+	for _, s := range []struct {
+		name string
+		run  func(*testing.T, *framework.Env, framework.Snapshot, *rand.Rand)
+	}{
+		{"svm-killed", svmKilledRepeatedly},
+		{"kube-apiserver-killed", apiServerKilled},
+		{"etcd-stopped", etcdStopped},
+	} {
+		t.Run(s.name, func(t *testing.T) { s.run(t, env, before, framework.ChaosRand(seed, s.name)) })
+	}
+}
+
+// svmKilledRepeatedly kills `svm controller` with SIGKILL five times at
+// random points of one migration, starting it again each time.
+func svmKilledRepeatedly(t *testing.T, env *framework.Env, before framework.Snapshot, rnd *rand.Rand) {
+	const kills, qps = 5, 500
+	want := flip(t, env)
+	writesBefore := env.ServerRequests(t, "PATCH", "widgets")
+
+	// Each kill comes after a random number of saved chunks (at least
+	// three apart, all before the last quarter), then after a random delay
+	// of up to two chunks' time, so that it lands anywhere in the chunks
+	// that follow: while listing, inside a chunk's writes, between the
+	// last write and the save. One kill, chosen at random, lands instead
+	// while the progress of a finished chunk is being saved, which the
+	// moment of a random kill would hardly ever hit: the proxy holds the
+	// save until svm is dead.
+	chunks := objects / chunkSize
+	points := rnd.Perm(chunks*3/4 - 2*(kills-1))[:kills]
+	slices.Sort(points)
+	chunkTime := time.Second * chunkSize / qps
+	delays := make([]time.Duration, kills)
+	for i := range delays {
+		delays[i] = upTo(rnd, 2*chunkTime)
+	}
+	duringSave := rnd.IntN(kills)
+	for i := range points {
+		points[i] += 1 + 2*i
+	}
+	t.Logf("kill plan: after %v saved chunks, with delays %v, except kill %d, during the save of a chunk", points, delays, duringSave+1)
+
+	proxy := quietProxy(t, env)
+	saves := holdSaves(proxy, "svm-killed")
+	args := func(metricsAddr string) []string {
+		// Without leader election: a controller killed with SIGKILL never
+		// releases its lease, and its successor would wait out the lease
+		// (15s) five times. Taking over an expired lease is shown by
+		// TestTwoReplicasBecomeReady; resuming from the saved state is the
+		// same code with or without it.
+		return controllerArgs(metricsAddr, "--leader-elect=false", "--qps", strconv.Itoa(qps))
+	}
+	createMigration(t, env, "svm-killed")
+	retried, wasted, saved := 0, 0, 0
+	for i, point := range points {
+		metricsAddr := framework.FreeAddress(t)
+		svm := proxy.StartSVM(t, args(metricsAddr)...)
+		// Each run saves at least one chunk of its own before it is
+		// killed, whatever the previous run managed after its kill point.
+		target := max(point*chunkSize, saved+chunkSize)
+		waitMigration(t, env, "svm-killed", within, func(m *migrationv1alpha1.StorageVersionMigration) bool {
+			return m.Status.Progress.Listed >= int64(target)
+		})
+		// Retries are counted by each process, and are lost with it.
+		scrape := func() {
+			retried += int(framework.Scrape(t, metricsAddr).Sum(retries, "resource", "widgets.example.com"))
+		}
+		when := delays[i].String() + " after"
+		if i == duringSave {
+			when = "while saving the chunk after"
+			release := saves.holdNext(t)
+			scrape()
+			svm.Kill()
+			release()
+		} else {
+			time.Sleep(delays[i])
+			scrape()
+			svm.Kill()
+		}
+
+		m := getMigration(t, env, "svm-killed")
+		if finished(m) {
+			t.Fatalf("kill %d: the migration had finished (%+v); the kill proves nothing", i+1, m.Status.Conditions)
+		}
+		// Nobody else writes widgets, so every write svm made is counted
+		// in the saved progress as rewritten or (a repeat, answered 409)
+		// skipped, unless its chunk had not been saved when svm died.
+		writes := env.ServerRequests(t, "PATCH", "widgets") - writesBefore
+		unsaved := writes - int(m.Status.Progress.Rewritten+m.Status.Progress.Skipped) - wasted
+		wasted += unsaved
+		saved = int(m.Status.Progress.Listed)
+		t.Logf("kill %d: %s %d saved objects; %d saved at the kill, %d writes so far, %d of them unsaved",
+			i+1, when, target, saved, writes, unsaved)
+	}
+
+	metricsAddr := framework.FreeAddress(t)
+	proxy.StartSVM(t, args(metricsAddr)...)
+	m := waitMigration(t, env, "svm-killed", within, succeeded)
+	retried += int(framework.Scrape(t, metricsAddr).Sum(retries, "resource", "widgets.example.com"))
+	writes := env.ServerRequests(t, "PATCH", "widgets") - writesBefore
+	// A run resumes from the last saved continue token: at most the chunk
+	// in flight at a kill is listed and written again (its rewritten
+	// objects answer 409), and nothing here fails transiently.
+	bound := objects + kills*chunkSize
+	verify(t, env, framework.Scenario{Name: "svm killed 5x (SIGKILL)", Writes: writes, Retries: retried}, m, before, want, bound)
+}
+
+// saveHolder makes the proxy hold svm's writes to a migration's status.
+type saveHolder struct {
+	path  string
+	mu    sync.Mutex
+	held  chan struct{} // closed when a save is held; nil when none is wanted
+	until chan struct{} // closed to let the held save go
+}
+
+// holdSaves lets the test hold, one at a time, the status writes of the
+// migration name that pass through proxy.
+func holdSaves(proxy *framework.Proxy, name string) *saveHolder {
+	h := &saveHolder{path: "/apis/migration.k8s.io/v1alpha1/storageversionmigrations/" + name + "/status"}
+	proxy.Intercept(func(r *http.Request) (int, http.Header, bool) {
+		if r.Method != http.MethodPatch || r.URL.Path != h.path {
+			return 0, nil, false
+		}
+		h.mu.Lock()
+		held, until := h.held, h.until
+		h.held = nil
+		h.mu.Unlock()
+		if held == nil {
+			return 0, nil, false
+		}
+		close(held)
+		<-until
+		// The client is dead by now; the API server never sees the save.
+		return http.StatusServiceUnavailable, nil, true
+	})
+	return h
+}
+
+// holdNext waits until svm's next status write to the migration reaches the
+// proxy and holds it there (the proxy forwards nothing else meanwhile). The
+// returned function answers it with 503, which only a dead client gets.
+func (h *saveHolder) holdNext(t *testing.T) (release func()) {
+	t.Helper()
+	held, until := make(chan struct{}), make(chan struct{})
+	h.mu.Lock()
+	h.held, h.until = held, until
+	h.mu.Unlock()
+	select {
+	case <-held:
+		return func() { close(until) }
+	case <-time.After(3 * time.Minute):
+		t.Fatal("svm saved no progress within 3 minutes")
+		return nil
+	}
+}
+
+// quietProxy starts a proxy to the API server for the scenario.
+func quietProxy(t *testing.T, env *framework.Env) *framework.Proxy {
+	t.Helper()
+	proxy := env.StartProxy(t)
+	// The proxy logs every request whose client or server went away: many
+	// lines that say only what the test did on purpose.
+	log.SetOutput(io.Discard)
+	t.Cleanup(func() { log.SetOutput(os.Stderr) })
+	return proxy
+}
+
+// apiServerKilled kills kube-apiserver with SIGKILL at a random point of a
+// migration and starts it again after a random pause; svm keeps running.
+func apiServerKilled(t *testing.T, env *framework.Env, before framework.Snapshot, rnd *rand.Rand) {
+	const qps = 1000
+	want := flip(t, env)
+	point := chunkSize * (10 + rnd.IntN(40))
+	delay := upTo(rnd, 2*time.Second*chunkSize/qps)
+	down := upTo(rnd, 3*time.Second)
+	t.Logf("plan: kill kube-apiserver %s after %d saved objects, start it %s later", delay, point, down)
+
+	// kube-apiserver's request counters start at zero when it restarts, so
+	// svm talks to it through a proxy that counts what svm sends, including
+	// the writes that found the server gone.
+	proxy := quietProxy(t, env)
+	metricsAddr := framework.FreeAddress(t)
+	// Without leader election: a leader that cannot renew its lease for
+	// 10s (which an API server restart may take) exits on purpose, so that
+	// the kubelet restarts it; that path is the svm-killed scenario. Here
+	// the same process must ride out the outage.
+	svm := proxy.StartSVM(t, controllerArgs(metricsAddr, "--leader-elect=false", "--qps", strconv.Itoa(qps))...)
+	createMigration(t, env, "apiserver-killed")
+	waitMigration(t, env, "apiserver-killed", within, func(m *migrationv1alpha1.StorageVersionMigration) bool {
+		return m.Status.Progress.Listed >= int64(point)
+	})
+	time.Sleep(delay)
+	if err := env.CP.KillAPIServer(); err != nil {
+		t.Fatalf("kill kube-apiserver: %v", err)
+	}
+	if atKill := proxy.Requests("PATCH", "widgets"); atKill >= objects {
+		t.Fatalf("%d writes before the kill: the migration was done and the kill proves nothing", atKill)
+	} else {
+		t.Logf("kube-apiserver killed after %d writes", atKill)
+	}
+	time.Sleep(down)
+	start := time.Now()
+	if err := env.CP.StartAPIServer(framework.Context(t, 3*time.Minute)); err != nil {
+		t.Fatalf("start kube-apiserver again: %v", err)
+	}
+	t.Logf("kube-apiserver ready again %s after its start", time.Since(start).Round(time.Millisecond))
+
+	m := waitMigration(t, env, "apiserver-killed", within, succeeded)
+	if !svm.Running() {
+		t.Error("svm controller exited during the outage")
+	}
+	retried := int(framework.Scrape(t, metricsAddr).Sum(retries, "resource", "widgets.example.com"))
+	// Each of the writes in flight when the server died is tried at most
+	// `attempts` times by each worker; a chunk whose progress could not be
+	// saved during the outage is listed and written once more (answered
+	// 409) when the migration resumes.
+	bound := objects + chunkSize + workers*attempts
+	verify(t, env, framework.Scenario{Name: "kube-apiserver killed (SIGKILL)", Writes: proxy.Requests("PATCH", "widgets"), Retries: retried}, m, before, want, bound)
+}
+
+// etcdStopped stops etcd at a random point of a migration and starts it
+// again on the same data after a random pause; kube-apiserver and svm keep
+// running.
+func etcdStopped(t *testing.T, env *framework.Env, before framework.Snapshot, rnd *rand.Rand) {
+	const qps = 1000
+	want := flip(t, env)
+	point := chunkSize * (10 + rnd.IntN(40))
+	delay := upTo(rnd, 2*time.Second*chunkSize/qps)
+	down := 2*time.Second + upTo(rnd, 6*time.Second)
+	t.Logf("plan: stop etcd %s after %d saved objects, start it %s later", delay, point, down)
+
+	writesBefore := env.ServerRequests(t, "PATCH", "widgets")
+	metricsAddr := framework.FreeAddress(t)
+	// Without leader election, as with the API server killed: the lease
+	// cannot be renewed without etcd either.
+	svm := env.StartSVM(t, controllerArgs(metricsAddr, "--leader-elect=false", "--qps", strconv.Itoa(qps))...)
+	createMigration(t, env, "etcd-stopped")
+	waitMigration(t, env, "etcd-stopped", within, func(m *migrationv1alpha1.StorageVersionMigration) bool {
+		return m.Status.Progress.Listed >= int64(point)
+	})
+	time.Sleep(delay)
+	if err := env.CP.StopEtcd(); err != nil {
+		t.Fatalf("stop etcd: %v", err)
+	}
+	if atStop := env.ServerRequests(t, "PATCH", "widgets") - writesBefore; atStop >= objects {
+		t.Fatalf("%d writes before etcd stopped: the migration was done and the outage proves nothing", atStop)
+	} else {
+		t.Logf("etcd stopped after %d writes", atStop)
+	}
+	time.Sleep(down)
+	if err := env.CP.StartEtcd(framework.Context(t, 3*time.Minute)); err != nil {
+		t.Fatalf("start etcd again: %v", err)
+	}
+
+	m := waitMigration(t, env, "etcd-stopped", within, succeeded)
+	if !svm.Running() || !env.CP.APIServerRunning() {
+		t.Errorf("svm running: %v, kube-apiserver running: %v; both should have ridden out the outage", svm.Running(), env.CP.APIServerRunning())
+	}
+	retried := int(framework.Scrape(t, metricsAddr).Sum(retries, "resource", "widgets.example.com"))
+	// As with the API server killed: writes waiting on etcd time out and are
+	// repeated at most `attempts` times per worker, and a chunk whose save
+	// failed is written once more.
+	bound := objects + chunkSize + workers*attempts
+	writes := env.ServerRequests(t, "PATCH", "widgets") - writesBefore
+	verify(t, env, framework.Scenario{Name: "etcd stopped", Writes: writes, Retries: retried}, m, before, want, bound)
+}
+
+// flip makes the other of widgets' two versions the storage version, waits
+// until discovery says so, and returns the stored versions a migration must
+// leave. Each scenario flips from wherever the previous one left off, so any
+// of them can run alone (go test -run TestChaos/<name>).
+func flip(t *testing.T, env *framework.Env) map[string]int {
+	t.Helper()
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := env.Client.Get(framework.Context(t, time.Minute), client.ObjectKey{Name: framework.WidgetsCRDName}, crd); err != nil {
+		t.Fatalf("get the widgets CRD: %v", err)
+	}
+	version := "v2"
+	if slices.ContainsFunc(crd.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool { return v.Storage && v.Name == "v2" }) {
+		version = "v1"
+	}
+	hash := env.StorageVersionHash(t, framework.Widgets)
+	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, version)
+	env.WaitStorageVersionHashChange(t, framework.Widgets, hash)
+	t.Logf("storage version of widgets flipped to %s", version)
+	return map[string]int{"example.com/" + version: objects}
+}
+
+// verify checks a scenario's outcome and reports its summary line: the
+// migration succeeded with every object accounted for, etcd holds every
+// value in the target version, no object's content changed, and the writes
+// stayed within bound.
+func verify(t *testing.T, env *framework.Env, s framework.Scenario, m *migrationv1alpha1.StorageVersionMigration, before framework.Snapshot, want map[string]int, bound int) {
+	t.Helper()
+	s.Objects = objects
+	if !succeeded(m) {
+		t.Fatalf("migration ended without success: %+v", m.Status.Conditions)
+	}
+	if p := m.Status.Progress; p.Failed != 0 || p.Rewritten+p.Skipped < objects || len(m.Status.FailedObjects) != 0 {
+		t.Errorf("progress %+v, failed objects %v: want every object rewritten or skipped, none failed", p, m.Status.FailedObjects)
+	}
+	env.ExpectStored(t, widgetsPrefix, want)
+	env.ExpectUnchangedInPages(t, framework.Widgets, before)
+	if s.Writes > bound {
+		t.Errorf("%d writes to widgets, want at most %d", s.Writes, bound)
+	}
+	s.Verified = !t.Failed()
+	s.Report(t)
+}
+
+// controllerArgs run the migration controller alone (the tests create their
+// migrations themselves) with its probes off and its metrics on
+// metricsAddr.
+func controllerArgs(metricsAddr string, extra ...string) []string {
+	return append([]string{"controller", "--trigger=false", "--leader-election-namespace", "default",
+		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", "0",
+		"--chunk-size", strconv.Itoa(chunkSize), "--workers", strconv.Itoa(workers)}, extra...)
+}
+
+// createMigration creates a migration of widgets, and deletes it when the
+// scenario ends, so that a scenario that failed leaves no running migration
+// to hold up the next one.
+func createMigration(t *testing.T, env *framework.Env, name string) {
+	t.Helper()
+	m := &migrationv1alpha1.StorageVersionMigration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: migrationv1alpha1.StorageVersionMigrationSpec{
+			Resource: migrationv1alpha1.GroupVersionResource{Group: framework.Widgets.Group, Version: framework.Widgets.Version, Resource: framework.Widgets.Resource},
+		},
+	}
+	if err := env.Client.Create(framework.Context(t, time.Minute), m); err != nil {
+		t.Fatalf("create migration: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := env.Client.Delete(ctx, m); err != nil && !apierrors.IsNotFound(err) {
+			t.Logf("delete migration %s: %v", name, err)
+		}
+	})
+}
+
+func getMigration(t *testing.T, env *framework.Env, name string) *migrationv1alpha1.StorageVersionMigration {
+	t.Helper()
+	m := &migrationv1alpha1.StorageVersionMigration{}
+	if err := env.Client.Get(framework.Context(t, time.Minute), client.ObjectKey{Name: name}, m); err != nil {
+		t.Fatalf("get migration %s: %v", name, err)
+	}
+	return m
+}
+
+// waitMigration polls the migration every 20ms (a kill should land close
+// to the moment it is aimed at) until cond holds or the migration has
+// finished, at most timeout. Errors count as "not yet": while a server is
+// away nothing answers.
+func waitMigration(t *testing.T, env *framework.Env, name string, timeout time.Duration, cond func(*migrationv1alpha1.StorageVersionMigration) bool) *migrationv1alpha1.StorageVersionMigration {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var m *migrationv1alpha1.StorageVersionMigration
+	var lastErr error
+	for time.Now().Before(deadline) {
+		got := &migrationv1alpha1.StorageVersionMigration{}
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		lastErr = env.Client.Get(ctx, client.ObjectKey{Name: name}, got)
+		cancel()
+		if lastErr == nil {
+			m = got
+			if cond(m) || finished(m) {
+				return m
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if m == nil {
+		t.Fatalf("migration %s not read within %s: %v", name, timeout, lastErr)
+	}
+	t.Fatalf("migration %s: not there within %s (last error: %v); progress %+v, conditions %+v", name, timeout, lastErr, m.Status.Progress, m.Status.Conditions)
+	return nil
+}
+
+// upTo is a random duration in [0, d).
+func upTo(rnd *rand.Rand, d time.Duration) time.Duration {
+	return time.Duration(rnd.Int64N(int64(d)))
+}
+
+func succeeded(m *migrationv1alpha1.StorageVersionMigration) bool {
+	return hasCondition(m, migrationv1alpha1.MigrationSucceeded)
+}
+
+func finished(m *migrationv1alpha1.StorageVersionMigration) bool {
+	return succeeded(m) || hasCondition(m, migrationv1alpha1.MigrationFailed)
+}
+
+func hasCondition(m *migrationv1alpha1.StorageVersionMigration, t migrationv1alpha1.MigrationConditionType) bool {
+	for _, c := range m.Status.Conditions {
+		if c.Type == t && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
