@@ -58,6 +58,7 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		newMigrateCommand(configFlags, stdout, stderr),
 		newControllerCommand(configFlags),
 		newStatusCommand(configFlags, stdout, stderr),
+		newCheckUpgradeCommand(configFlags, stdout, stderr),
 	)
 	return root
 }

@@ -16,7 +16,7 @@ import (
 
 // TestCLIRoles checks the ClusterRoles of config/rbac/cli: they are not
 // part of config/default and nothing binds them; svm-viewer is read-only
-// and lets `svm status` work, svm-migrator lets `svm migrate` work; and
+// and lets `svm status` and `svm check-upgrade` work, svm-migrator lets `svm migrate` work; and
 // without the role it needs, each command fails with one readable line.
 func TestCLIRoles(t *testing.T) {
 	env := framework.Start(t, controlplane.Options{})
@@ -43,7 +43,7 @@ func TestCLIRoles(t *testing.T) {
 	for _, rule := range clusterRole(t, cliObjs, "svm-viewer").Rules {
 		if slices.ContainsFunc(rule.Verbs, func(v string) bool { return !slices.Contains([]string{"get", "list", "watch"}, v) }) ||
 			slices.Contains(rule.Resources, "*") || slices.Contains(rule.APIGroups, "*") {
-			t.Errorf("svm-viewer grants more than reading svm's and the in-tree migrations: %+v", rule)
+			t.Errorf("svm-viewer grants more than reading: %+v", rule)
 		}
 	}
 	for _, rule := range clusterRole(t, cliObjs, "svm-migrator").Rules {
@@ -76,6 +76,15 @@ func TestCLIRoles(t *testing.T) {
 		code, stdout, stderr := framework.RunSVM(t, viewer, time.Minute, "status")
 		if code != 0 || stderr != "" || !strings.Contains(stdout, "widgets-by-hand") {
 			t.Errorf("svm status as svm-viewer: exit %d, want 0 with the migration and nothing on stderr\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+	})
+	t.Run("check-upgrade with svm-viewer", func(t *testing.T) {
+		// The widgets are still stored in v1 and the CRD says so: a
+		// target that decodes only v2 is unsafe (exit 3), a verdict the
+		// viewer's reads were enough to reach.
+		code, stdout, stderr := framework.RunSVM(t, viewer, time.Minute, "check-upgrade", "--decodable", "widgets.example.com=v2")
+		if code != 3 || stderr != "" || !strings.Contains(stdout, "widgets.example.com") || !strings.Contains(stdout, "unsafe") {
+			t.Errorf("svm check-upgrade as svm-viewer: exit %d, want 3 (unsafe) and nothing on stderr\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 		}
 	})
 	// (svm-migrator may list everything, svm's objects included, so

@@ -1,0 +1,246 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+	apiserverinternalv1alpha1 "k8s.io/api/apiserverinternal/v1alpha1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/resources"
+	"github.com/svm-project/svm/internal/upgrade"
+)
+
+// The exit codes of `svm check-upgrade`. A verdict is an answer, not an
+// error, and scripts branch on it: each has its own code, and 1 stays
+// what it is for every svm command, "could not find out".
+const (
+	ExitUnsafe  = 3
+	ExitUnknown = 4
+)
+
+// CheckUpgradeOptions are the options of `svm check-upgrade`.
+type CheckUpgradeOptions struct {
+	ConfigFlags *genericclioptions.ConfigFlags
+	// Decodable are --decodable flags, RESOURCE[.GROUP]=VERSION[,VERSION...].
+	Decodable []string
+	// Files are target files (upgrade.TargetFile).
+	Files []string
+	// Output is table, json or yaml.
+	Output string
+
+	Out, ErrOut io.Writer
+	// Exit ends the process with a verdict's exit code. Main turns every
+	// error into exit code 1 and a message, but a verdict is neither, so
+	// the command exits with it itself, after printing.
+	Exit func(code int)
+
+	target    upgrade.Target
+	host      string
+	discovery *discovery.DiscoveryClient
+	dynamic   dynamic.Interface
+	kube      kubernetes.Interface
+}
+
+var (
+	checkUpgradeOutputs = []string{"table", "json", "yaml"}
+
+	crdResource                   = apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions")
+	storageVersionAPIGroupVersion = apiserverinternalv1alpha1.SchemeGroupVersion
+)
+
+func newCheckUpgradeCommand(configFlags *genericclioptions.ConfigFlags, out, errOut io.Writer) *cobra.Command {
+	o := &CheckUpgradeOptions{ConfigFlags: configFlags, Out: out, ErrOut: errOut, Exit: os.Exit}
+	cmd := &cobra.Command{
+		Use:   "check-upgrade (--decodable RESOURCE[.GROUP]=VERSION[,VERSION...]... | -f FILE)",
+		Short: "Check that a target API server can decode every version objects may be stored in",
+		Long: "Before an upgrade, a downgrade or removing a CRD version: given the versions the target API\n" +
+			"server decodes, tell for each resource named whether objects may be stored in a version the\n" +
+			"target cannot decode. What may be stored comes from svm's StorageStates, discovery, CRDs'\n" +
+			"status.storedVersions and, where it is served, the StorageVersion API, whose API servers must\n" +
+			"agree on the version they write.\n\n" +
+			"A version is VERSION (in the resource's group) or GROUP/VERSION. A file lists them as\n\n" +
+			"  version: v1\n" +
+			"  decodable:\n" +
+			"    widgets.example.com: [v2]\n" +
+			"    deployments.apps: [v1]\n\n" +
+			"Exit codes: 0 safe, 3 unsafe, 4 unknown (svm cannot tell what is stored, nothing is unsafe),\n" +
+			"1 the check could not be made.",
+		Example: "  svm check-upgrade --decodable widgets.example.com=v2 --decodable deployments.apps=v1\n" +
+			"  svm check-upgrade -f target.yaml -o json",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Complete(); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			verdict, err := o.Run(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if code := ExitCode(verdict); code != 0 {
+				o.Exit(code)
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringArrayVar(&o.Decodable, "decodable", nil, "RESOURCE[.GROUP]=VERSION[,VERSION...]: versions the target decodes for a resource; repeat for more resources")
+	fs.StringArrayVarP(&o.Files, "filename", "f", nil, "file listing the versions the target decodes, by resource (see above); may be repeated")
+	fs.StringVarP(&o.Output, "output", "o", "table", "output format: "+strings.Join(checkUpgradeOutputs, ", ")+" (json and yaml have a stable, versioned structure)")
+	return cmd
+}
+
+// ExitCode is the exit code of `svm check-upgrade` for a verdict.
+func ExitCode(v upgrade.Verdict) int {
+	switch v {
+	case upgrade.VerdictSafe:
+		return 0
+	case upgrade.VerdictUnsafe:
+		return ExitUnsafe
+	default:
+		return ExitUnknown
+	}
+}
+
+// Complete reads the target and builds the clients. It sends no request.
+func (o *CheckUpgradeOptions) Complete() error {
+	o.target = upgrade.Target{}
+	for _, f := range o.Decodable {
+		if err := o.target.ParseDecodable(f); err != nil {
+			return err
+		}
+	}
+	for _, path := range o.Files {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("read target file: %w", err)
+		}
+		if err := o.target.ParseFile(data); err != nil {
+			return fmt.Errorf("target file %s: %w", path, err)
+		}
+	}
+	cfg, err := restConfig(o.ConfigFlags)
+	if err != nil {
+		return err
+	}
+	o.host = cfg.Host
+	if o.discovery, err = resources.NewDiscoveryClient(cfg); err != nil {
+		return err
+	}
+	if o.dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+		return err
+	}
+	o.kube, err = kubernetes.NewForConfig(cfg)
+	return err
+}
+
+// Validate checks the flags.
+func (o *CheckUpgradeOptions) Validate() error {
+	if !slices.Contains(checkUpgradeOutputs, o.Output) {
+		return fmt.Errorf("--output must be one of %s, got %q", strings.Join(checkUpgradeOutputs, ", "), o.Output)
+	}
+	if len(o.target) == 0 {
+		return errors.New("say what the target API server decodes: --decodable RESOURCE[.GROUP]=VERSION[,VERSION...] or -f FILE")
+	}
+	return nil
+}
+
+// Run reads what may be stored, prints the report and returns its verdict.
+func (o *CheckUpgradeOptions) Run(ctx context.Context) (upgrade.Verdict, error) {
+	in, err := o.fetch(ctx)
+	if err != nil {
+		return "", err
+	}
+	r := upgrade.Check(*in)
+	switch o.Output {
+	case "json":
+		err = upgrade.WriteJSON(o.Out, r)
+	case "yaml":
+		err = upgrade.WriteYAML(o.Out, r)
+	default:
+		err = upgrade.WriteTable(o.Out, r)
+	}
+	return r.Verdict, err
+}
+
+// fetch reads discovery, svm's StorageStates, the CRDs and, where served,
+// the StorageVersions. Discovery comes first, so that an unreachable server
+// is one plain error. A group whose discovery failed is not an error: the
+// resources it holds are judged unknown.
+func (o *CheckUpgradeOptions) fetch(ctx context.Context) (*upgrade.Input, error) {
+	in := &upgrade.Input{Target: o.target}
+	groups, lists, err := o.discovery.ServerGroupsAndResourcesWithContext(ctx)
+	if failed, ok := discovery.GroupDiscoveryFailedErrorGroups(err); ok {
+		for gv := range failed {
+			in.Discovery.FailedGroupVersions = append(in.Discovery.FailedGroupVersions, gv)
+		}
+		slices.SortFunc(in.Discovery.FailedGroupVersions, func(a, b schema.GroupVersion) int { return strings.Compare(a.String(), b.String()) })
+	} else if err != nil {
+		// The request's URL repeats the host; say it once.
+		var urlErr *url.Error
+		if errors.As(err, &urlErr) {
+			err = urlErr.Err
+		}
+		return nil, fmt.Errorf("reach the API server at %s: %w", o.host, err)
+	}
+	groupList := &metav1.APIGroupList{}
+	in.Discovery.GroupVersions = map[string][]string{}
+	for _, g := range groups {
+		groupList.Groups = append(groupList.Groups, *g)
+		for _, v := range g.Versions {
+			in.Discovery.GroupVersions[g.Name] = append(in.Discovery.GroupVersions[g.Name], v.Version)
+		}
+	}
+	for _, list := range lists {
+		gv, err := schema.ParseGroupVersion(list.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, r := range list.APIResources {
+			if strings.Contains(r.Name, "/") {
+				continue
+			}
+			in.Discovery.Resources = append(in.Discovery.Resources, upgrade.DiscoveredResource{
+				GroupResource: gv.WithResource(r.Name).GroupResource(), Kind: r.Kind, StorageVersionHash: r.StorageVersionHash,
+			})
+		}
+	}
+
+	in.SVMServed = served(groupList, migrationv1alpha1.GroupVersion)
+	if in.SVMServed {
+		if in.StorageStates, err = listAs[migrationv1alpha1.StorageState](ctx, o.dynamic, storageStatesResource); err != nil {
+			return nil, err
+		}
+	}
+	if served(groupList, apiextensionsv1.SchemeGroupVersion) {
+		if in.CRDs, err = listAs[apiextensionsv1.CustomResourceDefinition](ctx, o.dynamic, crdResource); err != nil {
+			return nil, err
+		}
+	}
+	in.StorageVersionAPIServed = served(groupList, storageVersionAPIGroupVersion)
+	if in.StorageVersionAPIServed {
+		list, err := o.kube.InternalV1alpha1().StorageVersions().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("list storageversions.%s: %w", storageVersionAPIGroupVersion.Group, err)
+		}
+		in.StorageVersions = list.Items
+	}
+	return in, nil
+}
