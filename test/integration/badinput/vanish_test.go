@@ -1,0 +1,328 @@
+package badinput_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/test/framework"
+)
+
+// When a CRD is deleted during its migration, the API server deletes every
+// one of its objects, then stops serving the resource. What svm reports
+// depends on one thing, whether its list had reached the end:
+//
+//   - it had: every object that existed when the migration started was
+//     listed and either rewritten or found deleted (skipped). Nothing is
+//     left in an old version, and the migration Succeeded.
+//   - it had not: the next chunk's list answers 404 and the migration ends
+//     Failed with ResourceNotFound, at once and for good. svm cannot tell a
+//     deleted CRD from a resource that merely stopped being served (an API
+//     server of a skewed version behind the same load balancer, an
+//     APIService removed for a while), whose unlisted objects would still
+//     be in etcd in the old version. Claiming success would let the trigger
+//     record a storage version that some objects may not have; a Failed
+//     migration with the server's message says exactly what happened and
+//     costs a new migration if the resource comes back.
+//
+// Both scenarios hold every rewrite of svm's in an admission webhook until
+// the CRD is gone, so the deletion lands deterministically after the first
+// list and before the second one (or before the end, with one chunk).
+
+func (s *suite) crdDeletedAfterLastList(t *testing.T) {
+	r := framework.Resource{Group: "gone-late.example.com", Plural: "latecomers", Kind: "Latecomer"}
+	const n = 60 // one chunk: the list has ended when the CRD goes
+	m, writes := s.deleteCRDMidMigration(t, r, "crd-gone-late", n)
+	if !isTrue(m, migrationv1alpha1.MigrationSucceeded) {
+		t.Fatalf("conditions %+v, want Succeeded: every object was listed, then found deleted", m.Status.Conditions)
+	}
+	if p := m.Status.Progress; p.Listed != n || p.Skipped != n || p.Rewritten != 0 || p.Failed != 0 {
+		t.Errorf("progress %+v, want all %d listed and skipped as deleted", p, n)
+	}
+	if writes > n {
+		t.Errorf("%d writes for %d objects: deleted objects were retried", writes, n)
+	}
+	framework.Scenario{Name: "CRD deleted after the last list", Objects: n, Writes: writes, Retries: s.retries(t, r), Verified: !t.Failed()}.Report(t)
+}
+
+func (s *suite) crdDeletedBeforeListEnds(t *testing.T) {
+	r := framework.Resource{Group: "gone-early.example.com", Plural: "earlybirds", Kind: "Earlybird"}
+	const n = chunkSize + 50 // two chunks: the second list finds no resource
+	m, writes := s.deleteCRDMidMigration(t, r, "crd-gone-early", n)
+	failed := condition(m, migrationv1alpha1.MigrationFailed)
+	if failed.Status != "True" || failed.Reason != "ResourceNotFound" || !strings.Contains(failed.Message, "could not find the requested resource") {
+		t.Fatalf("conditions %+v, want Failed with ResourceNotFound and the server's message", m.Status.Conditions)
+	}
+	if p := m.Status.Progress; p.Listed != chunkSize || p.Skipped != chunkSize || p.Rewritten != 0 || p.Failed != 0 {
+		t.Errorf("progress %+v, want the first chunk of %d listed and skipped as deleted", p, chunkSize)
+	}
+	if writes > chunkSize {
+		t.Errorf("%d writes for a chunk of %d: deleted objects were retried", writes, chunkSize)
+	}
+	framework.Scenario{Name: "CRD deleted before the list ends", Objects: n, Writes: writes, Retries: s.retries(t, r), Verified: !t.Failed()}.Report(t)
+}
+
+// deleteCRDMidMigration creates r with n objects, migrates it with the
+// controller, and deletes its CRD while the first chunk's writes are held
+// by a webhook. It returns the finished migration and the writes svm sent,
+// having checked that nothing of r is left in etcd and that svm sends no
+// more requests for r once the migration ended.
+func (s *suite) deleteCRDMidMigration(t *testing.T, r framework.Resource, name string, n int) (*migrationv1alpha1.StorageVersionMigration, int) {
+	t.Helper()
+	env := s.env
+	ctx := framework.Context(t, 3*time.Minute)
+	env.CreateResource(t, r)
+	env.CreateObjects(t, r, []string{"badinput-" + r.Plural}, n)
+
+	gate := make(chan struct{})
+	var release sync.Once
+	open := func() { release.Do(func() { close(gate) }) }
+	t.Cleanup(open)
+	hook := framework.StartAdmissionWebhook(t, env, framework.AdmissionHook{
+		Resource: r, TimeoutSeconds: 30, FailurePolicy: admissionregistrationv1.Ignore,
+		Review: func(ctx context.Context, _ *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+			}
+			return &admissionv1.AdmissionResponse{Allowed: true}
+		},
+	})
+	s.createMigration(t, name, r)
+	if !framework.WaitFor(ctx, time.Minute, func() bool { return hook.TotalCalls() > 0 }) {
+		t.Fatal("svm never wrote an object")
+	}
+
+	crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: r.CRDName()}}
+	if err := env.Client.Delete(ctx, crd); err != nil {
+		t.Fatalf("delete CRD: %v", err)
+	}
+	gone := framework.WaitFor(ctx, time.Minute, func() bool {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(crd), crd)
+		_, lerr := env.Dynamic.Resource(r.GVR("v1")).List(ctx, metav1.ListOptions{Limit: 1})
+		return apierrors.IsNotFound(err) && apierrors.IsNotFound(lerr)
+	})
+	if !gone {
+		t.Fatalf("CRD %s still served a minute after its deletion", r.CRDName())
+	}
+	open()
+	m := s.waitFinished(t, name, time.Minute)
+	s.expectSettled(t, name)
+	// svm's own counts: the API server counts no request for a resource
+	// it no longer serves.
+	const requests = "storage_migrator_core_migrator_requests_total"
+	lists := s.controllerMetric(t, requests, r, "verb", "list")
+	time.Sleep(time.Second)
+	if after := s.controllerMetric(t, requests, r, "verb", "list"); after != lists {
+		t.Errorf("svm listed %s %d more times after the migration ended", r.Plural, after-lists)
+	}
+	if reasons := framework.EventReasons(env.Events(t, "StorageVersionMigration", name)); reasons["Stopped"] != 0 {
+		t.Errorf("events %v: the controller took the resource's 404 for its migration's deletion", reasons)
+	}
+	// A 404 is final: for an object deleted, and for a resource no
+	// longer served.
+	if retries := s.retries(t, r); retries != 0 {
+		t.Errorf("%d requests for %s retried", retries, r.Plural)
+	}
+	if left := env.RawValues(t, r.EtcdPrefix()); len(left) != 0 {
+		t.Errorf("%d objects of the deleted CRD left in etcd", len(left))
+	}
+	return m, s.controllerMetric(t, requests, r, "verb", "patch")
+}
+
+// namespaceDeleted deletes a namespace between two chunks. The list goes on
+// from its snapshot, so the namespace's objects still come in the next
+// chunk; their writes answer 404, and svm counts them as skipped: they no
+// longer exist, so nothing is left in an old version. The migration
+// succeeds, and the other namespaces' objects are rewritten and unchanged.
+// It runs the engine directly, whose chunk callback places the deletion
+// exactly between two chunks; the controller and `svm migrate` run the
+// same engine.
+func (s *suite) namespaceDeleted(t *testing.T) {
+	env := s.env
+	r := framework.Resource{Group: "nsgone.example.com", Plural: "nsgadgets", Kind: "NsGadget"}
+	// Objects are listed in key order, namespace first: one chunk per
+	// namespace, and the doomed one in the middle.
+	namespaces := []string{"badinput-ns-a", "badinput-ns-b", "badinput-ns-c"}
+	doomed := namespaces[1]
+	const n, chunk = 150, 50
+	env.CreateResource(t, r)
+	env.CreateObjects(t, r, namespaces, n)
+	env.FlipStorage(t, r)
+	before := env.TakeSnapshot(t, r.GVR("v1"))
+
+	m, requests, retries := newMigrator(t, env.Config, migrator.Options{ChunkSize: chunk})
+	chunks := 0
+	res, err := m.Run(framework.Context(t, 2*time.Minute), migrator.Request{
+		Resource: r.GVR("v1"),
+		OnChunk: func(context.Context, migrator.State) error {
+			if chunks++; chunks == 1 {
+				deleteNamespace(t, env, doomed, r.GVR("v1"))
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatalf("migration: %v", err)
+	}
+	if p := res.Progress; p.Listed != n || p.Rewritten != n-n/3 || p.Skipped != n/3 || p.Failed != 0 {
+		t.Errorf("progress %+v, want %d listed, %d rewritten and the deleted namespace's %d skipped", p, n, n-n/3, n/3)
+	}
+	env.ExpectStored(t, r.EtcdPrefix(), map[string]int{r.Group + "/v2": n - n/3})
+	var deleted []string
+	for key := range before {
+		if strings.HasPrefix(key, doomed+"/") {
+			deleted = append(deleted, key)
+		}
+	}
+	if diff := before.Without(deleted...).Diff(env.TakeSnapshot(t, r.GVR("v1"))); diff != "" {
+		t.Errorf("the other namespaces' objects changed (-before +after):\n%s", diff)
+	}
+	writes := requests.Count("PATCH")
+	if writes != n {
+		t.Errorf("%d writes, want one per listed object (%d)", writes, n)
+	}
+	framework.Scenario{Name: "namespace deleted mid-migration", Objects: n, Writes: writes, Retries: int(retries.Load()), Verified: !t.Failed()}.Report(t)
+}
+
+// deleteNamespace deletes namespace as kube-controller-manager would, which
+// does not run here: delete it, delete its objects (only objects of gvr
+// live in it), then finalize it.
+func deleteNamespace(t *testing.T, env *framework.Env, namespace string, gvr schema.GroupVersionResource) {
+	t.Helper()
+	ctx := framework.Context(t, time.Minute)
+	namespaces := env.Kube.CoreV1().Namespaces()
+	if err := namespaces.Delete(ctx, namespace, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete namespace %s: %v", namespace, err)
+	}
+	if err := env.Dynamic.Resource(gvr).Namespace(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatalf("delete the objects of namespace %s: %v", namespace, err)
+	}
+	ns, err := namespaces.Get(ctx, namespace, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Spec.Finalizers = nil
+	if _, err := namespaces.Finalize(ctx, ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("finalize namespace %s: %v", namespace, err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := namespaces.Get(ctx, namespace, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("namespace %s not gone: %v", namespace, err)
+	}
+}
+
+// objectsBeingDeleted migrates objects that carry a finalizer, half of them
+// deleted (a deletionTimestamp set, waiting for the finalizer). An update
+// that keeps the finalizers is allowed on them, and svm's empty write
+// touches neither metadata.finalizers nor metadata.deletionTimestamp: every
+// object is rewritten, none is removed or blocked, and once their
+// finalizers are released the deleted ones go away as they would have.
+func (s *suite) objectsBeingDeleted(t *testing.T) {
+	env := s.env
+	ctx := framework.Context(t, 3*time.Minute)
+	r := framework.Resource{Group: "final.example.com", Plural: "finalgadgets", Kind: "FinalGadget"}
+	const ns, n, finalizer = "badinput-final", 40, "example.com/hold"
+	env.CreateResource(t, r)
+	env.CreateNamespace(t, ns)
+	objects := env.Dynamic.Resource(r.GVR("v1")).Namespace(ns)
+	var deleting []string
+	for i := range n {
+		obj := r.Object("v1", fmt.Sprintf("obj-%05d", i), i)
+		if i%4 != 3 {
+			obj.SetFinalizers([]string{finalizer})
+		}
+		if _, err := objects.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			if err := objects.Delete(ctx, obj.GetName(), metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			deleting = append(deleting, obj.GetName())
+		}
+	}
+	env.FlipStorage(t, r)
+	before := env.TakeSnapshot(t, r.GVR("v1"))
+	for _, name := range deleting {
+		if obj := before[ns+"/"+name]; obj == nil || obj["metadata"].(map[string]any)["deletionTimestamp"] == nil {
+			t.Fatalf("%s is not being deleted: %v", name, obj)
+		}
+	}
+
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.CP.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	patches := env.ServerRequests(t, "PATCH", r.Plural)
+	code, stdout, stderr := framework.RunSVM(t, kubeconfig, 2*time.Minute, "migrate", r.CRDName())
+	if code != 0 {
+		t.Fatalf("svm migrate exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	if want := fmt.Sprintf("%s: rewritten %d, skipped 0, failed 0 in ", r.CRDName(), n); !strings.Contains(stdout, want) {
+		t.Errorf("summary lacks %q:\n%s", want, stdout)
+	}
+	writes := env.ServerRequests(t, "PATCH", r.Plural) - patches
+	env.ExpectStored(t, r.EtcdPrefix(), map[string]int{r.Group + "/v2": n})
+	// deletionTimestamp, deletionGracePeriodSeconds and finalizers are part
+	// of the snapshot: unchanged.
+	env.ExpectUnchanged(t, r.GVR("v1"), before)
+
+	// Nothing of svm's holds them: released, they go.
+	for _, name := range deleting {
+		if _, err := objects.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatalf("release %s: %v", name, err)
+		}
+	}
+	if left := len(env.RawValues(t, r.EtcdPrefix())); left != n-len(deleting) {
+		t.Errorf("%d objects in etcd after releasing the %d being deleted, want %d", left, len(deleting), n-len(deleting))
+	}
+	framework.Scenario{Name: "objects being deleted, with finalizers", Objects: n, Writes: writes, Retries: writes - n, Verified: !t.Failed()}.Report(t)
+}
+
+// newMigrator builds an engine whose requests and retries are counted.
+func newMigrator(t *testing.T, cfg *rest.Config, opts migrator.Options) (*migrator.Migrator, *framework.RequestCounter, *atomic.Int64) {
+	t.Helper()
+	cfg, counter := framework.Counting(cfg)
+	md, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retries := &retryCounter{}
+	opts.Observer = retries
+	return migrator.New(md, disc, opts), counter, &retries.n
+}
+
+type retryCounter struct {
+	migrator.NopObserver
+	n atomic.Int64
+}
+
+func (c *retryCounter) Retry(schema.GroupResource, error) { c.n.Add(1) }
