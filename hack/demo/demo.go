@@ -491,7 +491,7 @@ func (d *demo) startSVM(ctx context.Context) (*svmProcess, error) {
 	}
 	args := []string{"controller", "--kubeconfig", kubeconfig,
 		"--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0",
-		"--trigger-interval", triggerInterval.String(), "--max-parallel=4",
+		"--trigger-interval", triggerInterval.String(), "--max-parallel=4", "--crd-settle-delay=2s",
 		"--qps", fmt.Sprint(d.o.QPS), "--chunk-size=100"}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -44,6 +45,8 @@ type ControllerOptions struct {
 	TriggerRetryDelay   time.Duration
 	MigrateUnhashed     bool
 	PruneStoredVersions bool
+	CRDSettleDelay      time.Duration
+	StorageVersionAPI   bool
 }
 
 func newControllerCommand(configFlags *genericclioptions.ConfigFlags) *cobra.Command {
@@ -72,6 +75,8 @@ func newControllerCommand(configFlags *genericclioptions.ConfigFlags) *cobra.Com
 	fs.BoolVar(&o.PruneStoredVersions, "prune-stored-versions", true, "after a successful triggered migration of a custom resource, cut its CRD's status.storedVersions to the storage version")
 	fs.BoolVar(&o.MigrateUnhashed, "migrate-unhashed", true, "migrate once, when first seen, every resource whose discovery reports no storage version hash (some aggregated APIs), since the trigger cannot see its storage version change")
 	fs.DurationVar(&o.TriggerRetryDelay, "trigger-retry-delay", time.Minute, "delay before a failed triggered migration is followed by a new one; doubles per failure up to an hour")
+	fs.DurationVar(&o.CRDSettleDelay, "crd-settle-delay", 15*time.Second, "after a custom resource's storage version changes, wait this long before migrating it, so that every API server has seen the change (CRDs have no StorageVersion object to tell); 0 does not wait")
+	fs.BoolVar(&o.StorageVersionAPI, "storage-version-api", true, "where the cluster serves the StorageVersion API (internal.apiserver.k8s.io/v1alpha1), watch it and trust its common encoding version over discovery; while API servers disagree, migrations of the resource wait")
 	return cmd
 }
 
@@ -82,6 +87,9 @@ func (o *ControllerOptions) Validate() error {
 	}
 	if o.Trigger && (o.TriggerInterval <= 0 || o.StaleAfter <= 0 || o.TriggerRetryDelay <= 0) {
 		return fmt.Errorf("--trigger-interval, --storage-state-stale-after and --trigger-retry-delay must be positive")
+	}
+	if o.CRDSettleDelay < 0 {
+		return fmt.Errorf("--crd-settle-delay must not be negative, got %s", o.CRDSettleDelay)
 	}
 	return o.Engine.validate()
 }
@@ -144,6 +152,7 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 	r := &migration.Reconciler{
 		Client:      mgr.GetClient(),
 		Migrator:    m,
+		Guard:       migration.APIStorageGuard{Reader: mgr.GetAPIReader()},
 		Recorder:    mgr.GetEventRecorder("svm-controller"),
 		Metrics:     svmMetrics,
 		MaxParallel: o.MaxParallel,
@@ -159,8 +168,13 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 		t := &storagestate.Controller{
 			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Discovery: disc,
 			Interval: o.TriggerInterval, StaleAfter: o.StaleAfter, RetryBase: o.TriggerRetryDelay,
-			PruneStoredVersions: o.PruneStoredVersions, MigrateUnhashed: o.MigrateUnhashed,
+			PruneStoredVersions: o.PruneStoredVersions, MigrateUnhashed: o.MigrateUnhashed, SettleDelay: o.CRDSettleDelay,
 			Recorder: mgr.GetEventRecorder("svm-trigger"), Metrics: svmMetrics, Health: tracker,
+		}
+		if o.StorageVersionAPI {
+			if t.StorageVersions, err = kubernetes.NewForConfig(cfg); err != nil {
+				return err
+			}
 		}
 		if err := t.SetupWithManager(ctx, mgr); err != nil {
 			return fmt.Errorf("set up trigger: %w", err)

@@ -38,6 +38,25 @@ type Input struct {
 	RetryBase, RetryMax time.Duration
 	// CRD, for custom resources, is what the CRD says it has stored.
 	CRD *CRDStorage
+	// Encoding, where the StorageVersion API reports on the resource, is
+	// what the API servers encode it in. It takes precedence over
+	// Observed: discovery is one API server's view.
+	Encoding *Encoding
+	// SettleDelay applies to custom resources: a migration starts only
+	// once the current storage version hash has been seen for this long,
+	// so that every API server has seen the CRD change. There is no
+	// StorageVersion object for a CRD's resource to say when they have.
+	SettleDelay time.Duration
+}
+
+// Encoding is what the StorageVersion API says about one resource.
+type Encoding struct {
+	// Common is the hash of the version every API server encodes the
+	// resource in (status.commonEncodingVersion), "" while they disagree.
+	Common string
+	// Reported are the hashes of every version any API server reports
+	// encoding the resource in.
+	Reported []string
 }
 
 // CRDStorage is what a CustomResourceDefinition records about storage. The
@@ -72,17 +91,32 @@ type Decision struct {
 
 // Decide applies the StorageState life-cycle to one resource.
 func Decide(in Input) Decision {
+	if in.Encoding != nil {
+		if in.Encoding.Common == "" {
+			return disagree(in)
+		}
+		common := in.Encoding.Common
+		in.Observed = &common
+	}
 	if in.State == nil {
 		if in.Observed == nil {
 			return Decision{}
 		}
 		hash := *in.Observed
-		return Decision{
-			DeleteMigrations:   unfinishedOwned(in.Migrations, ""),
-			CreateState:        true,
-			Status:             &migrationv1alpha1.StorageStateStatus{PersistedStorageVersionHashes: []string{migrationv1alpha1.UnknownStorageVersionHash}, CurrentStorageVersionHash: hash, LastHeartbeatTime: metaTime(in.Now)},
-			CreateMigrationFor: &hash,
+		d := Decision{
+			DeleteMigrations: unfinishedOwned(in.Migrations, ""),
+			CreateState:      true,
+			Status: &migrationv1alpha1.StorageStateStatus{
+				PersistedStorageVersionHashes: []string{migrationv1alpha1.UnknownStorageVersionHash},
+				CurrentStorageVersionHash:     hash, CurrentStorageVersionSince: ptrTime(in.Now), LastHeartbeatTime: metaTime(in.Now),
+			},
 		}
+		if wait := in.settling(in.Now); wait > 0 {
+			d.RequeueAfter = wait
+			return d
+		}
+		d.CreateMigrationFor = &hash
+		return d
 	}
 
 	status := in.State.Status.DeepCopy()
@@ -109,13 +143,19 @@ func Decide(in Input) Decision {
 			// The storage version changed: objects may now be in either
 			// version until a migration to the new one succeeds.
 			status.CurrentStorageVersionHash = hash
+			status.CurrentStorageVersionSince = ptrTime(in.Now)
 			if !slices.Contains(status.PersistedStorageVersionHashes, hash) {
 				status.PersistedStorageVersionHashes = append(status.PersistedStorageVersionHashes, hash)
 			}
 			d.DeleteMigrations = unfinishedOwned(in.Migrations, hash)
-			if !hasUnfinishedOwned(in.Migrations, hash) {
-				d.CreateMigrationFor = &hash
+			if hasUnfinishedOwned(in.Migrations, hash) {
+				return d
 			}
+			if wait := in.settling(in.Now); wait > 0 {
+				d.RequeueAfter = wait
+				return d
+			}
+			d.CreateMigrationFor = &hash
 			return d
 		}
 	}
@@ -147,8 +187,15 @@ func Decide(in Input) Decision {
 	if hasUnfinished(live) || hasUnfinishedOwned(in.Migrations, current) {
 		return d
 	}
-	// No migration is under way for the current hash: start one, after a
+	// No migration is under way for the current hash: start one, once
+	// every API server has had time to see a CRD's change, and after a
 	// growing delay if svm's earlier ones failed.
+	if since := in.State.Status.CurrentStorageVersionSince; since == nil {
+		// Seen before svm recorded when: long settled.
+	} else if wait := in.settling(since.Time); wait > 0 {
+		d.RequeueAfter = wait
+		return d
+	}
 	failures, last := failedOwned(live, current)
 	if failures > 0 {
 		due := last.Add(backoff(in.RetryBase, in.RetryMax, failures))
@@ -159,6 +206,49 @@ func Decide(in Input) Decision {
 	}
 	d.CreateMigrationFor = &current
 	return d
+}
+
+// disagree is the decision while API servers encode the resource in
+// different versions, as during a rolling upgrade: objects are being
+// written in every reported version, so each may be stored, the current
+// version is unknown, and a migration now would leave behind whatever the
+// servers still on the old version write. svm's migrations of the resource
+// stop; a new one starts when the servers agree (the current hash then
+// changes from Unknown).
+func disagree(in Input) Decision {
+	var d Decision
+	status := &migrationv1alpha1.StorageStateStatus{PersistedStorageVersionHashes: []string{migrationv1alpha1.UnknownStorageVersionHash}}
+	if in.State == nil {
+		d.CreateState = true
+	} else {
+		status = in.State.Status.DeepCopy()
+		if len(status.PersistedStorageVersionHashes) == 0 {
+			status.PersistedStorageVersionHashes = []string{migrationv1alpha1.UnknownStorageVersionHash}
+		}
+	}
+	for _, h := range in.Encoding.Reported {
+		if !slices.Contains(status.PersistedStorageVersionHashes, h) {
+			status.PersistedStorageVersionHashes = append(status.PersistedStorageVersionHashes, h)
+		}
+	}
+	if status.CurrentStorageVersionHash != migrationv1alpha1.UnknownStorageVersionHash {
+		status.CurrentStorageVersionHash = migrationv1alpha1.UnknownStorageVersionHash
+		status.CurrentStorageVersionSince = ptrTime(in.Now)
+	}
+	status.LastHeartbeatTime = metaTime(in.Now)
+	d.Status = status
+	d.DeleteMigrations = unfinishedOwned(in.Migrations, "")
+	return d
+}
+
+// settling is how long a custom resource's migration must still wait for
+// API servers to settle on a storage version first seen at since, 0 for
+// none.
+func (in Input) settling(since time.Time) time.Duration {
+	if in.CRD == nil || in.SettleDelay <= 0 {
+		return 0
+	}
+	return max(metaTime(since).Add(in.SettleDelay).Sub(in.Now), 0)
 }
 
 // IsStale reports whether a StorageState's heartbeat is older than window:

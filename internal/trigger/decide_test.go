@@ -51,6 +51,12 @@ func status(now time.Time, current string, persisted ...string) *migrationv1alph
 	return &migrationv1alpha1.StorageStateStatus{CurrentStorageVersionHash: current, PersistedStorageVersionHashes: persisted, LastHeartbeatTime: metav1.NewTime(now)}
 }
 
+// changed is st with the current hash first seen at since.
+func changed(st *migrationv1alpha1.StorageStateStatus, since time.Time) *migrationv1alpha1.StorageStateStatus {
+	st.CurrentStorageVersionSince = ptr(metav1.NewTime(since))
+	return st
+}
+
 func TestDecide(t *testing.T) {
 	now := t0.Add(time.Hour)
 	tests := []struct {
@@ -61,7 +67,7 @@ func TestDecide(t *testing.T) {
 		{
 			name: "first sight: Unknown, the hash, a migration, and svm's stale migrations stopped",
 			in:   Input{Now: now, Observed: ptr("A"), Migrations: []migrationv1alpha1.StorageVersionMigration{owned("old", "Z", t0, ""), user("mine", t0, "", "")}},
-			want: Decision{DeleteMigrations: []string{"old"}, CreateState: true, Status: status(now, "A", unknown), CreateMigrationFor: ptr("A")},
+			want: Decision{DeleteMigrations: []string{"old"}, CreateState: true, Status: changed(status(now, "A", unknown), now), CreateMigrationFor: ptr("A")},
 		},
 		{
 			name: "no state and no discovery answer: nothing",
@@ -77,12 +83,12 @@ func TestDecide(t *testing.T) {
 			name: "hash changed: append, stop svm's other migrations (never a user's), migrate to it",
 			in: Input{Now: now, Observed: ptr("B"), State: state(t0, "A", "A"),
 				Migrations: []migrationv1alpha1.StorageVersionMigration{owned("to-a", "A", t0, ""), user("mine", t0, "", "")}},
-			want: Decision{DeleteMigrations: []string{"to-a"}, Status: status(now, "B", "A", "B"), CreateMigrationFor: ptr("B")},
+			want: Decision{DeleteMigrations: []string{"to-a"}, Status: changed(status(now, "B", "A", "B"), now), CreateMigrationFor: ptr("B")},
 		},
 		{
 			name: "flipped back: the old hash is not listed twice",
 			in:   Input{Now: now, Observed: ptr("A"), State: state(t0, "B", "A", "B")},
-			want: Decision{Status: status(now, "A", "A", "B"), CreateMigrationFor: ptr("A")},
+			want: Decision{Status: changed(status(now, "A", "A", "B"), now), CreateMigrationFor: ptr("A")},
 		},
 		{
 			name: "success for the current hash refines the list",
@@ -152,7 +158,76 @@ func TestDecide(t *testing.T) {
 		{
 			name: "a state whose status was never written counts as Unknown",
 			in:   Input{Now: now, Observed: ptr("A"), State: &migrationv1alpha1.StorageState{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(t0)}}},
-			want: Decision{Status: status(now, "A", unknown, "A"), CreateMigrationFor: ptr("A")},
+			want: Decision{Status: changed(status(now, "A", unknown, "A"), now), CreateMigrationFor: ptr("A")},
+		},
+		{
+			name: "servers disagree: Unknown, every reported hash persisted, svm's migrations stopped (never a user's)",
+			in: Input{Now: now, Observed: ptr("A"), State: state(t0, "A", "A"), Encoding: &Encoding{Reported: []string{"A", "B"}},
+				Migrations: []migrationv1alpha1.StorageVersionMigration{owned("to-a", "A", t0, ""), user("mine", t0, "", "")}},
+			want: Decision{DeleteMigrations: []string{"to-a"}, Status: changed(status(now, unknown, "A", "B"), now)},
+		},
+		{
+			name: "servers disagree at first sight: a state that says Unknown, no migration",
+			in:   Input{Now: now, Observed: ptr("A"), Encoding: &Encoding{Reported: []string{"B", "A"}}},
+			want: Decision{CreateState: true, Status: changed(status(now, unknown, unknown, "B", "A"), now)},
+		},
+		{
+			name: "servers still disagree: heartbeat only, Unknown since it began",
+			in: Input{Now: now, State: func() *migrationv1alpha1.StorageState {
+				s := state(t0, unknown, "A", "B")
+				s.Status.CurrentStorageVersionSince = ptr(metav1.NewTime(t0))
+				return s
+			}(), Encoding: &Encoding{Reported: []string{"A", "B"}}},
+			want: Decision{Status: changed(status(now, unknown, "A", "B"), t0)},
+		},
+		{
+			name: "servers agree again: the common version is current, and migrated to",
+			in:   Input{Now: now, Observed: ptr("A"), State: state(t0, unknown, "A", "B"), Encoding: &Encoding{Common: "B", Reported: []string{"B"}}},
+			want: Decision{Status: changed(status(now, "B", "A", "B"), now), CreateMigrationFor: ptr("B")},
+		},
+		{
+			name: "the StorageVersion API's common version prevails over one server's discovery",
+			in:   Input{Now: now, Observed: ptr("A"), State: state(t0, "B", "B"), Encoding: &Encoding{Common: "B", Reported: []string{"B"}}},
+			want: Decision{Status: status(now, "B", "B")},
+		},
+		{
+			name: "a CRD's storage changed: the hash is recorded, the migration waits for the servers to settle",
+			in: Input{Now: now, Observed: ptr("B"), State: state(t0, "A", "A"), CRD: &CRDStorage{Generation: 2}, SettleDelay: 30 * time.Second,
+				Migrations: []migrationv1alpha1.StorageVersionMigration{owned("to-a", "A", t0, "")}},
+			want: Decision{DeleteMigrations: []string{"to-a"}, Status: changed(status(now, "B", "A", "B"), now), RequeueAfter: 30 * time.Second},
+		},
+		{
+			name: "a CRD's resource at first sight waits too",
+			in:   Input{Now: now, Observed: ptr("A"), CRD: &CRDStorage{Generation: 1}, SettleDelay: 30 * time.Second},
+			want: Decision{CreateState: true, Status: changed(status(now, "A", unknown), now), RequeueAfter: 30 * time.Second},
+		},
+		{
+			name: "settling: wait out the rest",
+			in: Input{Now: t0.Add(20 * time.Second), State: func() *migrationv1alpha1.StorageState {
+				s := state(t0, "B", "A", "B")
+				s.Status.CurrentStorageVersionSince = ptr(metav1.NewTime(t0))
+				return s
+			}(), CRD: &CRDStorage{Generation: 2}, SettleDelay: 30 * time.Second},
+			want: Decision{RequeueAfter: 10 * time.Second},
+		},
+		{
+			name: "settled: migrate",
+			in: Input{Now: t0.Add(30 * time.Second), State: func() *migrationv1alpha1.StorageState {
+				s := state(t0, "B", "A", "B")
+				s.Status.CurrentStorageVersionSince = ptr(metav1.NewTime(t0))
+				return s
+			}(), CRD: &CRDStorage{Generation: 2}, SettleDelay: 30 * time.Second},
+			want: Decision{CreateMigrationFor: ptr("B")},
+		},
+		{
+			name: "a state from before svm recorded when the hash was seen is settled",
+			in:   Input{Now: now, State: state(now, "B", "A", "B"), CRD: &CRDStorage{Generation: 2}, SettleDelay: 30 * time.Second},
+			want: Decision{CreateMigrationFor: ptr("B")},
+		},
+		{
+			name: "built-in resources do not wait: their servers report in the StorageVersion API",
+			in:   Input{Now: now, Observed: ptr("B"), State: state(t0, "A", "A"), SettleDelay: 30 * time.Second},
+			want: Decision{Status: changed(status(now, "B", "A", "B"), now), CreateMigrationFor: ptr("B")},
 		},
 		{
 			name: "the current hash Unknown (servers disagree): never migrate",

@@ -53,6 +53,13 @@ type StorageStateStatus struct {
 	// +kubebuilder:validation:MaxLength=64
 	CurrentStorageVersionHash string `json:"currentStorageVersionHash,omitempty"`
 
+	// CurrentStorageVersionSince is when svm first saw the current storage
+	// version hash. For a custom resource, svm waits a settle delay after
+	// it before migrating, so that every API server has seen the CRD's
+	// storage version change.
+	// +optional
+	CurrentStorageVersionSince *metav1.Time `json:"currentStorageVersionSince,omitempty"`
+
 	// LastHeartbeatTime is the last time svm checked the resource's storage
 	// version and updated this status.
 	// +optional

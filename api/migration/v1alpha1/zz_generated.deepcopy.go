@@ -172,6 +172,10 @@ func (in *StorageStateStatus) DeepCopyInto(out *StorageStateStatus) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.CurrentStorageVersionSince != nil {
+		in, out := &in.CurrentStorageVersionSince, &out.CurrentStorageVersionSince
+		*out = (*in).DeepCopy()
+	}
 	in.LastHeartbeatTime.DeepCopyInto(&out.LastHeartbeatTime)
 }
 

@@ -47,6 +47,11 @@ const FieldManager = "svm-migration-controller"
 type Reconciler struct {
 	Client   client.Client
 	Migrator *migrator.Migrator
+	// Guard, if set, is read before and after every run: a migration
+	// waits while API servers disagree on the storage version, and starts
+	// over instead of succeeding if the storage version may have changed
+	// while it ran.
+	Guard    StorageGuard
 	Recorder events.EventRecorder
 	// Metrics, if set, counts finished migrations; the engine reports the
 	// rest itself.
@@ -151,6 +156,32 @@ func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVe
 	log.Info("Migration started", "reason", reason)
 
 	gvr := schema.GroupVersionResource{Group: m.Spec.Resource.Group, Version: m.Spec.Resource.Version, Resource: m.Spec.Resource.Resource}
+	if r.Guard != nil {
+		fp, err := r.Guard.Fingerprint(ctx, gvr.GroupResource())
+		switch {
+		case err != nil:
+			r.retryLater(ctx, m, err)
+			return
+		case fp.Disagreement != "":
+			// Whatever is rewritten now, a server still on the old
+			// version may write back in it: wait for agreement.
+			r.waitLater(ctx, m, status, ReasonStorageVersionsDisagree, fp.Disagreement+"; waiting for them to agree")
+			return
+		case status.StorageFingerprint == "":
+			status.StorageFingerprint = fp.Value
+		case status.StorageFingerprint != fp.Value:
+			// The storage version may have changed while the migration
+			// was stopped: what it rewrote before may be in the old one.
+			r.event(m, corev1.EventTypeWarning, ReasonStorageVersionChanged, "The storage version may have changed since the migration started: starting over")
+			log.Info("Storage version changed since the migration started; starting over", "was", status.StorageFingerprint, "now", fp.Value)
+			startOver(status, fp.Value)
+			if err := r.saveStartOver(ctx, m, status); err != nil {
+				r.retryLater(ctx, m, err)
+				return
+			}
+			resume = nil
+		}
+	}
 	res, err := r.Migrator.Run(ctx, migrator.Request{
 		Resource: gvr,
 		Resume:   resume,
@@ -183,6 +214,26 @@ func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVe
 		log.Info("Migration deleted while running")
 		r.event(m, corev1.EventTypeNormal, ReasonStopped, "Stopped: the migration was deleted")
 		return
+	}
+	if err == nil && r.Guard != nil {
+		// Done means done only if the storage version did not change
+		// while the objects were rewritten.
+		fp, gerr := r.Guard.Fingerprint(ctx, gvr.GroupResource())
+		switch {
+		case gerr != nil:
+			r.retryLater(ctx, m, gerr)
+			return
+		case fp.Disagreement != "" || fp.Value != status.StorageFingerprint:
+			why := fp.Disagreement
+			if why == "" {
+				why = "the storage version may have changed while the migration ran"
+			}
+			r.event(m, corev1.EventTypeWarning, ReasonStorageVersionChanged, why+": starting over")
+			log.Info("Storage version changed during the migration; starting over", "was", status.StorageFingerprint, "now", fp.Value, "disagreement", fp.Disagreement)
+			startOver(status, "")
+			r.redo(ctx, m, status, why+"; starting over")
+			return
+		}
 	}
 	out := finish(status, res, err, metav1.NewTime(r.Clock.Now()))
 	// The final writes must outlive the run's context: once the API server
@@ -250,6 +301,61 @@ func (r *Reconciler) retryLater(ctx context.Context, m *migrationv1alpha1.Storag
 		r.event(m, corev1.EventTypeWarning, ReasonRetrying, truncate(fmt.Sprintf("Retrying in %s: %v", delay, err), 1024))
 	}
 	klog.FromContext(ctx).Info("Migration will be retried", "migration", klog.KObj(m), "after", delay, "err", err)
+}
+
+// waitLater ends this run without error: the migration stays Running with
+// reason and message, and is tried again after the backoff.
+func (r *Reconciler) waitLater(ctx context.Context, m *migrationv1alpha1.StorageVersionMigration, status *migrationv1alpha1.StorageVersionMigrationStatus, reason, message string) {
+	status.Conditions = setCondition(status.Conditions, migrationv1alpha1.MigrationRunning, corev1.ConditionTrue, reason, message, metav1.NewTime(r.Clock.Now()))
+	if err := r.patchStatus(ctx, m, status); err != nil {
+		r.retryLater(ctx, m, err)
+		return
+	}
+	r.retryLater(ctx, m, errors.New(message))
+}
+
+// redo saves a status that starts the migration over and has it run again
+// after the backoff (which also gives the servers time to settle).
+func (r *Reconciler) redo(ctx context.Context, m *migrationv1alpha1.StorageVersionMigration, status *migrationv1alpha1.StorageVersionMigrationStatus, message string) {
+	final, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	status.Conditions = setCondition(status.Conditions, migrationv1alpha1.MigrationRunning, corev1.ConditionTrue, ReasonStorageVersionChanged, message, metav1.NewTime(r.Clock.Now()))
+	if err := r.saveStartOver(final, m, status); err != nil {
+		r.retryLater(ctx, m, err)
+		return
+	}
+	r.retryLater(ctx, m, errors.New(message))
+}
+
+// saveStartOver saves a status that startOver reset, and an empty continue
+// token. A merge patch leaves out what is empty, so the fields started
+// over are removed with explicit nulls.
+func (r *Reconciler) saveStartOver(ctx context.Context, m *migrationv1alpha1.StorageVersionMigration, status *migrationv1alpha1.StorageVersionMigrationStatus) error {
+	var fingerprint any
+	if status.StorageFingerprint != "" {
+		fingerprint = status.StorageFingerprint
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": m.UID}, "status": map[string]any{
+		"conditions": status.Conditions, "progress": nil, "resourceVersionCheckpoint": nil,
+		"storageVersionHash": nil, "storageFingerprint": fingerprint, "failedObjects": nil,
+	}})
+	if err != nil {
+		return err
+	}
+	if err := r.patch(ctx, m, patch, true); err != nil {
+		return err
+	}
+	return r.patchContinueToken(ctx, m, "")
+}
+
+// startOver forgets a migration's progress, keeping its conditions and
+// start time, with fingerprint as the new starting point.
+func startOver(st *migrationv1alpha1.StorageVersionMigrationStatus, fingerprint string) {
+	st.Progress = migrationv1alpha1.MigrationProgress{}
+	st.ResourceVersionCheckpoint = ""
+	st.StorageVersionHash = ""
+	st.FailedObjects = nil
+	st.StorageFingerprint = fingerprint
 }
 
 // forget records that m's run ended for good.

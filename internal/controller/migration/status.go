@@ -20,6 +20,12 @@ const (
 	ReasonCompleted           = "Completed"
 	ReasonAllObjectsRewritten = "AllObjectsRewritten"
 	ReasonObjectsFailed       = "ObjectsFailed"
+	// ReasonStorageVersionsDisagree: API servers encode the resource in
+	// different versions; the migration waits (Running) until they agree.
+	ReasonStorageVersionsDisagree = "StorageVersionsDisagree"
+	// ReasonStorageVersionChanged: the storage version may have changed
+	// while the migration ran; it starts over.
+	ReasonStorageVersionChanged = "StorageVersionChanged"
 )
 
 // Reasons of svm's events that are no condition's.

@@ -13,12 +13,16 @@ import (
 	"strconv"
 	"time"
 
+	apiserverinternalv1alpha1 "k8s.io/api/apiserverinternal/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -49,6 +53,7 @@ const FieldManager = "svm-trigger"
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations,verbs=list;watch;create;delete
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=list
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions/status,verbs=update
+// +kubebuilder:rbac:groups=internal.apiserver.k8s.io,resources=storageversions,verbs=list;watch
 
 // Controller is the triggering controller. It runs with leadership.
 type Controller struct {
@@ -83,9 +88,21 @@ type Controller struct {
 	// Health, if set, is told after every round that the loop is alive, so
 	// that a stuck loop fails the liveness probe.
 	Health *health.Tracker
+	// StorageVersions, if set, reads the StorageVersion API where the
+	// cluster serves it: the trigger then watches StorageVersion objects,
+	// decides on every change, and trusts their common encoding version
+	// over discovery (one API server's view).
+	StorageVersions kubernetes.Interface
+	// SettleDelay: a custom resource is migrated only once its current
+	// storage version has been seen for this long (trigger.Input).
+	SettleDelay time.Duration
 
 	kick     chan struct{}
 	versions map[schema.GroupResource]string // last discovered version of each resource
+	kinds    map[schema.GroupResource]string // and its kind
+	// storageVersions holds the StorageVersion objects, nil when the API
+	// is not served (or not asked for).
+	storageVersions toolscache.Store
 	// retries holds the retry each resource was last seen waiting for,
 	// so that its event is recorded once, not every round.
 	retries map[schema.GroupResource]string
@@ -102,6 +119,7 @@ func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	c.RetryMax = cmpOr(c.RetryMax, time.Hour)
 	c.kick = make(chan struct{}, 1)
 	c.versions = map[schema.GroupResource]string{}
+	c.kinds = map[schema.GroupResource]string{}
 	c.retries = map[schema.GroupResource]string{}
 	informer, err := mgr.GetCache().GetInformer(ctx, &migrationv1alpha1.StorageVersionMigration{})
 	if err != nil {
@@ -149,6 +167,9 @@ func (c *Controller) Start(ctx context.Context) error {
 	if err := c.resetStale(ctx); err != nil {
 		return err
 	}
+	if err := c.watchStorageVersions(ctx); err != nil {
+		return err
+	}
 	discoverAt := c.Clock.Now()
 	var retry <-chan time.Time
 	for {
@@ -180,6 +201,68 @@ func (c *Controller) after(d time.Duration) <-chan time.Time {
 		return nil
 	}
 	return c.Clock.After(d)
+}
+
+// watchStorageVersions starts watching StorageVersion objects if the
+// cluster serves them, and waits until they are all read. Every change
+// calls for a round: a change of encoding version is seen at once, not at
+// the next discovery round, so none is missed between two.
+func (c *Controller) watchStorageVersions(ctx context.Context) error {
+	log := klog.FromContext(ctx)
+	if c.StorageVersions == nil {
+		return nil
+	}
+	gv := apiserverinternalv1alpha1.SchemeGroupVersion.String()
+	list, err := c.Discovery.ServerResourcesForGroupVersion(gv)
+	switch {
+	case apierrors.IsNotFound(err):
+		log.Info("The StorageVersion API is not served; storage versions come from discovery alone", "groupVersion", gv)
+		return nil
+	case err != nil:
+		return fmt.Errorf("discover %s: %w", gv, err)
+	case !slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == "storageversions" }):
+		log.Info("The StorageVersion API is not served; storage versions come from discovery alone", "groupVersion", gv)
+		return nil
+	}
+	client := c.StorageVersions.InternalV1alpha1().StorageVersions()
+	lw := &toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return client.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return client.Watch(ctx, opts)
+		},
+	}
+	informer := toolscache.NewSharedIndexInformer(lw, &apiserverinternalv1alpha1.StorageVersion{}, 0, toolscache.Indexers{})
+	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.poke() },
+		UpdateFunc: func(any, any) { c.poke() },
+		DeleteFunc: func(any) { c.poke() },
+	}); err != nil {
+		return err
+	}
+	go informer.RunWithContext(ctx)
+	if !toolscache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		return ctx.Err()
+	}
+	c.storageVersions = informer.GetStore()
+	log.Info("Watching the StorageVersion API: its common encoding versions prevail over discovery, and migrations wait while API servers disagree")
+	return nil
+}
+
+// encoding is what the StorageVersion API says about gr, nil when it says
+// nothing (not served, no object for gr, or gr not yet discovered).
+func (c *Controller) encoding(gr schema.GroupResource) *trigger.Encoding {
+	kind, ok := c.kinds[gr]
+	if c.storageVersions == nil || !ok {
+		return nil
+	}
+	obj, exists, err := c.storageVersions.GetByKey(trigger.StorageVersionName(gr))
+	if err != nil || !exists {
+		return nil
+	}
+	sv, _ := obj.(*apiserverinternalv1alpha1.StorageVersion)
+	return trigger.EncodingOf(sv, kind)
 }
 
 // resetStale re-creates every StorageState whose heartbeat is older than
@@ -226,6 +309,7 @@ func (c *Controller) round(ctx context.Context, discover bool) time.Duration {
 		c.Metrics.DiscoveryPolled(nil, len(found.FailedGroups))
 		for _, r := range found.Resources {
 			c.versions[r.GroupResource()] = r.Version
+			c.kinds[r.GroupResource()] = r.Kind
 			if r.StorageVersionHash == "" {
 				unhashed = append(unhashed, r.GroupResource())
 				continue
@@ -284,6 +368,7 @@ func (c *Controller) round(ctx context.Context, discover bool) time.Duration {
 		d := trigger.Decide(trigger.Input{
 			Now: now, Observed: hash, State: stateOf[gr], Migrations: migrationsOf[gr],
 			RetryBase: c.RetryBase, RetryMax: c.RetryMax, CRD: crdStorage(crdOf[gr]),
+			Encoding: c.encoding(gr), SettleDelay: c.SettleDelay,
 		})
 		if err := c.apply(ctx, gr, stateOf[gr], crdOf[gr], migrationsOf[gr], d); err != nil {
 			log.Error(err, "Apply trigger decision", "resource", gr)
@@ -376,6 +461,9 @@ func (c *Controller) apply(ctx context.Context, gr schema.GroupResource, state *
 }
 
 func supersededNote(d trigger.Decision) string {
+	if d.Status != nil && d.Status.CurrentStorageVersionHash == migrationv1alpha1.UnknownStorageVersionHash {
+		return "Stopped by the trigger: API servers disagree on the storage version; a new migration starts when they agree"
+	}
 	if d.CreateMigrationFor != nil {
 		return "Stopped by the trigger: superseded by a migration to storage version hash " + *d.CreateMigrationFor
 	}

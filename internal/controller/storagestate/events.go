@@ -38,7 +38,13 @@ type transition struct {
 // hash, and whether the persisted hashes became the current one alone.
 func statusTransitions(old, updated *migrationv1alpha1.StorageStateStatus) []transition {
 	var out []transition
-	if old.CurrentStorageVersionHash != "" && updated.CurrentStorageVersionHash != old.CurrentStorageVersionHash {
+	if old.CurrentStorageVersionHash != "" && updated.CurrentStorageVersionHash != old.CurrentStorageVersionHash &&
+		updated.CurrentStorageVersionHash == migrationv1alpha1.UnknownStorageVersionHash {
+		out = append(out, transition{
+			reason: ReasonStorageVersionChanged, action: "Update", metric: metrics.TransitionStorageVersionChanged,
+			note: fmt.Sprintf("API servers disagree on the storage version (StorageVersion API; was hash %s): persisted hashes now %s; migrations wait until they agree", old.CurrentStorageVersionHash, list(updated.PersistedStorageVersionHashes)),
+		})
+	} else if old.CurrentStorageVersionHash != "" && updated.CurrentStorageVersionHash != old.CurrentStorageVersionHash {
 		out = append(out, transition{
 			reason: ReasonStorageVersionChanged, action: "Update", metric: metrics.TransitionStorageVersionChanged,
 			note: fmt.Sprintf("Storage version hash changed from %s to %s; persisted hashes now %s", old.CurrentStorageVersionHash, updated.CurrentStorageVersionHash, list(updated.PersistedStorageVersionHashes)),

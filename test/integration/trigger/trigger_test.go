@@ -31,7 +31,10 @@ var (
 // SIGKILL keeps its lease until it expires, which would only slow the test.
 func args(staleAfter string) []string {
 	return []string{"controller", "--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
-		"--max-parallel", "4", "--trigger-interval", "2s", "--storage-state-stale-after", staleAfter}
+		"--max-parallel", "4", "--trigger-interval", "2s", "--storage-state-stale-after", staleAfter,
+		// One control plane: one API server to settle. TestCRDSettleDelay
+		// tests the wait itself.
+		"--crd-settle-delay", "1s"}
 }
 
 // waitState polls the widgets' StorageState until cond holds.

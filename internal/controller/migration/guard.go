@@ -1,0 +1,98 @@
+package migration
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	apiserverinternalv1alpha1 "k8s.io/api/apiserverinternal/v1alpha1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/svm-project/svm/internal/trigger"
+)
+
+// Fingerprint is what decides a resource's storage version, as read at one
+// moment: if it differs at the end of a migration from its start, the
+// storage version may have changed while objects were being rewritten,
+// and the migration proves nothing.
+type Fingerprint struct {
+	// Value changes whenever the storage version may have: the CRD's
+	// generation and storage version, the StorageVersion object's
+	// resourceVersion. Empty when neither exists (discovery alone).
+	Value string
+	// Disagreement, when not empty, says that API servers encode the
+	// resource in different versions (a rolling upgrade under way), so
+	// that whatever a migration rewrites now may be written back in an
+	// old version by another server.
+	Disagreement string
+}
+
+// StorageGuard reads fingerprints.
+type StorageGuard interface {
+	Fingerprint(ctx context.Context, gr schema.GroupResource) (Fingerprint, error)
+}
+
+// APIStorageGuard reads the fingerprint from the API server: the CRD for a
+// custom resource, the StorageVersion object (internal.apiserver.k8s.io)
+// where it is served. It lists by name, which the controller's role
+// already allows for every resource, so it needs no other permission.
+type APIStorageGuard struct {
+	// Reader should read from the API server, not a cache: a cache that
+	// lags would hide the very change the guard looks for.
+	Reader client.Reader
+}
+
+// Fingerprint implements StorageGuard.
+func (g APIStorageGuard) Fingerprint(ctx context.Context, gr schema.GroupResource) (Fingerprint, error) {
+	var parts []string
+	var fp Fingerprint
+	if gr.Group != "" {
+		var crds apiextensionsv1.CustomResourceDefinitionList
+		if err := g.Reader.List(ctx, &crds, client.MatchingFields{"metadata.name": gr.Resource + "." + gr.Group}); err != nil {
+			return fp, fmt.Errorf("read the CRD of %s: %w", gr, err)
+		}
+		for _, crd := range crds.Items {
+			storage := ""
+			for _, v := range crd.Spec.Versions {
+				if v.Storage {
+					storage = v.Name
+				}
+			}
+			parts = append(parts, "crd="+strconv.FormatInt(crd.Generation, 10)+"/"+storage)
+		}
+	}
+	var svs apiserverinternalv1alpha1.StorageVersionList
+	err := g.Reader.List(ctx, &svs, client.MatchingFields{"metadata.name": trigger.StorageVersionName(gr)})
+	switch {
+	case meta.IsNoMatchError(err):
+		// The StorageVersion API is not served: discovery alone.
+	case err != nil:
+		return fp, fmt.Errorf("read the StorageVersion of %s: %w", gr, err)
+	}
+	for _, sv := range svs.Items {
+		parts = append(parts, "storageversion="+sv.ResourceVersion)
+		fp.Disagreement = disagreement(&sv)
+	}
+	fp.Value = strings.Join(parts, ",")
+	return fp, nil
+}
+
+// disagreement describes the API servers' disagreement on the encoding
+// version in a StorageVersion object, "" when they agree (or none has
+// reported).
+func disagreement(sv *apiserverinternalv1alpha1.StorageVersion) string {
+	if sv.Status.CommonEncodingVersion != nil || len(sv.Status.StorageVersions) == 0 {
+		return ""
+	}
+	var each []string
+	for _, s := range sv.Status.StorageVersions {
+		each = append(each, s.EncodingVersion+" ("+s.APIServerID+")")
+	}
+	slices.Sort(each)
+	return "API servers encode " + sv.Name + " in different versions: " + strings.Join(each, ", ")
+}

@@ -1,0 +1,73 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// Peer is a second kube-apiserver on the control plane's etcd, as in a
+// highly available control plane: the same data, credentials and serving
+// certificate, its own port, flags and log.
+type Peer struct {
+	// URL is the peer's https URL.
+	URL string
+
+	cp      *ControlPlane
+	process *process
+}
+
+// StartPeer starts another kube-apiserver on the control plane's etcd with
+// the base flags and flags (which may differ from the first server's, as
+// during a rolling upgrade), and waits until it is ready. name tells its
+// log apart. Stop it with Peer.Stop; Stop of the control plane does not.
+func (cp *ControlPlane) StartPeer(ctx context.Context, name string, flags ...string) (*Peer, error) {
+	ports, err := freePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	url := "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	args := slices.DeleteFunc(slices.Clone(cp.baseFlags), func(f string) bool {
+		return strings.HasPrefix(f, "--secure-port=") || strings.HasPrefix(f, "--cert-dir=")
+	})
+	args = append(args, "--secure-port="+strconv.Itoa(ports[0]), "--cert-dir="+cp.path(name+"-certs"))
+	args = append(args, flags...)
+	p := &Peer{URL: url, cp: cp, process: &process{
+		name:    "kube-apiserver " + name,
+		path:    filepath.Join(cp.binDir, "kube-apiserver"),
+		logPath: cp.path("kube-apiserver-" + name + ".log"),
+		args:    args,
+	}}
+	if err := p.process.start(); err != nil {
+		return nil, err
+	}
+	client, err := rest.HTTPClientFor(p.RESTConfig())
+	if err != nil {
+		_ = p.Stop()
+		return nil, fmt.Errorf("build readiness client: %w", err)
+	}
+	if err := p.process.waitReady(ctx, cp.startTimeout, func(ctx context.Context) error {
+		return httpOK(ctx, client, url+"/readyz")
+	}); err != nil {
+		_ = p.Stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+// RESTConfig is an admin client configuration for the peer.
+func (p *Peer) RESTConfig() *rest.Config {
+	cfg := p.cp.RESTConfig()
+	cfg.Host = p.URL
+	return cfg
+}
+
+// Stop stops the peer gracefully (SIGTERM).
+func (p *Peer) Stop() error { return p.process.stop(syscall.SIGTERM, 30*time.Second) }
