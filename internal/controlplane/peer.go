@@ -26,8 +26,10 @@ type Peer struct {
 
 // StartPeer starts another kube-apiserver on the control plane's etcd with
 // the base flags and flags (which may differ from the first server's, as
-// during a rolling upgrade), and waits until it is ready. name tells its
-// log apart. Stop it with Peer.Stop; Stop of the control plane does not.
+// during a rolling upgrade), and waits until it is ready. name is its
+// hostname, so that it has an identity of its own (the program must call
+// RunHostnameHelper), and tells its log apart. Stop it with Peer.Stop;
+// Stop of the control plane does not.
 func (cp *ControlPlane) StartPeer(ctx context.Context, name string, flags ...string) (*Peer, error) {
 	ports, err := freePorts(1)
 	if err != nil {
@@ -40,10 +42,11 @@ func (cp *ControlPlane) StartPeer(ctx context.Context, name string, flags ...str
 	args = append(args, "--secure-port="+strconv.Itoa(ports[0]), "--cert-dir="+cp.path(name+"-certs"))
 	args = append(args, flags...)
 	p := &Peer{URL: url, cp: cp, process: &process{
-		name:    "kube-apiserver " + name,
-		path:    filepath.Join(cp.binDir, "kube-apiserver"),
-		logPath: cp.path("kube-apiserver-" + name + ".log"),
-		args:    args,
+		name:     "kube-apiserver " + name,
+		path:     filepath.Join(cp.binDir, "kube-apiserver"),
+		logPath:  cp.path("kube-apiserver-" + name + ".log"),
+		args:     args,
+		hostname: name,
 	}}
 	if err := p.process.start(); err != nil {
 		return nil, err
@@ -71,3 +74,19 @@ func (p *Peer) RESTConfig() *rest.Config {
 
 // Stop stops the peer gracefully (SIGTERM).
 func (p *Peer) Stop() error { return p.process.stop(syscall.SIGTERM, 30*time.Second) }
+
+// Pause stops the peer (SIGSTOP) without ending it: it answers nothing and
+// observes nothing until Resume, as a server stalled or cut off for a
+// while, and then catches up.
+func (p *Peer) Pause() error { return p.signal(syscall.SIGSTOP) }
+
+// Resume lets a paused peer run again (SIGCONT).
+func (p *Peer) Resume() error { return p.signal(syscall.SIGCONT) }
+
+func (p *Peer) signal(sig syscall.Signal) error {
+	pid := p.process.pid()
+	if pid == 0 {
+		return fmt.Errorf("%s is not running", p.process.name)
+	}
+	return syscall.Kill(pid, sig)
+}

@@ -18,6 +18,9 @@ type process struct {
 	path    string
 	args    []string
 	logPath string
+	// hostname, if set, runs the process in a UTS namespace of its own
+	// under this hostname (see RunHostnameHelper).
+	hostname string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -40,6 +43,12 @@ func (p *process) start() error {
 	// The child dies with us: a test binary killed on timeout must not leave
 	// servers behind holding ports and data directories.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if p.hostname != "" {
+		if err := withHostname(cmd, p.hostname); err != nil {
+			logFile.Close()
+			return fmt.Errorf("start %s: %w", p.name, err)
+		}
+	}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return fmt.Errorf("start %s: %w", p.name, err)

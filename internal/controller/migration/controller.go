@@ -169,7 +169,7 @@ func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVe
 			return
 		case status.StorageFingerprint == "":
 			status.StorageFingerprint = fp.Value
-		case status.StorageFingerprint != fp.Value:
+		case !sameStorage(status.StorageFingerprint, fp):
 			// The storage version may have changed while the migration
 			// was stopped: what it rewrote before may be in the old one.
 			r.event(m, corev1.EventTypeWarning, ReasonStorageVersionChanged, "The storage version may have changed since the migration started: starting over")
@@ -223,7 +223,7 @@ func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVe
 		case gerr != nil:
 			r.retryLater(ctx, m, gerr)
 			return
-		case fp.Disagreement != "" || fp.Value != status.StorageFingerprint:
+		case fp.Disagreement != "" || !sameStorage(status.StorageFingerprint, fp):
 			why := fp.Disagreement
 			if why == "" {
 				why = "the storage version may have changed while the migration ran"

@@ -7,13 +7,11 @@ package ha_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -187,8 +185,3 @@ func waitState(t *testing.T, env *framework.Env, what string, cond func(*migrati
 	}
 	return s
 }
-
-var (
-	_ = fmt.Sprint
-	_ = corev1.ConditionTrue
-)
