@@ -11,7 +11,7 @@ import (
 type Scenario struct {
 	Name     string
 	Objects  int
-	Writes   int // PATCH requests the API server counted for the resource
+	Writes   int // PATCH requests the API server counted for the resource, or -1 when not measured
 	Retries  int // requests svm had to repeat, or -1 when not measured
 	Verified bool
 }
@@ -23,11 +23,7 @@ func (s Scenario) String() string {
 	if s.Verified {
 		verified = "yes"
 	}
-	retries := "n/a"
-	if s.Retries >= 0 {
-		retries = fmt.Sprint(s.Retries)
-	}
-	return fmt.Sprintf("SCENARIO %-40s objects=%d writes=%d retries=%s verified=%s", s.Name, s.Objects, s.Writes, retries, verified)
+	return fmt.Sprintf("SCENARIO %-40s objects=%d writes=%s retries=%s verified=%s", s.Name, s.Objects, measured(s.Writes), measured(s.Retries), verified)
 }
 
 // Report logs the scenario's summary line; Verified must be set only after
@@ -35,4 +31,12 @@ func (s Scenario) String() string {
 func (s Scenario) Report(t testing.TB) {
 	t.Helper()
 	t.Log(s.String())
+}
+
+// measured prints a count, or n/a for one not measured (negative).
+func measured(n int) string {
+	if n < 0 {
+		return "n/a"
+	}
+	return fmt.Sprint(n)
 }

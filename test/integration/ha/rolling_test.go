@@ -228,3 +228,57 @@ func peerKubeconfig(t *testing.T, env *framework.Env, peer *controlplane.Peer) s
 	}
 	return path
 }
+
+// TestRollingUpgradeServersSwitchTogether: both API servers keep the old
+// version until the rollout ends, then both move to the new one (the voting
+// design's second scenario). Here both are stopped and started again with
+// the raised compatibility version; svm rides out the outage, sees the
+// common version change through its watch, and migrates every object to
+// the new version once the servers agree on it.
+func TestRollingUpgradeServersSwitchTogether(t *testing.T) {
+	env := framework.Start(t, controlplane.Options{APIServerFlags: compatible35})
+	env.InstallCRDs(t, framework.CRDBasesDir())
+	peer, err := env.CP.StartPeer(framework.Context(t, 3*time.Minute), "apiserver-b", compatible35...)
+	if err != nil {
+		t.Fatalf("start the second API server: %v", err)
+	}
+	t.Cleanup(func() { _ = peer.Stop() })
+	createPolicies(t, env.Kube, "by-a", 20)
+	createPolicies(t, kubernetes.NewForConfigOrDie(peer.RESTConfig()), "by-b", 20)
+	waitStorageVersion(t, env, "both on the old version", func(sv *storageVersion) bool {
+		return len(sv.Status.StorageVersions) == 2 && sv.Status.CommonEncodingVersion != nil && *sv.Status.CommonEncodingVersion == policies.Group+"/v1beta1"
+	})
+	env.ExpectStored(t, policiesKeys, map[string]int{policies.Group + "/v1beta1": 40})
+	before := env.TakeSnapshot(t, policiesV1)
+
+	env.StartSVM(t, "controller", "--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
+		"--max-parallel", "4", "--trigger-interval", "2s")
+	waitPoliciesState(t, env, "migrated to the old version", func(s *migrationv1alpha1.StorageState) bool {
+		return slices.Equal(s.Status.PersistedStorageVersionHashes, []string{oldHash})
+	})
+
+	// The switch: both servers stop, and come back raised.
+	if err := peer.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.CP.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	env.CP.SetAPIServerFlags(framework.StorageVersionAPIFlags...)
+	if err := env.CP.StartAPIServer(framework.Context(t, 3*time.Minute)); err != nil {
+		t.Fatalf("start the first API server again: %v", err)
+	}
+	if peer, err = env.CP.StartPeer(framework.Context(t, 3*time.Minute), "apiserver-b", framework.StorageVersionAPIFlags...); err != nil {
+		t.Fatalf("start the second API server again: %v", err)
+	}
+	sv := waitStorageVersion(t, env, "both on the new version", func(sv *storageVersion) bool {
+		return len(sv.Status.StorageVersions) == 2 && sv.Status.CommonEncodingVersion != nil && *sv.Status.CommonEncodingVersion == policies.Group+"/v1"
+	})
+	t.Logf("servers report %s", describe(sv))
+	waitPoliciesState(t, env, "migrated to the new version", func(s *migrationv1alpha1.StorageState) bool {
+		return slices.Equal(s.Status.PersistedStorageVersionHashes, []string{newHash})
+	})
+	env.ExpectStored(t, policiesKeys, map[string]int{policies.Group + "/v1": 40})
+	env.ExpectUnchanged(t, policiesV1, before)
+	framework.Scenario{Name: "rolling upgrade, servers switch together", Objects: 40, Writes: -1, Retries: -1, Verified: !t.Failed()}.Report(t)
+}
