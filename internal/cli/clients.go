@@ -19,17 +19,22 @@ type EngineFlags struct {
 	QPS       float64
 	Burst     int
 	ChunkSize int64
+	// AdaptivePacing lets the engine halve the writes in flight when the
+	// API server's latency climbs or it throttles, and grow them back.
+	AdaptivePacing bool
 }
 
 func (f *EngineFlags) addFlags(fs interface {
 	IntVar(*int, string, int, string)
 	Float64Var(*float64, string, float64, string)
 	Int64Var(*int64, string, int64, string)
+	BoolVar(*bool, string, bool, string)
 }) {
 	fs.IntVar(&f.Workers, "workers", 8, "concurrent writes per migration")
 	fs.Float64Var(&f.QPS, "qps", 0, "requests per second to the API server, shared by all migrations (0: unlimited)")
 	fs.IntVar(&f.Burst, "burst", 0, "requests allowed in a burst above --qps (default: --qps rounded up, at least 1)")
 	fs.Int64Var(&f.ChunkSize, "chunk-size", 500, "objects listed per request")
+	fs.BoolVar(&f.AdaptivePacing, "adaptive-pacing", true, "when the API server's answers slow down or it throttles, halve the writes in flight, and add them back one at a time as it recovers (--workers is the most)")
 }
 
 func (f *EngineFlags) validate() error {
@@ -60,7 +65,7 @@ func (f *EngineFlags) newMigrator(cfg *rest.Config, observer migrator.Observer) 
 	if err != nil {
 		return nil, err
 	}
-	opts := migrator.Options{ChunkSize: f.ChunkSize, Workers: f.Workers, Observer: observer}
+	opts := migrator.Options{ChunkSize: f.ChunkSize, Workers: f.Workers, Observer: observer, DisablePacing: !f.AdaptivePacing}
 	if f.QPS > 0 {
 		burst := f.Burst
 		if burst == 0 {

@@ -37,6 +37,9 @@ type Options struct {
 	// Retry is the backoff for transient errors. Default: 200ms doubling to
 	// at most 30s, with jitter, 10 attempts.
 	Retry Backoff
+	// DisablePacing turns off adaptive pacing (see pacer): Workers writes
+	// are then always in flight, whatever the API server's latency.
+	DisablePacing bool
 	// RequestTimeout bounds every request, from sending it to reading the
 	// last byte of its answer; a request that runs out of it is retried as
 	// a transient error. Waits client-go makes for Retry-After count
@@ -180,6 +183,9 @@ func (m *Migrator) migrate(ctx context.Context, req Request) (Result, error) {
 		res.FailedObjects = slices.Clone(req.Resume.FailedObjects)
 	}
 	run := &run{m: m, req: req, res: &res, saved: res.State, gr: req.Resource.GroupResource(), observer: m.opts.Observer}
+	if !m.opts.DisablePacing {
+		run.pacer = newPacer(m.opts.Workers, time.Now)
+	}
 	var info *metav1.APIResource
 	// Discovery requests are retried like the others but not observed:
 	// observers count the migration's lists and writes.
@@ -257,6 +263,8 @@ type run struct {
 	// saved is the state after the last completed chunk: where the
 	// migration resumes if this run stops early.
 	saved State
+	// pacer adapts the writes in flight to the server; nil when off.
+	pacer *pacer
 
 	failedMu sync.Mutex
 }
@@ -492,9 +500,21 @@ func (r *run) retry(ctx context.Context, verb string, fn func(context.Context) e
 				return werr
 			}
 		}
+		// Writes wait for room in the pacer's window; lists are one at a
+		// time anyway.
+		paced := verb == "patch" && r.pacer != nil
+		if paced {
+			if perr := r.pacer.acquire(ctx); perr != nil {
+				return perr
+			}
+		}
 		attemptCtx, cancel := context.WithTimeout(ctx, r.m.opts.RequestTimeout)
+		sent := time.Now()
 		err = fn(attemptCtx)
 		cancel()
+		if paced {
+			r.pacer.release(time.Since(sent), apierrors.IsTooManyRequests(err))
+		}
 		if verb != "" {
 			r.observer.Requested(r.gr, verb, err)
 		}

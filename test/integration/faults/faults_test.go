@@ -60,6 +60,7 @@ func TestMigrationsRideOutFaults(t *testing.T) {
 		f.grow(t, 1000)
 		testMixedFaults(t, f)
 	})
+	t.Run("adaptive pacing", func(t *testing.T) { testAdaptivePacing(t, f) })
 }
 
 var widgetsPrefix = framework.EtcdPrefix(framework.Widgets.GroupResource())
