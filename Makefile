@@ -116,8 +116,9 @@ help: ## Show this help.
 
 ##@ Benchmarks
 
-BENCH_FLAGS ?= -benchtime 2x
+BENCH ?= BenchmarkSuite
+BENCH_FLAGS ?= -benchtime 1x
 .PHONY: bench
-bench: controlplane ## Run the benchmarks on a local control plane (not part of make test); results in _output/bench.txt.
+bench: controlplane ## Run the benchmark suite on a local control plane (not part of make test); table in _output/benchmarks.md, log in _output/bench.txt.
 	mkdir -p _output
-	SVM_BIN_DIR=$(BIN) go test -run '^$$' -bench . $(BENCH_FLAGS) -timeout 60m ./test/bench | tee _output/bench.txt
+	SVM_BIN_DIR=$(BIN) SVM_BENCH_RESULTS=$(CURDIR)/_output/benchmarks.md go test -run '^$$' -bench '$(BENCH)' $(BENCH_FLAGS) -timeout 150m ./test/bench | tee _output/bench.txt

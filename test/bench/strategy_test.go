@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
@@ -33,7 +34,9 @@ type rewriter func(ctx context.Context, cfg *rest.Config) error
 
 // svmEngine is svm's strategy: a metadata-only list and an empty merge
 // patch carrying uid and resourceVersion.
-func svmEngine(workers int) rewriter {
+func svmEngine(workers int) rewriter { return svmEngineFor(workers, framework.Widgets) }
+
+func svmEngineFor(workers int, gvr schema.GroupVersionResource) rewriter {
 	return func(ctx context.Context, cfg *rest.Config) error {
 		md, err := metadata.NewForConfig(cfg)
 		if err != nil {
@@ -43,7 +46,7 @@ func svmEngine(workers int) rewriter {
 		if err != nil {
 			return err
 		}
-		_, err = migrator.New(md, disc, migrator.Options{Workers: workers}).Run(ctx, migrator.Request{Resource: framework.Widgets})
+		_, err = migrator.New(md, disc, migrator.Options{Workers: workers}).Run(ctx, migrator.Request{Resource: gvr})
 		return err
 	}
 }
@@ -51,13 +54,15 @@ func svmEngine(workers int) rewriter {
 // fullUpdate is the naive baseline, the strategy of the reference migrator
 // and of `kubectl get -o json | kubectl replace`: list whole objects in
 // chunks and send each back unmodified with an Update.
-func fullUpdate(workers int) rewriter {
+func fullUpdate(workers int) rewriter { return fullUpdateFor(workers, framework.Widgets) }
+
+func fullUpdateFor(workers int, gvr schema.GroupVersionResource) rewriter {
 	return func(ctx context.Context, cfg *rest.Config) error {
 		client, err := dynamic.NewForConfig(cfg)
 		if err != nil {
 			return err
 		}
-		res := client.Resource(framework.Widgets)
+		res := client.Resource(gvr)
 		token := ""
 		for {
 			list, err := res.List(ctx, metav1.ListOptions{Limit: 500, Continue: token})

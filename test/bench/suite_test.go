@@ -1,0 +1,415 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/svm-project/svm/internal/controlplane"
+	"github.com/svm-project/svm/internal/resources"
+	"github.com/svm-project/svm/test/framework"
+)
+
+// workload is a resource whose objects a pass must rewrite, and how to
+// make every one of them stale before a pass.
+type workload struct {
+	name     string
+	resource schema.GroupVersionResource
+	// svmName is the resource as `svm migrate` takes it.
+	svmName string
+	objects int
+	// stale makes every object stored in an outdated form and returns the
+	// stored forms (etcd prefix, and counts) a pass must leave.
+	stale func(b *testing.B) (prefix string, want map[string]int)
+	// during, if set, runs while a pass runs, until ctx ends (churn), and
+	// returns how many requests to the resource it sent.
+	during func(ctx context.Context) int
+	env    *framework.Env
+}
+
+// strategy rewrites every object of a workload once.
+type strategy struct {
+	name string
+	// run rewrites w's objects; it returns the rewriting process's CPU
+	// time and peak RSS when it ran as a process (svm), zero otherwise,
+	// and how many objects it found already rewritten by someone else.
+	run func(ctx context.Context, w *workload) (usage, error)
+}
+
+type usage struct {
+	cpu     time.Duration
+	peakRSS int64 // bytes
+	skipped int
+	process bool
+}
+
+// result is one pass of one strategy on one workload.
+type result struct {
+	workload, strategy string
+	objects            int
+	wall               time.Duration
+	serverCPU          time.Duration
+	usage              usage
+	requests           int // LIST, PATCH and PUT of the resource, as the API server counted them
+}
+
+func (r result) rate() float64 { return float64(r.objects) / r.wall.Seconds() }
+
+// BenchmarkSuite measures, in one run and on the same data, svm (defaults
+// and maximum settings, as the `svm` process an operator runs), the naive
+// baseline (full list and unmodified Update, 1 and 8 workers) and the
+// ceiling (the highest rate the API server sustains: the cheapest rewrite
+// with concurrency raised until the rate stops growing), on custom
+// resources after a storage flip, Secrets after an encryption key rotation,
+// and custom resources being updated during the migration. Every pass is
+// verified in etcd. The table goes to $SVM_BENCH_RESULTS (default
+// _output/benchmarks.md at the repository root). Run it with
+// `make bench`; SVM_BENCH_OBJECTS sets the size (default 10000) and
+// SVM_BENCH_LARGE the size of the memory-scaling pass (default 100000, 0
+// skips it).
+func BenchmarkSuite(b *testing.B) {
+	n := envInt("SVM_BENCH_OBJECTS", 10000)
+	svmBinary = framework.SVMBinary(b)
+	large := envIntOrZero("SVM_BENCH_LARGE", 100000)
+	var results []result
+	var notes []string
+
+	b.Run("custom-resources", func(b *testing.B) {
+		env := framework.Start(b, controlplane.Options{})
+		env.CreateWidgetCRD(b, "v1")
+		w := widgetsWorkload(b, env, "custom resources after a storage flip", n)
+		rs, ceilingNote := runAll(b, w)
+		results = append(results, rs...)
+		notes = append(notes, ceilingNote)
+	})
+	b.Run("secrets", func(b *testing.B) {
+		rs := secretsSuite(b, n)
+		results = append(results, rs...)
+	})
+	b.Run("churn", func(b *testing.B) {
+		env := framework.Start(b, controlplane.Options{})
+		env.CreateWidgetCRD(b, "v1")
+		w := widgetsWorkload(b, env, "custom resources updated during the migration (100/s)", n)
+		w.during = churn(env, n, 100)
+		for _, s := range []strategy{svmProcess("svm (defaults)"), naive(8)} {
+			results = append(results, pass(b, w, s))
+		}
+	})
+	if large > 0 {
+		for _, size := range []int{n, large} {
+			b.Run(fmt.Sprintf("memory-%d", size), func(b *testing.B) {
+				env := framework.Start(b, controlplane.Options{})
+				env.CreateWidgetCRD(b, "v1")
+				w := widgetsWorkload(b, env, fmt.Sprintf("custom resources, %d (memory scaling)", size), size)
+				results = append(results, pass(b, w, svmProcess("svm (defaults)")))
+			})
+		}
+	}
+	b.Run("qps", func(b *testing.B) {
+		env := framework.Start(b, controlplane.Options{})
+		env.CreateWidgetCRD(b, "v1")
+		w := widgetsWorkload(b, env, "custom resources, --qps 10", 300)
+		r := pass(b, w, svmProcess("svm --qps 10", "--qps", "10"))
+		results = append(results, r)
+		notes = append(notes, fmt.Sprintf("`--qps 10`: %d requests to the resource in %s, %.2f per second (%.1f%% off)",
+			r.requests, r.wall.Round(time.Millisecond), float64(r.requests)/r.wall.Seconds(), 100*(float64(r.requests)/r.wall.Seconds()-10)/10))
+	})
+	writeResults(b, results, notes)
+}
+
+// runAll runs the comparison on w: the ceiling first, then every strategy.
+func runAll(b *testing.B, w *workload) ([]result, string) {
+	var out []result
+	ceiling, note := findCeiling(b, w)
+	out = append(out, ceiling...)
+	for _, s := range []strategy{svmProcess("svm (defaults)"), svmProcess("svm (max: --workers 64 --chunk-size 1000)", "--workers", "64", "--chunk-size", "1000"), naive(1), naive(8)} {
+		out = append(out, pass(b, w, s))
+	}
+	return out, note
+}
+
+// findCeiling rewrites w with svm's engine (the cheapest rewrite there is:
+// a metadata list and an empty patch) at rising concurrency until two
+// levels in a row fail to beat the best rate by 5% (one may, by noise).
+func findCeiling(b *testing.B, w *workload) ([]result, string) {
+	var out []result
+	best, flat := 0.0, 0
+	for _, workers := range []int{8, 16, 32, 64, 128, 256} {
+		r := pass(b, w, engine(workers))
+		r.strategy = fmt.Sprintf("ceiling search: empty patch, %d workers", workers)
+		out = append(out, r)
+		if r.rate() < best*1.05 {
+			if flat++; flat == 2 {
+				best = max(best, r.rate())
+				break
+			}
+		} else {
+			flat = 0
+		}
+		best = max(best, r.rate())
+	}
+	return out, fmt.Sprintf("%s: ceiling %.0f objects/s", w.name, best)
+}
+
+// pass makes w's objects stale, runs s, and verifies etcd.
+func pass(b *testing.B, w *workload, s strategy) result {
+	b.Helper()
+	prefix, want := w.stale(b)
+	meter, err := newCPUMeter(w.env.CP.APIServerPID(), 2*time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	before := requests(b, w)
+	ctx, cancel := context.WithTimeout(b.Context(), 30*time.Minute)
+	defer cancel()
+	churnCtx, stopChurn := context.WithCancel(ctx)
+	var churning sync.WaitGroup
+	churned := 0
+	if w.during != nil {
+		churning.Go(func() { churned = w.during(churnCtx) })
+	}
+	if err := meter.start(); err != nil {
+		b.Fatal(err)
+	}
+	u, err := s.run(ctx, w)
+	stopChurn()
+	churning.Wait()
+	if err != nil {
+		b.Fatalf("%s on %s: %v", s.name, w.name, err)
+	}
+	busy, wall, err := meter.stop()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if got := w.env.StoredVersions(b, prefix); !equalCounts(got, want) {
+		b.Fatalf("after %s on %s: etcd holds %v, want %v", s.name, w.name, got, want)
+	}
+	r := result{workload: w.name, strategy: s.name, objects: w.objects, wall: wall, serverCPU: busy, usage: u, requests: requests(b, w) - before - churned}
+	b.Logf("%-45s %-55s %8.0f objects/s  server %.2f ms/object  %d requests", w.name, s.name, r.rate(), ms(busy)/float64(w.objects), r.requests)
+	return r
+}
+
+func equalCounts(a, b map[string]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// requests counts the API server's LIST, PATCH and PUT requests to w's
+// resource so far.
+func requests(b *testing.B, w *workload) int {
+	total := 0
+	for _, verb := range []string{"LIST", "PATCH", "PUT"} {
+		total += w.env.ServerRequests(b, verb, w.resource.Resource)
+	}
+	return total
+}
+
+func widgetsWorkload(b *testing.B, env *framework.Env, name string, n int) *workload {
+	b.Helper()
+	namespaces := []string{"bench-a", "bench-b", "bench-c", "bench-d"}
+	stored := storageVersionOf(b, env)
+	env.SeedWidgets(b, stored, namespaces, n)
+	prefix := framework.EtcdPrefix(framework.Widgets.GroupResource())
+	return &workload{
+		name: name, resource: framework.Widgets, svmName: framework.WidgetsCRDName, objects: n, env: env,
+		stale: func(b *testing.B) (string, map[string]int) {
+			from := storageVersionOf(b, env)
+			to := map[string]string{"v1": "v2", "v2": "v1"}[from]
+			hash := env.StorageVersionHash(b, framework.Widgets)
+			env.SetCRDStorageVersion(b, framework.WidgetsCRDName, to)
+			env.WaitStorageVersionHashChange(b, framework.Widgets, hash)
+			if got := env.StoredVersions(b, prefix); got["example.com/"+from] != n {
+				b.Fatalf("before the pass: etcd holds %v, want all %d in %s", got, n, from)
+			}
+			return prefix, map[string]int{"example.com/" + to: n}
+		},
+	}
+}
+
+// secretsSuite rotates the encryption key before every pass: the new key
+// first (writing), the old one second (reading).
+func secretsSuite(b *testing.B, n int) []result {
+	dir := b.TempDir()
+	keys := []framework.EncryptionKey{framework.NewEncryptionKey(b, "key-a"), framework.NewEncryptionKey(b, "key-b")}
+	env := framework.Start(b, controlplane.Options{APIServerFlags: []string{framework.WriteEncryptionConfig(b, dir, keys[0])}})
+	createSecrets(b, env, n)
+	current := 0
+	secrets := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	w := &workload{
+		name: "Secrets after an encryption key rotation", resource: secrets, svmName: "secrets", objects: n, env: env,
+		stale: func(b *testing.B) (string, map[string]int) {
+			next := 1 - current
+			env.CP.SetAPIServerFlags(framework.WriteEncryptionConfig(b, dir, keys[next], keys[current]))
+			if err := env.CP.RestartAPIServer(framework.Context(b, 3*time.Minute)); err != nil {
+				b.Fatal(err)
+			}
+			current = next
+			return "/registry/secrets/bench/", map[string]int{"encrypted:aescbc:" + keys[current].Name: n}
+		},
+	}
+	out, _ := runAll(b, w)
+	return out
+}
+
+func createSecrets(b *testing.B, env *framework.Env, n int) {
+	b.Helper()
+	env.CreateNamespace(b, "bench")
+	ctx := framework.Context(b, 10*time.Minute)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for worker := range 16 {
+		wg.Go(func() {
+			for i := worker; i < n; i += 16 {
+				s := map[string]any{
+					"apiVersion": "v1", "kind": "Secret",
+					"metadata": map[string]any{"name": fmt.Sprintf("secret-%05d", i)},
+					"data":     map[string]any{"value": "c2VjcmV0"},
+				}
+				if _, err := env.Dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}).Namespace("bench").
+					Create(ctx, unstructuredOf(s), metav1.CreateOptions{}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatalf("create secrets: %v", err)
+	}
+}
+
+// churn updates random widgets at rate per second until ctx ends, as
+// controllers and users do while a migration runs.
+func churn(env *framework.Env, n, rate int) func(ctx context.Context) int {
+	return func(ctx context.Context) int {
+		client := dynamic.NewForConfigOrDie(env.Config).Resource(framework.Widgets)
+		namespaces := []string{"bench-a", "bench-b", "bench-c", "bench-d"}
+		tick := time.NewTicker(time.Second / time.Duration(rate))
+		defer tick.Stop()
+		var seq atomic.Int64
+		for {
+			select {
+			case <-ctx.Done():
+				return int(seq.Load())
+			case <-tick.C:
+			}
+			i := rand.IntN(n)
+			patch := fmt.Appendf(nil, `{"metadata":{"annotations":{"bench/churn":"%d"}}}`, seq.Add(1))
+			// The server counts a request cut short by the pass's end too.
+			_, _ = client.Namespace(namespaces[i%len(namespaces)]).Patch(context.WithoutCancel(ctx), fmt.Sprintf("widget-%05d", i), types.MergePatchType, patch, metav1.PatchOptions{})
+		}
+	}
+}
+
+// svmProcess runs `svm migrate` as the operator would, and reads its CPU
+// time and peak RSS from the kernel when it exits.
+func svmProcess(name string, args ...string) strategy {
+	return strategy{name: name, run: func(ctx context.Context, w *workload) (usage, error) {
+		kubeconfig := filepath.Join(os.TempDir(), fmt.Sprintf("svm-bench-%d.kubeconfig", os.Getpid()))
+		if err := w.env.CP.WriteKubeconfig(kubeconfig); err != nil {
+			return usage{}, err
+		}
+		defer os.Remove(kubeconfig)
+		cmd := exec.CommandContext(ctx, svmBinary, append([]string{"migrate", w.svmName, "--kubeconfig", kubeconfig}, args...)...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			return usage{}, fmt.Errorf("svm migrate: %w\n%s", err, out.String())
+		}
+		ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+		u := usage{
+			cpu:     time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
+			peakRSS: ru.Maxrss * 1024, // kilobytes on Linux
+			process: true,
+		}
+		// "<resource>: rewritten R, skipped S, failed F in T"
+		line := out.String()
+		if i := strings.Index(line, "skipped "); i >= 0 {
+			fmt.Sscanf(line[i:], "skipped %d", &u.skipped)
+		}
+		return u, nil
+	}}
+}
+
+// svmBinary is built once per run.
+var svmBinary string
+
+// engine is svm's rewrite (metadata list, empty patch) in this process,
+// with client limits off: the ceiling search.
+func engine(workers int) strategy {
+	return strategy{name: fmt.Sprintf("engine, %d workers", workers), run: func(ctx context.Context, w *workload) (usage, error) {
+		return usage{}, svmEngineFor(workers, w.resource)(ctx, unlimited(w.env.Config))
+	}}
+}
+
+// naive is the baseline: full list and an unmodified Update per object.
+func naive(workers int) strategy {
+	return strategy{name: fmt.Sprintf("naive: full list + Update, %d worker(s)", workers), run: func(ctx context.Context, w *workload) (usage, error) {
+		return usage{}, fullUpdateFor(workers, w.resource)(ctx, unlimited(w.env.Config))
+	}}
+}
+
+func unlimited(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = -1, 0
+	return cfg
+}
+
+func storageVersionOf(b *testing.B, env *framework.Env) string {
+	b.Helper()
+	for _, v := range []string{"v1", "v2"} {
+		if env.StorageVersionHash(b, framework.Widgets) == resourcesHash(v) {
+			return v
+		}
+	}
+	b.Fatal("widgets are stored in neither v1 nor v2")
+	return ""
+}
+
+func envIntOrZero(name string, def int) int {
+	v, ok := os.LookupEnv(name)
+	if !ok {
+		return def
+	}
+	var n int
+	if _, err := fmt.Sscanf(v, "%d", &n); err != nil || n < 0 {
+		return def
+	}
+	return n
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func resourcesHash(version string) string {
+	return resources.StorageVersionHash(framework.Widgets.Group, version, "Widget")
+}
+
+func unstructuredOf(obj map[string]any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: obj}
+}
