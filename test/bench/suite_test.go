@@ -122,6 +122,11 @@ func BenchmarkSuite(b *testing.B) {
 			})
 		}
 	}
+	b.Run("priority-and-fairness", func(b *testing.B) {
+		r, note := apfSuite(b, n)
+		results = append(results, r)
+		notes = append(notes, note)
+	})
 	b.Run("qps", func(b *testing.B) {
 		env := framework.Start(b, controlplane.Options{})
 		env.CreateWidgetCRD(b, "v1")
@@ -329,14 +334,22 @@ func churn(env *framework.Env, n, rate int) func(ctx context.Context) int {
 
 // svmProcess runs `svm migrate` as the operator would, and reads its CPU
 // time and peak RSS from the kernel when it exits.
-func svmProcess(name string, args ...string) strategy {
-	return strategy{name: name, run: func(ctx context.Context, w *workload) (usage, error) {
-		kubeconfig := filepath.Join(os.TempDir(), fmt.Sprintf("svm-bench-%d.kubeconfig", os.Getpid()))
-		if err := w.env.CP.WriteKubeconfig(kubeconfig); err != nil {
-			return usage{}, err
+func svmProcess(name string, args ...string) strategy { return svmProcessAs(name, "", args...) }
+
+// svmProcessAs runs svm with the credentials of kubeconfig, the admin's
+// when empty.
+func svmProcessAs(name, kubeconfig string, args ...string) strategy {
+	s := strategy{name: name}
+	s.run = func(ctx context.Context, w *workload) (usage, error) {
+		path := kubeconfig
+		if path == "" {
+			path = filepath.Join(os.TempDir(), fmt.Sprintf("svm-bench-%d.kubeconfig", os.Getpid()))
+			if err := w.env.CP.WriteKubeconfig(path); err != nil {
+				return usage{}, err
+			}
+			defer os.Remove(path)
 		}
-		defer os.Remove(kubeconfig)
-		cmd := exec.CommandContext(ctx, svmBinary, append([]string{"migrate", w.svmName, "--kubeconfig", kubeconfig}, args...)...)
+		cmd := exec.CommandContext(ctx, svmBinary, append([]string{"migrate", w.svmName, "--kubeconfig", path}, args...)...)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Run(); err != nil {
@@ -354,7 +367,8 @@ func svmProcess(name string, args ...string) strategy {
 			fmt.Sscanf(line[i:], "skipped %d", &u.skipped)
 		}
 		return u, nil
-	}}
+	}
+	return s
 }
 
 // svmBinary is built once per run.

@@ -1,0 +1,116 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/svm-project/svm/internal/controlplane"
+	"github.com/svm-project/svm/test/framework"
+)
+
+// apfSuite installs svm's manifests (its ServiceAccount, roles and API
+// Priority and Fairness objects) and runs `svm migrate` at maximum
+// settings as svm's ServiceAccount while another client, an ordinary
+// ServiceAccount, reads a ConfigMap 20 times a second. It reports that
+// client's latency when the server is idle and while svm runs.
+func apfSuite(b *testing.B, n int) (result, string) {
+	env := framework.Start(b, controlplane.Options{})
+	env.ApplyManifests(b, env.RenderManifests(b, "config/default"))
+	env.CreateWidgetCRD(b, "v1")
+	w := widgetsWorkload(b, env, "custom resources, svm as its ServiceAccount beside another client", n)
+	probe := probeClient(b, env)
+	ctx := b.Context()
+
+	idle := probeLatencies(ctx, probe, 10*time.Second)
+	var during []time.Duration
+	w.during = func(ctx context.Context) int {
+		during = probeLatencies(ctx, probe, time.Hour)
+		return 0
+	}
+	svm := svmProcessAs("svm (max: --workers 64 --chunk-size 1000), as svm-controller", env.ServiceAccountKubeconfig(b, "svm-system", "svm-controller"),
+		"--workers", "64", "--chunk-size", "1000")
+	r := pass(b, w, svm)
+	note := fmt.Sprintf("API Priority and Fairness: another client's reads took p50 %s, p99 %s, max %s on the idle server (%d reads) and p50 %s, p99 %s, max %s while svm ran at %.0f objects/s in its own priority level (%d reads)",
+		percentile(idle, 50), percentile(idle, 99), percentile(idle, 100), len(idle),
+		percentile(during, 50), percentile(during, 99), percentile(during, 100), r.rate(), len(during))
+	b.Log(note)
+	return r, note
+}
+
+// probeClient is a client as an ordinary ServiceAccount that may read
+// ConfigMaps in one namespace, with one ConfigMap to read.
+func probeClient(b *testing.B, env *framework.Env) kubernetes.Interface {
+	b.Helper()
+	ctx := framework.Context(b, time.Minute)
+	const ns = "probe"
+	env.CreateNamespace(b, ns)
+	for _, obj := range []any{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns}, Data: map[string]string{"k": "v"}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns}, Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}}}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns},
+			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "probe"},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "probe", Namespace: ns}}},
+	} {
+		var err error
+		switch o := obj.(type) {
+		case *corev1.ServiceAccount:
+			_, err = env.Kube.CoreV1().ServiceAccounts(ns).Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.ConfigMap:
+			_, err = env.Kube.CoreV1().ConfigMaps(ns).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.Role:
+			_, err = env.Kube.RbacV1().Roles(ns).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.RoleBinding:
+			_, err = env.Kube.RbacV1().RoleBindings(ns).Create(ctx, o, metav1.CreateOptions{})
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", env.ServiceAccountKubeconfig(b, ns, "probe"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = -1, 0
+	return kubernetes.NewForConfigOrDie(cfg)
+}
+
+// probeLatencies reads the probe ConfigMap 20 times a second until ctx
+// ends or for d, and returns each read's latency (failed reads count as
+// the time they took).
+func probeLatencies(ctx context.Context, client kubernetes.Interface, d time.Duration) []time.Duration {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var out []time.Duration
+	for {
+		select {
+		case <-ctx.Done():
+			return out
+		case <-tick.C:
+		}
+		start := time.Now()
+		_, _ = client.CoreV1().ConfigMaps("probe").Get(context.WithoutCancel(ctx), "probe", metav1.GetOptions{})
+		out = append(out, time.Since(start))
+	}
+}
+
+func percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := min(len(s)-1, (len(s)*p+99)/100-1)
+	return s[max(i, 0)].Round(100 * time.Microsecond)
+}
