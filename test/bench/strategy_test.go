@@ -46,7 +46,8 @@ func svmEngineFor(workers int, gvr schema.GroupVersionResource) rewriter {
 		if err != nil {
 			return err
 		}
-		_, err = migrator.New(md, disc, migrator.Options{Workers: workers}).Run(ctx, migrator.Request{Resource: gvr})
+		// Unpaced: the ceiling search raises concurrency itself.
+		_, err = migrator.New(md, disc, migrator.Options{Workers: workers, DisablePacing: true}).Run(ctx, migrator.Request{Resource: gvr})
 		return err
 	}
 }
