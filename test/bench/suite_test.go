@@ -352,18 +352,40 @@ func svmProcessAs(name, kubeconfig string, args ...string) strategy {
 		cmd := exec.CommandContext(ctx, svmBinary, append([]string{"migrate", w.svmName, "--kubeconfig", path}, args...)...)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
+		if err := cmd.Start(); err != nil {
+			return usage{}, err
+		}
+		// The kernel's maxrss of a child counts the parent's memory it
+		// shared between fork and exec: the peak is read from the
+		// process itself instead (VmHWM, reset by exec), until it exits.
+		var peak atomic.Int64
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			for {
+				if hwm := vmHWM(cmd.Process.Pid); hwm > 0 {
+					peak.Store(max(peak.Load(), hwm))
+				} else if peak.Load() > 0 {
+					return // exited
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+		err := cmd.Wait()
+		<-watched
+		if err != nil {
 			return usage{}, fmt.Errorf("svm migrate: %w\n%s", err, out.String())
 		}
 		ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 		u := usage{
 			cpu:     time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
-			peakRSS: ru.Maxrss * 1024, // kilobytes on Linux
+			peakRSS: peak.Load(),
 			process: true,
 		}
 		// "<resource>: rewritten R, skipped S, failed F in T"
 		line := out.String()
-		if i := strings.Index(line, "skipped "); i >= 0 {
+		// The summary is the last line; progress lines before it count too.
+		if i := strings.LastIndex(line, "skipped "); i >= 0 {
 			fmt.Sscanf(line[i:], "skipped %d", &u.skipped)
 		}
 		return u, nil
@@ -426,4 +448,21 @@ func resourcesHash(version string) string {
 
 func unstructuredOf(obj map[string]any) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: obj}
+}
+
+// vmHWM is the peak resident set of process pid in bytes, 0 once it is gone.
+func vmHWM(pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err == nil {
+				return kb * 1024
+			}
+		}
+	}
+	return 0
 }
