@@ -13,7 +13,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -52,32 +51,7 @@ func (r Resource) Object(version, name string, i int) *unstructured.Unstructured
 // waits until it is served.
 func (e *Env) CreateResource(t testing.TB, r Resource) {
 	t.Helper()
-	schemaProps := &apiextensionsv1.CustomResourceValidation{
-		OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-			Type: "object",
-			Properties: map[string]apiextensionsv1.JSONSchemaProps{
-				"spec": {Type: "object", XPreserveUnknownFields: ptr(true)},
-				"data": {Type: "object", XPreserveUnknownFields: ptr(true)},
-			},
-		},
-	}
-	lower := strings.ToLower(r.Kind)
-	crd := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: r.CRDName()},
-		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: r.Group,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: r.Plural, Singular: lower, Kind: r.Kind, ListKind: r.Kind + "List"},
-			Scope: apiextensionsv1.NamespaceScoped,
-			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{
-				{Name: "v1", Served: true, Storage: true, Schema: schemaProps},
-				{Name: "v2", Served: true, Storage: false, Schema: schemaProps},
-			},
-		},
-	}
-	if err := e.Client.Create(Context(t, time.Minute), crd); err != nil {
-		t.Fatalf("create CRD %s: %v", r.CRDName(), err)
-	}
-	e.WaitEstablished(t, r.CRDName())
+	e.createCRD(t, r, "v1")
 }
 
 // CreateObjects creates n objects of r in v1, named obj-00000 on, spread

@@ -100,9 +100,20 @@ var Widgets = schema.GroupVersionResource{Group: "example.com", Version: "v1", R
 // WidgetsCRDName is the name of the Widgets CRD.
 const WidgetsCRDName = "widgets.example.com"
 
+// WidgetResource is Widgets as a Resource.
+var WidgetResource = Resource{Group: Widgets.Group, Plural: Widgets.Resource, Kind: "Widget"}
+
 // CreateWidgetCRD creates the Widgets CRD with storageVersion as the storage
 // version and waits until it is served.
 func (e *Env) CreateWidgetCRD(t testing.TB, storageVersion string) {
+	t.Helper()
+	e.createCRD(t, WidgetResource, storageVersion)
+}
+
+// createCRD creates r's CRD, served in v1 and v2 with the same schema
+// (every field survives conversion unchanged) and storageVersion stored,
+// and waits until it is served.
+func (e *Env) createCRD(t testing.TB, r Resource, storageVersion string) {
 	t.Helper()
 	schemaProps := &apiextensionsv1.CustomResourceValidation{
 		OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
@@ -114,10 +125,10 @@ func (e *Env) CreateWidgetCRD(t testing.TB, storageVersion string) {
 		},
 	}
 	crd := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: WidgetsCRDName},
+		ObjectMeta: metav1.ObjectMeta{Name: r.CRDName()},
 		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: Widgets.Group,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Singular: "widget", Kind: "Widget", ListKind: "WidgetList"},
+			Group: r.Group,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: r.Plural, Singular: strings.ToLower(r.Kind), Kind: r.Kind, ListKind: r.Kind + "List"},
 			Scope: apiextensionsv1.NamespaceScoped,
 			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{
 				{Name: "v1", Served: true, Storage: storageVersion == "v1", Schema: schemaProps},
@@ -126,9 +137,9 @@ func (e *Env) CreateWidgetCRD(t testing.TB, storageVersion string) {
 		},
 	}
 	if err := e.Client.Create(Context(t, time.Minute), crd); err != nil {
-		t.Fatalf("create Widget CRD: %v", err)
+		t.Fatalf("create CRD %s: %v", r.CRDName(), err)
 	}
-	e.WaitEstablished(t, WidgetsCRDName)
+	e.WaitEstablished(t, r.CRDName())
 }
 
 // SetCRDStorageVersion makes version the storage version of the named CRD.

@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
@@ -13,13 +14,13 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	certutil "k8s.io/client-go/util/cert"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// Webhook is a real validating admission webhook served by the test on
-// loopback, which denies updates to chosen objects and counts its calls.
+// Webhook is a real admission webhook served by the test on loopback,
+// which counts its calls.
 type Webhook struct {
 	mu    sync.Mutex
 	calls map[string]int
@@ -32,9 +33,52 @@ func (w *Webhook) Calls(key string) int {
 	return w.calls[key]
 }
 
-// StartDenyingWebhook registers a webhook that denies every UPDATE of the
-// objects of gvr named in deny (as namespace/name) and allows the rest.
-func StartDenyingWebhook(t testing.TB, e *Env, gvr schema.GroupVersionResource, deny map[string]bool) *Webhook {
+// StartDenyingWebhook registers a validating webhook that denies every
+// UPDATE of the objects of r named in deny (as namespace/name) and allows
+// the rest.
+func StartDenyingWebhook(t testing.TB, e *Env, r Resource, deny map[string]bool) *Webhook {
+	t.Helper()
+	return StartAdmissionWebhook(t, e, AdmissionHook{
+		Resource: r,
+		Review: func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+			key := req.Namespace + "/" + req.Name
+			if !deny[key] {
+				return &admissionv1.AdmissionResponse{Allowed: true}
+			}
+			return &admissionv1.AdmissionResponse{Result: &metav1.Status{Code: http.StatusForbidden, Message: "test policy denies " + key}}
+		},
+	})
+}
+
+// AdmissionHook describes an admission webhook on the UPDATEs of one
+// Resource: one that denies (StartDenyingWebhook), changes objects, or is
+// slow.
+type AdmissionHook struct {
+	// Resource is what the webhook is registered for.
+	Resource Resource
+	// Mutating registers a MutatingWebhookConfiguration, whose answers may
+	// carry a JSON patch; otherwise a validating one.
+	Mutating bool
+	// TimeoutSeconds is how long the API server waits for an answer
+	// (1 to 30; 0 means the API server's default of 10).
+	TimeoutSeconds int32
+	// FailurePolicy is what the API server does when the call fails or
+	// times out. Default Fail.
+	FailurePolicy admissionregistrationv1.FailurePolicyType
+	// Review answers one UPDATE. ctx ends when the API server gives up on
+	// the call. It is not asked about the probe the helper uses to see that
+	// the API server calls the webhook.
+	Review func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
+}
+
+// webhookProbe names the object StartAdmissionWebhook updates until the
+// API server calls the webhook.
+const webhookProbe = "webhook-probe"
+
+// StartAdmissionWebhook serves hook on loopback, registers it, waits until
+// the API server calls it, and removes it when the test ends. The returned
+// Webhook counts the calls by namespace/name.
+func StartAdmissionWebhook(t testing.TB, e *Env, hook AdmissionHook) *Webhook {
 	t.Helper()
 	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
 	if err != nil {
@@ -44,25 +88,25 @@ func StartDenyingWebhook(t testing.TB, e *Env, gvr schema.GroupVersionResource, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	hook := &Webhook{calls: map[string]int{}}
+	w := &Webhook{calls: map[string]int{}}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/validate", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("/review", func(rw http.ResponseWriter, r *http.Request) {
 		var review admissionv1.AdmissionReview
 		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
-			http.Error(w, "bad review", http.StatusBadRequest)
+			http.Error(rw, "bad review", http.StatusBadRequest)
 			return
 		}
-		key := review.Request.Namespace + "/" + review.Request.Name
-		hook.mu.Lock()
-		hook.calls[key]++
-		hook.mu.Unlock()
-		resp := &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: !deny[key]}
-		if deny[key] {
-			resp.Result = &metav1.Status{Code: http.StatusForbidden, Message: "test policy denies " + key}
+		req := review.Request
+		w.mu.Lock()
+		w.calls[req.Namespace+"/"+req.Name]++
+		w.mu.Unlock()
+		resp := &admissionv1.AdmissionResponse{Allowed: true}
+		if req.Name != webhookProbe {
+			resp = hook.Review(r.Context(), req)
 		}
-		review.Response = resp
-		review.Request = nil
-		_ = json.NewEncoder(w).Encode(&review)
+		resp.UID = req.UID
+		review.Response, review.Request = resp, nil
+		_ = json.NewEncoder(rw).Encode(&review)
 	})
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
 	if err != nil {
@@ -72,42 +116,85 @@ func StartDenyingWebhook(t testing.TB, e *Env, gvr schema.GroupVersionResource, 
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 
-	url := "https://" + ln.Addr().String() + "/validate"
-	fail, none := admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone
-	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "deny-some-" + gvr.Resource},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name:                    "deny.example.com",
-			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: certPEM},
-			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update}, Rule: admissionregistrationv1.Rule{APIGroups: []string{gvr.Group}, APIVersions: []string{"*"}, Resources: []string{gvr.Resource}}}},
-			FailurePolicy:           &fail,
-			SideEffects:             &none,
-			AdmissionReviewVersions: []string{"v1"},
-		}},
+	url := "https://" + ln.Addr().String() + "/review"
+	failurePolicy := hook.FailurePolicy
+	if failurePolicy == "" {
+		failurePolicy = admissionregistrationv1.Fail
+	}
+	var timeout *int32
+	if hook.TimeoutSeconds > 0 {
+		timeout = &hook.TimeoutSeconds
+	}
+	none := admissionregistrationv1.SideEffectClassNone
+	clientConfig := admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: certPEM}
+	rules := []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+		Rule:       admissionregistrationv1.Rule{APIGroups: []string{hook.Resource.Group}, APIVersions: []string{"*"}, Resources: []string{hook.Resource.Plural}},
+	}}
+	name := "test-" + hook.Resource.CRDName()
+	var cfg client.Object
+	if hook.Mutating {
+		never := admissionregistrationv1.NeverReinvocationPolicy
+		cfg = &admissionregistrationv1.MutatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Webhooks: []admissionregistrationv1.MutatingWebhook{{
+				Name: "mutate.example.com", ClientConfig: clientConfig, Rules: rules, FailurePolicy: &failurePolicy,
+				SideEffects: &none, TimeoutSeconds: timeout, AdmissionReviewVersions: []string{"v1"}, ReinvocationPolicy: &never,
+			}},
+		}
+	} else {
+		cfg = &admissionregistrationv1.ValidatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+				Name: "validate.example.com", ClientConfig: clientConfig, Rules: rules, FailurePolicy: &failurePolicy,
+				SideEffects: &none, TimeoutSeconds: timeout, AdmissionReviewVersions: []string{"v1"},
+			}},
+		}
 	}
 	if err := e.Client.Create(Context(t, time.Minute), cfg); err != nil {
 		t.Fatalf("register webhook: %v", err)
 	}
+	t.Cleanup(func() {
+		// The API server would otherwise go on calling a webhook that is
+		// no longer served, for the rest of a shared control plane's life.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = e.Client.Delete(ctx, cfg)
+	})
+
 	// The API server picks the configuration up asynchronously: update a
 	// probe object until the webhook sees it, then remove the probe.
 	ctx := Context(t, time.Minute)
-	probe := e.Dynamic.Resource(gvr).Namespace("default")
-	obj := Widget(gvr.Version, "webhook-probe", 0)
-	if _, err := probe.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+	probe := e.Dynamic.Resource(hook.Resource.GVR("v1")).Namespace("default")
+	if _, err := probe.Create(ctx, hook.Resource.Object("v1", webhookProbe, 0), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create webhook probe: %v", err)
 	}
-	for i := 0; hook.Calls("default/webhook-probe") == 0; i++ {
+	for i := 0; w.Calls("default/"+webhookProbe) == 0; i++ {
 		if i == 300 {
 			t.Fatal("the API server never called the webhook")
 		}
 		patch := fmt.Appendf(nil, `{"metadata":{"labels":{"probe":"%d"}}}`, i)
-		if _, err := probe.Patch(ctx, "webhook-probe", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if _, err := probe.Patch(ctx, webhookProbe, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			t.Fatalf("update webhook probe: %v", err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if err := probe.Delete(ctx, "webhook-probe", metav1.DeleteOptions{}); err != nil {
+	if err := probe.Delete(ctx, webhookProbe, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete webhook probe: %v", err)
 	}
-	return hook
+	return w
+}
+
+// TotalCalls is how often the webhook was asked about anything but its
+// probe.
+func (w *Webhook) TotalCalls() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	total := 0
+	for key, n := range w.calls {
+		if key != "default/"+webhookProbe {
+			total += n
+		}
+	}
+	return total
 }

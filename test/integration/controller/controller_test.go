@@ -182,7 +182,7 @@ func TestWebhookDenialsFailTheMigrationNamingTheObjects(t *testing.T) {
 	const n = 300
 	env, _ := setup(t, n)
 	denied := map[string]bool{"ns-a/widget-00003": true, "ns-b/widget-00100": true, "ns-c/widget-00299": true}
-	hook := framework.StartDenyingWebhook(t, env, framework.Widgets, denied)
+	hook := framework.StartDenyingWebhook(t, env, framework.WidgetResource, denied)
 
 	env.StartSVM(t, controllerArgs()...)
 	createMigration(t, env, "widgets", "example.com", "v1", "widgets")

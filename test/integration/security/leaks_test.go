@@ -86,7 +86,7 @@ func TestNoObjectContentsInOutputOrEvents(t *testing.T) {
 		}
 	}
 	denied := namespaces[0] + "/widget-00"
-	framework.StartDenyingWebhook(t, env, framework.Widgets, map[string]bool{denied: true})
+	framework.StartDenyingWebhook(t, env, framework.WidgetResource, map[string]bool{denied: true})
 
 	secretsStored := func() map[string]int {
 		all := map[string]int{}

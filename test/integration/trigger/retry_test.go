@@ -36,7 +36,7 @@ func TestFailedMigrationsStayAndAreRetriedWithGrowingDelay(t *testing.T) {
 	env.InstallCRDs(t, framework.CRDBasesDir())
 	env.CreateWidgetCRD(t, "v1")
 	env.CreateWidgets(t, "v1", []string{"default"}, 20)
-	framework.StartDenyingWebhook(t, env, framework.Widgets, map[string]bool{"default/widget-00007": true})
+	framework.StartDenyingWebhook(t, env, framework.WidgetResource, map[string]bool{"default/widget-00007": true})
 	env.StartSVM(t, append(args("10m"), "--trigger-retry-delay", "2s")...)
 
 	var failed []migrationv1alpha1.StorageVersionMigration

@@ -194,7 +194,7 @@ func TestCheckUpgradeCustomResource(t *testing.T) {
 
 	// A webhook refuses the rewrite of one widget: svm records both hashes,
 	// rewrites every other widget, and its migration fails.
-	framework.StartDenyingWebhook(t, env, framework.Widgets, map[string]bool{"default/widget-00007": true})
+	framework.StartDenyingWebhook(t, env, framework.WidgetResource, map[string]bool{"default/widget-00007": true})
 	env.StartSVM(t, controllerArgs...)
 	waitState(t, env, state, "both hashes recorded", persisted(hashV1, hashV2))
 	waitFailedMigration(t, env, hashV2)
@@ -214,7 +214,7 @@ func TestCheckUpgradeCustomResource(t *testing.T) {
 
 	// Without the webhook the next retry rewrites the last widget.
 	if err := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(framework.Context(t, time.Minute),
-		"deny-some-"+framework.Widgets.Resource, metav1.DeleteOptions{}); err != nil {
+		"test-"+framework.WidgetsCRDName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitState(t, env, state, "migrated to v2", persisted(hashV2))
