@@ -16,15 +16,20 @@ import (
 // queues them (API Priority and Fairness queues by design), and their
 // latency climbs. Throttling shows up the same way: client-go sleeps for
 // a 429's Retry-After inside the request, and a 429 that outlives its
-// retries arrives as one. So when an answer takes more than
-// congestionFactor times the fastest answer seen recently (and more than
-// minCongestedLatency, below which no server is in trouble), or is a 429,
-// the window halves, at most once per such answer's latency, since the
-// writes already in flight saw the same queue; every other answer grows it
-// by one write per window's worth of answers, up to the configured
-// workers. A migration thus runs at full speed on an idle server and backs
-// off within a round trip when the server, or anyone else's load on it,
-// needs the room.
+// retries arrives as one.
+//
+// Single answers are noisy: a garbage collection or a busy etcd makes a
+// few slow without anything queueing. So the latency is smoothed as TCP
+// smooths its round-trip time (an exponentially weighted average, each
+// answer weighing 1/smoothing), and when the smoothed latency exceeds
+// congestionFactor times the fastest answer seen recently (and
+// minCongestedLatency, below which no server is in trouble), or an answer
+// is a 429, the window halves, at most once per smoothed latency, since
+// the writes already in flight saw the same queue; every other answer
+// grows it by one write per window's worth of answers, up to the
+// configured workers. A migration thus runs at full speed on an idle
+// server and backs off within a few round trips when the server, or
+// anyone else's load on it, needs the room.
 type pacer struct {
 	max float64
 	now func() time.Time
@@ -36,9 +41,10 @@ type pacer struct {
 	// fastest is the lowest latency seen, rising slowly so that a server
 	// that became slower for good (bigger objects, other load) resets it.
 	fastest time.Duration
+	// smoothed is the average latency, recent answers weighing most.
+	smoothed time.Duration
 	// calmUntil is when the window may be cut again.
 	calmUntil time.Time
-	cuts      int
 }
 
 const (
@@ -48,6 +54,10 @@ const (
 	// moves toward every slower answer: it forgets a fast outlier after a
 	// few thousand answers.
 	fastestDrift = 1.0 / 2048
+	// smoothing is how many answers the smoothed latency roughly
+	// averages, TCP's 8: one slow answer among fast ones moves it by an
+	// eighth of the difference.
+	smoothing = 8
 )
 
 func newPacer(maxInFlight int, now func() time.Time) *pacer {
@@ -84,15 +94,19 @@ func (p *pacer) release(latency time.Duration, throttled bool) {
 	default:
 		p.fastest += time.Duration(float64(latency-p.fastest) * fastestDrift)
 	}
-	congested := throttled || latency > max(congestionFactor*p.fastest, minCongestedLatency)
+	if p.smoothed == 0 {
+		p.smoothed = latency
+	} else {
+		p.smoothed += (latency - p.smoothed) / smoothing
+	}
+	congested := throttled || p.smoothed > max(congestionFactor*p.fastest, minCongestedLatency)
 	now := p.now()
 	switch {
 	case congested && now.Before(p.calmUntil):
 		// The same congestion, seen by another write already in flight.
 	case congested:
 		p.limit = max(1, math.Floor(p.limit/2))
-		p.calmUntil = now.Add(latency)
-		p.cuts++
+		p.calmUntil = now.Add(max(latency, p.smoothed))
 	default:
 		p.limit = min(p.max, p.limit+1/p.limit)
 	}

@@ -38,12 +38,27 @@ func TestPacerFullSpeedOnAHealthyServer(t *testing.T) {
 func TestPacerHalvesOnCongestionAndRecoversAdditively(t *testing.T) {
 	clock := &fakeClock{t: time.Unix(0, 0)}
 	p := newPacer(32, clock.now)
-	answer(t, p, 10*time.Millisecond, false)
+	for range 20 {
+		answer(t, p, 10*time.Millisecond, false)
+	}
 
-	// A queue builds up: the first slow answer halves the window.
+	// One slow answer among fast ones is noise, not a queue.
 	answer(t, p, 500*time.Millisecond, false)
-	if w := p.window(); w != 16 {
-		t.Fatalf("window %d after one congested answer, want 16", w)
+	for range 5 {
+		answer(t, p, 10*time.Millisecond, false)
+	}
+	if w := p.window(); w != 32 {
+		t.Fatalf("window %d after one slow answer among fast ones, want still 32", w)
+	}
+	// A queue builds up: answers keep coming slow, and within a few the
+	// window halves.
+	slow := 0
+	for p.window() == 32 && slow < 10 {
+		answer(t, p, 500*time.Millisecond, false)
+		slow++
+	}
+	if w := p.window(); w != 16 || slow > 3 {
+		t.Fatalf("window %d after %d slow answers in a row, want 16 within 3", w, slow)
 	}
 	// The writes that were in flight saw the same queue: no second cut
 	// within that answer's latency.
@@ -63,6 +78,13 @@ func TestPacerHalvesOnCongestionAndRecoversAdditively(t *testing.T) {
 	answer(t, p, time.Millisecond, true)
 	if w := p.window(); w != 4 {
 		t.Fatalf("window %d after a 429, want 4", w)
+	}
+	// Nothing grows while the smoothed latency still shows the queue.
+	for p.smoothed > minCongestedLatency {
+		answer(t, p, 10*time.Millisecond, false)
+		if w := p.window(); w != 4 {
+			t.Fatalf("window %d while the smoothed latency is %s, want still 4", w, p.smoothed)
+		}
 	}
 	// Recovery is additive: about one write more per window of answers.
 	answers := 0
