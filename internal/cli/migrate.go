@@ -115,18 +115,29 @@ func (o *MigrateOptions) migrateOne(ctx context.Context, gvr schema.GroupVersion
 	start := time.Now()
 	res, err := o.migrator.Run(ctx, migrator.Request{Resource: gvr, OnProgress: progress.update})
 	progress.done()
-	p := res.Progress
-	fmt.Fprintf(o.Out, "%s: rewritten %d, skipped %d, failed %d in %s\n", name, p.Rewritten, p.Skipped, p.Failed, time.Since(start).Round(time.Millisecond))
-	for _, f := range res.FailedObjects {
-		fmt.Fprintf(o.Out, "  failed %s: %s\n", objectKey(f.Namespace, f.Name), f.Reason)
-	}
-	if p.Failed > int64(len(res.FailedObjects)) {
-		fmt.Fprintf(o.Out, "  ... and %d more\n", p.Failed-int64(len(res.FailedObjects)))
-	}
+	printSummary(o.Out, name, res, time.Since(start))
 	if err != nil {
 		fmt.Fprintf(o.ErrOut, "%s: %v\n", name, err)
 	}
 	return err
+}
+
+// printSummary tells what a migration did: its counts, why objects were
+// skipped, and which failed.
+func printSummary(out io.Writer, name string, res migrator.Result, took time.Duration) {
+	p := res.Progress
+	fmt.Fprintf(out, "%s: rewritten %d, skipped %d, failed %d in %s\n", name, p.Rewritten, p.Skipped, p.Failed, took.Round(time.Millisecond))
+	if p.Skipped > 0 {
+		// Why objects were skipped tells an operator what else was
+		// writing the resource meanwhile, and what that cost.
+		fmt.Fprintf(out, "  skipped without a write (written or deleted since the start): %d; on conflict or not found: %d\n", p.AlreadyCurrent, p.Skipped-p.AlreadyCurrent)
+	}
+	for _, f := range res.FailedObjects {
+		fmt.Fprintf(out, "  failed %s: %s\n", objectKey(f.Namespace, f.Name), f.Reason)
+	}
+	if p.Failed > int64(len(res.FailedObjects)) {
+		fmt.Fprintf(out, "  ... and %d more\n", p.Failed-int64(len(res.FailedObjects)))
+	}
 }
 
 // allMigratable lists every migratable resource, once per storage. A

@@ -29,6 +29,15 @@
 // continue token or, failing that, from the beginning, and objects svm has
 // already rewritten are skipped without a write.
 //
+// A chunked list is one snapshot, though: objects written by others after
+// the checkpoint are still listed with older resourceVersions. A watch from
+// the checkpoint (see changes) finds them, and they are skipped without a
+// write as well.
+//
+// While a chunk is written, the next one is already being listed, so the
+// writes never wait for a list; chunks are still handled one at a time, and
+// a chunk's state is saved only once all its objects are.
+//
 // # Errors
 //
 // Every error is classified (see Classify): transient errors (429, 5xx,

@@ -20,6 +20,10 @@ import (
 	"k8s.io/client-go/metadata"
 )
 
+// maxRecordedChanges bounds the objects written by others that a migration
+// remembers at once, a few megabytes of names (see changes).
+const maxRecordedChanges = 100_000
+
 // DefaultFieldManager names svm's writes in the API server's audit log.
 const DefaultFieldManager = "storage-version-migrator"
 
@@ -40,6 +44,11 @@ type Options struct {
 	// DisablePacing turns off adaptive pacing (see pacer): Workers writes
 	// are then always in flight, whatever the API server's latency.
 	DisablePacing bool
+	// DisableChangeWatch turns off the watch that finds objects written
+	// or deleted by others while the migration runs (see changes): they
+	// then cost a write answered by 409 Conflict, as they would without
+	// watch permission.
+	DisableChangeWatch bool
 	// RequestTimeout bounds every request, from sending it to reading the
 	// last byte of its answer; a request that runs out of it is retried as
 	// a transient error. Waits client-go makes for Retry-After count
@@ -120,6 +129,11 @@ type Progress struct {
 	Rewritten int64
 	Skipped   int64
 	Failed    int64
+	// AlreadyCurrent counts the skipped objects that cost no request:
+	// written or deleted after the checkpoint, by someone else or by an
+	// earlier run of the migration, and so already in the current
+	// storage version.
+	AlreadyCurrent int64
 	// RemainingEstimate is the API server's estimate of objects not yet
 	// listed, when it gives one.
 	RemainingEstimate *int64
@@ -265,14 +279,91 @@ type run struct {
 	saved State
 	// pacer adapts the writes in flight to the server; nil when off.
 	pacer *pacer
+	// changes knows objects written by others since the checkpoint; nil
+	// when off. Its watch starts at the first sign of another writer.
+	changes   *changes
+	watchOnce sync.Once
+	watchCtx  context.Context
+	watching  sync.WaitGroup
 
 	failedMu sync.Mutex
 }
 
 func (r *run) listAndRewrite(ctx context.Context) error {
+	// Every chunk's list is sent while the chunk before it is being
+	// written, so that the writes never wait for a list. The chunks are
+	// still written one after another, and a chunk's state is saved only
+	// once all its objects are handled: a prefetched list is all that a
+	// stop loses.
+	ctx, cancel := context.WithCancel(ctx)
+	defer r.watching.Wait()
+	defer cancel()
+	first := true
+	next := r.prefetch(ctx, r.res.ContinueToken)
+	for {
+		l := <-next
+		if l.err != nil {
+			return l.err
+		}
+		list := l.list
+		if list.Continue != "" {
+			next = r.prefetch(ctx, list.Continue)
+		}
+		if first {
+			if r.res.Checkpoint == "" {
+				r.res.Checkpoint = list.ResourceVersion
+				r.saved.Checkpoint = list.ResourceVersion
+			}
+			if !r.m.opts.DisableChangeWatch {
+				r.changes = newChanges(maxRecordedChanges)
+				r.watchCtx = ctx
+			}
+			first = false
+		}
+		remaining := list.RemainingItemCount
+		if list.Continue == "" {
+			remaining = new(int64) // the last chunk: nothing is left, whatever the server estimates
+		}
+		r.observer.Listed(r.gr, r.counters.listed.Add(int64(len(list.Items))), remaining)
+		r.res.Progress.RemainingEstimate = remaining
+		if err := r.rewriteChunk(ctx, list.Items); err != nil {
+			return err
+		}
+		r.res.ContinueToken = list.Continue
+		r.res.Progress = r.counters.snapshot(remaining)
+		r.saved = r.snapshotState()
+		if r.req.OnChunk != nil {
+			if err := r.req.OnChunk(ctx, r.snapshotState()); err != nil {
+				return fmt.Errorf("save progress: %w", err)
+			}
+		}
+		r.reportProgress()
+		if list.Continue == "" {
+			return nil
+		}
+	}
+}
+
+// listing is a chunk's list, or why it could not be had.
+type listing struct {
+	list *metav1.PartialObjectMetadataList
+	err  error
+}
+
+// prefetch lists the chunk that token continues from, in the background.
+func (r *run) prefetch(ctx context.Context, token string) <-chan listing {
+	out := make(chan listing, 1)
+	go func() {
+		list, err := r.list(ctx, token)
+		out <- listing{list, err}
+	}()
+	return out
+}
+
+// list lists the chunk that token continues from (the first when empty),
+// with retries.
+func (r *run) list(ctx context.Context, token string) (*metav1.PartialObjectMetadataList, error) {
 	client := r.m.metadata.Resource(r.req.Resource)
-	token := r.res.ContinueToken
-	first := r.res.Checkpoint == ""
 	for {
 		var list *metav1.PartialObjectMetadataList
 		err := r.retry(ctx, "list", func(ctx context.Context) error {
@@ -289,35 +380,9 @@ func (r *run) listAndRewrite(ctx context.Context) error {
 			token = inconsistentContinue(err)
 			continue
 		case err != nil:
-			return classifyListError(r.req.Resource, err)
+			return nil, classifyListError(r.req.Resource, err)
 		}
-		if first {
-			r.res.Checkpoint = list.ResourceVersion
-			r.saved.Checkpoint = list.ResourceVersion
-			first = false
-		}
-		remaining := list.RemainingItemCount
-		if list.Continue == "" {
-			remaining = new(int64) // the last chunk: nothing is left, whatever the server estimates
-		}
-		r.observer.Listed(r.gr, r.counters.listed.Add(int64(len(list.Items))), remaining)
-		r.res.Progress.RemainingEstimate = remaining
-		if err := r.rewriteChunk(ctx, list.Items); err != nil {
-			return err
-		}
-		token = list.Continue
-		r.res.ContinueToken = token
-		r.res.Progress = r.counters.snapshot(remaining)
-		r.saved = r.snapshotState()
-		if r.req.OnChunk != nil {
-			if err := r.req.OnChunk(ctx, r.snapshotState()); err != nil {
-				return fmt.Errorf("save progress: %w", err)
-			}
-		}
-		r.reportProgress()
-		if token == "" {
-			return nil
-		}
+		return list, nil
 	}
 }
 
@@ -367,6 +432,9 @@ func (r *run) rewriteChunk(ctx context.Context, items []metav1.PartialObjectMeta
 	defer ticker.Stop()
 feed:
 	for i := range items {
+		if r.changes != nil {
+			r.changes.pass(objectName(&items[i]))
+		}
 		for {
 			select {
 			case work <- &items[i]:
@@ -386,19 +454,25 @@ feed:
 // rewrite writes one object back unchanged. It returns an error only when
 // the whole migration must stop.
 func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata) error {
-	if newerThan(obj.ResourceVersion, r.res.Checkpoint) {
+	if newerThan(obj.ResourceVersion, r.res.Checkpoint) || (r.changes != nil && r.changes.take(objectName(obj))) {
 		r.counters.skipped.Add(1)
+		r.counters.alreadyCurrent.Add(1)
 		r.observer.ObjectSkipped(r.gr, nil)
 		return nil
 	}
 	patch := fmt.Appendf(nil, `{"metadata":{"uid":%q,"resourceVersion":%q}}`, obj.UID, obj.ResourceVersion)
 	client := r.m.metadata.Resource(r.req.Resource)
+	// Field validation judges the fields a write sets; svm's set none but
+	// uid and resourceVersion. Left at its default (Warn), it would only
+	// make the server decode every patched object strictly, and report as
+	// svm's any duplicate or unknown field it finds in the stored object.
+	opts := metav1.PatchOptions{FieldManager: r.m.opts.FieldManager, FieldValidation: metav1.FieldValidationIgnore}
 	err := r.retry(ctx, "patch", func(ctx context.Context) error {
 		var err error
 		if r.namespaced {
-			_, err = client.Namespace(obj.Namespace).Patch(ctx, obj.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: r.m.opts.FieldManager})
+			_, err = client.Namespace(obj.Namespace).Patch(ctx, obj.Name, types.MergePatchType, patch, opts)
 		} else {
-			_, err = client.Patch(ctx, obj.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: r.m.opts.FieldManager})
+			_, err = client.Patch(ctx, obj.Name, types.MergePatchType, patch, opts)
 		}
 		return err
 	})
@@ -411,6 +485,7 @@ func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata) er
 	case Skip:
 		r.counters.skipped.Add(1)
 		r.observer.ObjectSkipped(r.gr, err)
+		r.watchOthers()
 		return nil
 	case Terminal:
 		if ctx.Err() != nil {
@@ -427,6 +502,22 @@ func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata) er
 		r.recordFailure(obj, err)
 		return nil
 	}
+}
+
+// watchOthers starts the watch for objects others write (see changes), once:
+// at the first write answered by 409 or 404, the sign that someone else
+// writes or deletes objects of the resource. A resource nobody else writes
+// thus costs no watch at all, and the watch, starting from the checkpoint,
+// still learns every change made before it started.
+func (r *run) watchOthers() {
+	if r.changes == nil {
+		return
+	}
+	r.watchOnce.Do(func() {
+		r.watching.Go(func() {
+			r.changes.watch(r.watchCtx, r.m.metadata.Resource(r.req.Resource), r.res.Checkpoint, r.waitLimiter)
+		})
+	})
 }
 
 func terminalReason(err error) string {
@@ -480,6 +571,14 @@ func (r *run) reportProgress() {
 	}
 }
 
+// waitLimiter waits for the rate limiter, if there is one.
+func (r *run) waitLimiter(ctx context.Context) error {
+	if r.m.opts.Limiter == nil {
+		return nil
+	}
+	return r.m.opts.Limiter.Wait(ctx)
+}
+
 // retry calls fn, a request with verb, until it succeeds, fails with a
 // non-transient error, or the backoff is exhausted. Every attempt waits for
 // the rate limiter and has Options.RequestTimeout to complete. Throttling
@@ -492,7 +591,7 @@ func (r *run) retry(ctx context.Context, verb string, fn func(context.Context) e
 	for attempt := 1; ; attempt++ {
 		if r.m.opts.Limiter != nil {
 			start := time.Now()
-			werr := r.m.opts.Limiter.Wait(ctx)
+			werr := r.waitLimiter(ctx)
 			if verb != "" {
 				r.observer.LimiterWaited(r.gr, time.Since(start))
 			}
@@ -556,7 +655,7 @@ func newerThan(rv, checkpoint string) bool {
 
 // counters are updated by many workers at once.
 type counters struct {
-	listed, rewritten, skipped, failed atomic.Int64
+	listed, rewritten, skipped, failed, alreadyCurrent atomic.Int64
 }
 
 func (c *counters) load(p Progress) {
@@ -564,6 +663,7 @@ func (c *counters) load(p Progress) {
 	c.rewritten.Store(p.Rewritten)
 	c.skipped.Store(p.Skipped)
 	c.failed.Store(p.Failed)
+	c.alreadyCurrent.Store(p.AlreadyCurrent)
 }
 
 func (c *counters) snapshot(remaining *int64) Progress {
@@ -572,6 +672,7 @@ func (c *counters) snapshot(remaining *int64) Progress {
 		Rewritten:         c.rewritten.Load(),
 		Skipped:           c.skipped.Load(),
 		Failed:            c.failed.Load(),
+		AlreadyCurrent:    c.alreadyCurrent.Load(),
 		RemainingEstimate: remaining,
 	}
 }

@@ -34,14 +34,16 @@ const FieldManager = "svm-migration-controller"
 
 // The controller reads and updates migrations, records events, and lists
 // and patches every resource it migrates: rewriting arbitrary resources is
-// the one thing that needs a wildcard, and it is limited to list and patch.
+// the one thing that needs a wildcard, and it is limited to list, watch
+// and patch. Watch reads nothing list does not; it lets a migration skip
+// objects others wrote while it ran.
 // Migrations are read from the cache (list and watch, never get) and
 // written with merge patches only.
 //
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations,verbs=list;watch;patch
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations/status,verbs=patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=*,resources=*,verbs=list;patch
+// +kubebuilder:rbac:groups=*,resources=*,verbs=list;watch;patch
 
 // Reconciler schedules and runs StorageVersionMigrations.
 type Reconciler struct {

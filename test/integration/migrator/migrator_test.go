@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/time/rate"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -300,4 +301,167 @@ func TestTerminalErrorsFailFastWithBoundedRequests(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestObjectsWrittenByOthersCostNoWrite updates and deletes objects the
+// migration has not reached yet, while it runs. Its list is one snapshot,
+// so it still lists them with their old resourceVersions. At the first
+// write answered by a conflict (someone else writes this resource) it
+// starts a watch from the checkpoint, which tells it those objects need
+// nothing: they cost no write. When etcd has compacted the checkpoint away
+// the watch starts from the latest resourceVersion and still sees changes
+// made after it. Without watch permission the same objects cost one write
+// each, answered by a conflict or not found. Nothing is lost either way.
+func TestObjectsWrittenByOthersCostNoWrite(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		watch, compact bool
+	}{
+		{"with the watch", true, false},
+		{"checkpoint compacted away", true, true},
+		{"without watch permission", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := framework.Start(t, controlplane.Options{})
+			const n = 1000
+			before := flippedWidgets(t, env, n)
+			cfg := env.Config
+			if !tc.watch {
+				cfg = listAndPatchOnly(t, env)
+			}
+			// A limiter keeps the migration well behind the writes below.
+			m, requests := newMigrator(t, cfg, migrator.Options{ChunkSize: 100, Workers: 4, Limiter: rate.NewLimiter(300, 1)})
+
+			// Lists go by namespace, then name, 100 objects a chunk: ns-a's
+			// widget-00400 opens the second chunk and ns-d's objects come
+			// last (from the eighth). Once the first chunk is saved, another
+			// writer updates widget-00400, whose write svm then finds taken
+			// (409); once the fifth is, it updates some of ns-d's objects and
+			// deletes others.
+			updated, deleted := map[string]bool{"ns-a/widget-00400": true}, map[string]bool{}
+			widgets := env.Dynamic.Resource(framework.Widgets)
+			update := func(ctx context.Context, ns, name string) error {
+				patch := fmt.Appendf(nil, `{"spec":{"updatedBy":"writer-%s"}}`, name)
+				_, err := widgets.Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+				return err
+			}
+			ctx := framework.Context(t, 5*time.Minute)
+			res, err := m.Run(ctx, migrator.Request{
+				Resource: framework.Widgets,
+				OnChunk: func(ctx context.Context, s migrator.State) error {
+					switch s.Progress.Listed {
+					case 100:
+						if err := update(ctx, "ns-a", "widget-00400"); err != nil {
+							return err
+						}
+						if tc.compact {
+							compact(t, env)
+						}
+					case 500:
+						for i := 3; i < n; i += 4 * 5 { // every fifth widget of ns-d
+							name := fmt.Sprintf("widget-%05d", i)
+							if len(updated) <= len(deleted)+1 {
+								if err := update(ctx, "ns-d", name); err != nil {
+									return err
+								}
+								updated["ns-d/"+name] = true
+							} else {
+								if err := widgets.Namespace("ns-d").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+									return err
+								}
+								deleted["ns-d/"+name] = true
+							}
+						}
+					}
+					return nil
+				},
+			})
+			if err != nil {
+				t.Fatalf("migrate: %v", err)
+			}
+			env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n - len(deleted)})
+			after := env.TakeSnapshot(t, framework.Widgets)
+			for key := range updated {
+				if spec, _ := after[key]["spec"].(map[string]any); spec["updatedBy"] == nil {
+					t.Errorf("%s lost its update: spec %v", key, spec)
+				}
+			}
+			var touched []string
+			for key := range updated {
+				touched = append(touched, key)
+			}
+			for key := range deleted {
+				touched = append(touched, key)
+			}
+			if diff := before.Without(touched...).Diff(after.Without(touched...)); diff != "" {
+				t.Errorf("untouched objects changed (-before +after):\n%s", diff)
+			}
+
+			// widget-00400 always costs a write: it starts the watch. The
+			// others in ns-d cost none when the watch runs.
+			others := len(touched) - 1
+			wantPatches, wantNoWrite := n, 0
+			if tc.watch {
+				wantPatches, wantNoWrite = n-others, others
+			}
+			if got := requests.Count("PATCH"); got != wantPatches {
+				t.Errorf("%d patches, want %d: %d objects were written or deleted by others", got, wantPatches, len(touched))
+			}
+			p := res.Progress
+			if p.Rewritten != int64(n-len(touched)) || p.Skipped != int64(len(touched)) || p.AlreadyCurrent != int64(wantNoWrite) {
+				t.Errorf("progress %+v: want %d rewritten, %d skipped, %d of them without a write", p, n-len(touched), len(touched), wantNoWrite)
+			}
+		})
+	}
+}
+
+// compact compacts etcd up to its current revision: every older revision,
+// and any list or watch from one, is gone.
+func compact(t *testing.T, env *framework.Env) {
+	t.Helper()
+	ctx := framework.Context(t, time.Minute)
+	status, err := env.Etcd.Status(ctx, env.CP.EtcdURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Etcd.Compact(ctx, status.Header.Revision); err != nil {
+		t.Fatalf("compact: %v", err)
+	}
+}
+
+// listAndPatchOnly returns a config for a user who may list and patch
+// widgets, and nothing else: the least a migration needs.
+func listAndPatchOnly(t *testing.T, env *framework.Env) *rest.Config {
+	t.Helper()
+	ctx := framework.Context(t, time.Minute)
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "widgets-list-patch"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{framework.Widgets.Group}, Resources: []string{framework.Widgets.Resource}, Verbs: []string{"list", "patch"}}},
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "widgets-list-patch"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "list-and-patch"}},
+	}
+	if _, err := env.Kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "list-and-patch"}
+	// RBAC takes a moment to see a new binding.
+	widgets := metadata.NewForConfigOrDie(cfg).Resource(framework.Widgets)
+	if !framework.WaitFor(ctx, 30*time.Second, func() bool {
+		_, err := widgets.List(ctx, metav1.ListOptions{Limit: 1})
+		return err == nil
+	}) {
+		t.Fatal("the list-and-patch user cannot list widgets")
+	}
+	if w, err := widgets.Watch(ctx, metav1.ListOptions{}); err == nil {
+		w.Stop()
+		t.Fatal("the list-and-patch user may watch widgets; the test would prove nothing")
+	}
+	return cfg
 }

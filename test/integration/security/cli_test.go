@@ -47,8 +47,8 @@ func TestCLIRoles(t *testing.T) {
 		}
 	}
 	for _, rule := range clusterRole(t, cliObjs, "svm-migrator").Rules {
-		if !slices.Equal(rule.Verbs, []string{"list", "patch"}) {
-			t.Errorf("svm-migrator grants more than list and patch: %+v", rule)
+		if !slices.Equal(slices.Sorted(slices.Values(rule.Verbs)), []string{"list", "patch", "watch"}) {
+			t.Errorf("svm-migrator grants more than list, watch and patch: %+v", rule)
 		}
 	}
 	env.ApplyManifests(t, rendered)

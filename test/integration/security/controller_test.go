@@ -114,12 +114,13 @@ func TestControllerUnderShippedRoles(t *testing.T) {
 }
 
 // ownRequests summarises, as "verb resource=count", what the controller
-// did besides rewriting (the lists and patches every migration sends):
+// did besides rewriting (the lists, watches and patches every migration
+// sends):
 // the requests that need svm's rules other than the wildcard.
 func ownRequests(reqs []framework.AuditEvent) string {
 	counts := map[string]int{}
 	for _, r := range reqs {
-		if r.ObjectRef != nil && (r.Verb != "list" && r.Verb != "patch" || r.ObjectRef.Subresource != "") {
+		if r.ObjectRef != nil && (!slices.Contains([]string{"list", "watch", "patch"}, r.Verb) || r.ObjectRef.Subresource != "") {
 			counts[r.Verb+" "+r.Resource()]++
 		}
 	}

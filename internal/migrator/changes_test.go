@@ -1,0 +1,100 @@
+package migrator
+
+import (
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+func TestChangesRemembersOnlyObjectsStillToCome(t *testing.T) {
+	c := newChanges(100)
+	// Before this run hands out its first object, everything is noted...
+	c.record("a/earlier")
+	c.record("b/w-5")
+	// ...and what lies before the first object is forgotten then: a
+	// resumed run does not list it again.
+	c.pass("b/w-1")
+	c.record("b/w-0") // svm's own write, or one to an object already handled
+	c.record("b/w-1")
+	c.record("b/w-9")
+	c.record("c/w-0")
+
+	for _, tc := range []struct {
+		key  string
+		want bool
+	}{
+		{"a/earlier", false},
+		{"b/w-0", false},
+		{"b/w-1", false},
+		{"b/w-5", true},
+		{"b/w-9", true},
+		{"c/w-0", true},
+		{"c/w-1", false},
+	} {
+		if got := c.take(tc.key); got != tc.want {
+			t.Errorf("take(%q) = %v, want %v", tc.key, got, tc.want)
+		}
+	}
+	// Each key is listed once: a second look finds nothing.
+	if c.take("b/w-5") {
+		t.Error("take(b/w-5) twice = true, want false the second time")
+	}
+	if len(c.changed) != 0 {
+		t.Errorf("%d keys kept after every one was taken", len(c.changed))
+	}
+}
+
+func TestChangesIsBounded(t *testing.T) {
+	c := newChanges(3)
+	c.pass("a")
+	for _, k := range []string{"b", "c", "d", "e"} {
+		c.record(k)
+	}
+	if len(c.changed) != 3 {
+		t.Fatalf("%d keys kept, want the limit of 3", len(c.changed))
+	}
+	if c.take("e") {
+		t.Error("a key past the limit was kept")
+	}
+	// Taking one makes room again.
+	c.take("b")
+	c.record("f")
+	if !c.take("f") {
+		t.Error("a key recorded after room was made is missing")
+	}
+}
+
+func TestChangesDrainRecordsEveryKindOfChange(t *testing.T) {
+	c := newChanges(100)
+	w := watch.NewFake()
+	obj := func(ns, name, rv string) *metav1.PartialObjectMetadata {
+		return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: rv}}
+	}
+	go func() {
+		w.Add(obj("ns", "added", "11"))
+		w.Modify(obj("ns", "modified", "12"))
+		w.Delete(obj("ns", "deleted", "13"))
+		w.Action(watch.Bookmark, obj("", "", "20"))
+		w.Stop()
+	}()
+	if rv, err := c.drain(w, "10"); rv != "20" || err != nil {
+		t.Errorf("drain returned resourceVersion %q, %v; want the bookmark's 20 to watch again from", rv, err)
+	}
+	for _, key := range []string{"ns/added", "ns/modified", "ns/deleted"} {
+		if !c.take(key) {
+			t.Errorf("%s not recorded", key)
+		}
+	}
+
+	// An error event (the checkpoint was compacted away) ends the watch
+	// with the server's error.
+	w = watch.NewFake()
+	go func() {
+		w.Error(&metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired})
+	}()
+	if _, err := c.drain(w, "10"); !apierrors.IsResourceExpired(err) {
+		t.Errorf("drain after an error event returned %v, want the 410 Expired", err)
+	}
+}
