@@ -5,56 +5,161 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 )
 
-// writeResults writes the run's table, with the machine it ran on, to
-// $SVM_BENCH_RESULTS (default _output/benchmarks.md at the repository
-// root), to be copied into docs/benchmarks.md.
-func writeResults(b *testing.B, results []result, notes []string) {
+// result is what one strategy did on one workload: one pass, or one per
+// round when strategies are compared.
+type result struct {
+	workload, strategy string
+	objects            int
+	passes             []passFigures
+}
+
+// passFigures are one pass's measurements.
+type passFigures struct {
+	wall      time.Duration
+	serverCPU time.Duration
+	usage     usage
+	requests  int // LIST, PATCH and PUT of the resource, as the API server counted them
+	churned   int // requests another client sent to the resource meanwhile
+}
+
+// rates are the objects per second of every pass.
+func (r result) rates() []float64 {
+	out := make([]float64, len(r.passes))
+	for i, p := range r.passes {
+		out[i] = float64(r.objects) / p.wall.Seconds()
+	}
+	return out
+}
+
+// rate is the median of the passes' objects per second.
+func (r result) rate() float64 { return median(r.rates()) }
+
+// serverCPU is the median API server CPU per object, in milliseconds.
+func (r result) serverCPU() float64 {
+	return r.perObject(func(p passFigures) float64 { return ms(p.serverCPU) })
+}
+
+// svmCPU is the median svm CPU per object, in milliseconds.
+func (r result) svmCPU() float64 {
+	return r.perObject(func(p passFigures) float64 { return ms(p.usage.cpu) })
+}
+
+// requestsPerObject is the median of the requests sent per object.
+func (r result) requestsPerObject() float64 {
+	return r.perObject(func(p passFigures) float64 { return float64(p.requests) })
+}
+
+// requestRate is the median of the requests sent per second.
+func (r result) requestRate() float64 {
+	out := make([]float64, len(r.passes))
+	for i, p := range r.passes {
+		out[i] = float64(p.requests) / p.wall.Seconds()
+	}
+	return median(out)
+}
+
+func (r result) perObject(f func(passFigures) float64) float64 {
+	out := make([]float64, len(r.passes))
+	for i, p := range r.passes {
+		out[i] = f(p) / float64(r.objects)
+	}
+	return median(out)
+}
+
+// peakRSS is the highest peak resident set of svm over the passes.
+func (r result) peakRSS() int64 {
+	var peak int64
+	for _, p := range r.passes {
+		peak = max(peak, p.usage.peakRSS)
+	}
+	return peak
+}
+
+// skipped is the median of the objects svm found written by others and
+// skipped without a write.
+func (r result) skipped() int {
+	out := make([]float64, len(r.passes))
+	for i, p := range r.passes {
+		out[i] = float64(p.usage.skipped)
+	}
+	return int(median(out))
+}
+
+func (r result) process() bool { return len(r.passes) > 0 && r.passes[0].usage.process }
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// target is one of the performance targets and how this run did.
+type target struct {
+	what, measured string
+	met            bool
+}
+
+// writeResults writes the run's table, with the machine it ran on and the
+// targets judged from it, to $SVM_BENCH_RESULTS (default
+// _output/benchmarks.md at the repository root), to be copied into
+// docs/benchmarks.md.
+func writeResults(b *testing.B, results []result, notes []string, targets []target) {
 	b.Helper()
 	path := os.Getenv("SVM_BENCH_RESULTS")
 	if path == "" {
 		path = filepath.Join("..", "..", "_output", "benchmarks.md")
 	}
-	ceiling := map[string]float64{}
-	naive1 := map[string]float64{}
-	for _, r := range results {
-		if strings.HasPrefix(r.strategy, "ceiling") {
-			ceiling[r.workload] = max(ceiling[r.workload], r.rate())
-		}
-		if strings.HasPrefix(r.strategy, "naive") && strings.Contains(r.strategy, " 1 worker") {
-			naive1[r.workload] = r.rate()
-		}
-	}
+	ceiling, naive1 := baselines(results)
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "Run of %s on %s.\n\n", time.Now().UTC().Format("2006-01-02"), machine())
-	sb.WriteString("| workload | strategy | objects | objects/s | of ceiling | x naive (1 worker) | API server CPU ms/object | svm CPU ms/object | svm peak RSS | requests/object | found rewritten by others |\n")
-	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	sb.WriteString("| workload | strategy | objects | objects/s (median) | of ceiling | x naive (1 worker) | API server CPU ms/object | svm CPU ms/object | svm peak RSS | requests/object | found rewritten by others | objects/s of each pass |\n")
+	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		ofCeiling, xNaive, svmCPU, rss, skipped := "", "", "", "", ""
-		if c := ceiling[r.workload]; c > 0 {
+		if c := ceiling[r.workload]; c > 0 && !strings.HasPrefix(r.strategy, "ceiling search") {
 			ofCeiling = fmt.Sprintf("%.2f", r.rate()/c)
 		}
 		if n := naive1[r.workload]; n > 0 {
 			xNaive = fmt.Sprintf("%.2f", r.rate()/n)
 		}
-		if r.usage.process {
-			svmCPU = fmt.Sprintf("%.3f", ms(r.usage.cpu)/float64(r.objects))
-			rss = fmt.Sprintf("%.0f MB", float64(r.usage.peakRSS)/1e6)
-			skipped = fmt.Sprint(r.usage.skipped)
+		if r.process() {
+			svmCPU = fmt.Sprintf("%.3f", r.svmCPU())
+			rss = fmt.Sprintf("%.0f MB", float64(r.peakRSS())/1e6)
+			skipped = fmt.Sprint(r.skipped())
 		}
-		fmt.Fprintf(&sb, "| %s | %s | %d | %.0f | %s | %s | %.2f | %s | %s | %.2f | %s |\n",
-			r.workload, r.strategy, r.objects, r.rate(), ofCeiling, xNaive, ms(r.serverCPU)/float64(r.objects), svmCPU, rss,
-			float64(r.requests)/float64(r.objects), skipped)
+		each := make([]string, 0, len(r.passes))
+		for _, rate := range r.rates() {
+			each = append(each, fmt.Sprintf("%.0f", rate))
+		}
+		fmt.Fprintf(&sb, "| %s | %s | %d | %.0f | %s | %s | %.2f | %s | %s | %.2f | %s | %s |\n",
+			r.workload, r.strategy, r.objects, r.rate(), ofCeiling, xNaive, r.serverCPU(), svmCPU, rss,
+			r.requestsPerObject(), skipped, strings.Join(each, " / "))
 	}
 	if len(notes) > 0 {
 		sb.WriteString("\n")
 		for _, n := range notes {
 			fmt.Fprintf(&sb, "- %s\n", n)
 		}
+	}
+	sb.WriteString("\n| target | measured (medians of this run) | met |\n|---|---|---|\n")
+	for _, t := range targets {
+		met := "no"
+		if t.met {
+			met = "yes"
+		}
+		fmt.Fprintf(&sb, "| %s | %s | %s |\n", t.what, t.measured, met)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		b.Fatal(err)
@@ -63,6 +168,62 @@ func writeResults(b *testing.B, results []result, notes []string) {
 		b.Fatal(err)
 	}
 	b.Logf("results in %s:\n%s", path, sb.String())
+}
+
+// baselines are, per workload, the ceiling's and the 1-worker naive
+// baseline's median rates.
+func baselines(results []result) (ceiling, naive1 map[string]float64) {
+	ceiling, naive1 = map[string]float64{}, map[string]float64{}
+	for _, r := range results {
+		if strings.HasPrefix(r.strategy, "ceiling:") {
+			ceiling[r.workload] = r.rate()
+		}
+		if r.strategy == naive(1).name {
+			naive1[r.workload] = r.rate()
+		}
+	}
+	return ceiling, naive1
+}
+
+// speedTargets judges the compared workloads: svm unthrottled against the
+// ceiling and the naive baselines, in speed and in API server CPU.
+func speedTargets(results []result) []target {
+	ceiling, naive1 := baselines(results)
+	find := func(workload, strategy string) (result, bool) {
+		i := slices.IndexFunc(results, func(r result) bool { return r.workload == workload && r.strategy == strategy })
+		if i < 0 {
+			return result{}, false
+		}
+		return results[i], true
+	}
+	var out []target
+	for workload, c := range ceiling {
+		svm, ok := find(workload, maxSettingsName)
+		n1, ok1 := find(workload, naive(1).name)
+		n8, ok8 := find(workload, naive(8).name)
+		if !ok || !ok1 || !ok8 {
+			continue
+		}
+		out = append(out,
+			target{
+				what:     fmt.Sprintf("%s: svm unthrottled at 0.95 of the ceiling", workload),
+				measured: fmt.Sprintf("%.0f / %.0f objects/s = %.2f", svm.rate(), c, svm.rate()/c),
+				met:      svm.rate() >= 0.95*c,
+			},
+			target{
+				what:     fmt.Sprintf("%s: svm unthrottled at 2x the naive baseline with 1 worker", workload),
+				measured: fmt.Sprintf("%.0f / %.0f objects/s = %.2fx", svm.rate(), naive1[workload], svm.rate()/naive1[workload]),
+				met:      svm.rate() >= 2*naive1[workload],
+			},
+			target{
+				what: fmt.Sprintf("%s: API server CPU per object no higher than the naive baseline's", workload),
+				measured: fmt.Sprintf("svm %.2f ms, naive %.2f ms (1 worker), %.2f ms (8 workers)",
+					svm.serverCPU(), n1.serverCPU(), n8.serverCPU()),
+				met: svm.serverCPU() <= n1.serverCPU(),
+			})
+	}
+	slices.SortFunc(out, func(a, b target) int { return strings.Compare(a.what, b.what) })
+	return out
 }
 
 // machine describes the CPU, cores and memory the run had.
