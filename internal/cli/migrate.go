@@ -130,7 +130,7 @@ func printSummary(out io.Writer, name string, res migrator.Result, took time.Dur
 	if p.Skipped > 0 {
 		// Why objects were skipped tells an operator what else was
 		// writing the resource meanwhile, and what that cost.
-		fmt.Fprintf(out, "  skipped without a write (written or deleted since the start): %d; on conflict or not found: %d\n", p.AlreadyCurrent, p.Skipped-p.AlreadyCurrent)
+		fmt.Fprintf(out, "  skipped without a write (written or deleted since the start): %d; on conflict or not found: %d\n", p.SkippedWithoutWrite, p.Skipped-p.SkippedWithoutWrite)
 	}
 	for _, f := range res.FailedObjects {
 		fmt.Fprintf(out, "  failed %s: %s\n", objectKey(f.Namespace, f.Name), f.Reason)

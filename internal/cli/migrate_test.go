@@ -23,7 +23,7 @@ func TestPrintSummary(t *testing.T) {
 		},
 		{
 			name: "skipped, some without a write",
-			res:  migrator.Result{State: migrator.State{Progress: migrator.Progress{Listed: 10, Rewritten: 6, Skipped: 4, AlreadyCurrent: 3}}},
+			res:  migrator.Result{State: migrator.State{Progress: migrator.Progress{Listed: 10, Rewritten: 6, Skipped: 4, SkippedWithoutWrite: 3}}},
 			want: "widgets.example.com: rewritten 6, skipped 4, failed 0 in 1.5s\n" +
 				"  skipped without a write (written or deleted since the start): 3; on conflict or not found: 1\n",
 		},

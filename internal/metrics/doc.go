@@ -33,9 +33,10 @@
 //     listed so far, counting the runs it resumed, and kept when it ends;
 //     with remaining_objects it gives the progress of a migration.
 //   - skipped_objects_total{resource,reason} (counter): objects that needed no
-//     write, by reason: "newer_than_checkpoint" (written since the migration
-//     started), "conflict" (written since svm listed it), "not_found" and
-//     "gone" (deleted).
+//     write, by reason: "newer_than_checkpoint" (written or deleted since the
+//     migration started, as its list or its watch showed; no request sent),
+//     "conflict" (written since svm listed it), "not_found" and "gone"
+//     (deleted).
 //   - failed_objects_total{resource,reason} (counter): objects that could
 //     not be rewritten, by error reason (see below).
 //   - retries_total{resource,reason} (counter): requests that failed with a

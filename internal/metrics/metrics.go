@@ -34,8 +34,9 @@ const (
 	TransitionStoredVersionsPruned  = "stored_versions_pruned"
 )
 
-// SkipNewerThanCheckpoint is the skip reason of objects written since the
-// migration started: they needed no request at all.
+// SkipNewerThanCheckpoint is the skip reason of objects written or deleted
+// since the migration started, as its list or its watch showed: they needed
+// no request at all.
 const SkipNewerThanCheckpoint = "newer_than_checkpoint"
 
 // Metrics are svm's metrics. The zero value is not usable: call New. A nil

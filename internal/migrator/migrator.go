@@ -129,11 +129,11 @@ type Progress struct {
 	Rewritten int64
 	Skipped   int64
 	Failed    int64
-	// AlreadyCurrent counts the skipped objects that cost no request:
+	// SkippedWithoutWrite counts the skipped objects that cost no request:
 	// written or deleted after the checkpoint, by someone else or by an
 	// earlier run of the migration, and so already in the current
 	// storage version.
-	AlreadyCurrent int64
+	SkippedWithoutWrite int64
 	// RemainingEstimate is the API server's estimate of objects not yet
 	// listed, when it gives one.
 	RemainingEstimate *int64
@@ -456,7 +456,7 @@ feed:
 func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata) error {
 	if newerThan(obj.ResourceVersion, r.res.Checkpoint) || (r.changes != nil && r.changes.take(objectName(obj))) {
 		r.counters.skipped.Add(1)
-		r.counters.alreadyCurrent.Add(1)
+		r.counters.skippedWithoutWrite.Add(1)
 		r.observer.ObjectSkipped(r.gr, nil)
 		return nil
 	}
@@ -655,7 +655,7 @@ func newerThan(rv, checkpoint string) bool {
 
 // counters are updated by many workers at once.
 type counters struct {
-	listed, rewritten, skipped, failed, alreadyCurrent atomic.Int64
+	listed, rewritten, skipped, failed, skippedWithoutWrite atomic.Int64
 }
 
 func (c *counters) load(p Progress) {
@@ -663,16 +663,16 @@ func (c *counters) load(p Progress) {
 	c.rewritten.Store(p.Rewritten)
 	c.skipped.Store(p.Skipped)
 	c.failed.Store(p.Failed)
-	c.alreadyCurrent.Store(p.AlreadyCurrent)
+	c.skippedWithoutWrite.Store(p.SkippedWithoutWrite)
 }
 
 func (c *counters) snapshot(remaining *int64) Progress {
 	return Progress{
-		Listed:            c.listed.Load(),
-		Rewritten:         c.rewritten.Load(),
-		Skipped:           c.skipped.Load(),
-		Failed:            c.failed.Load(),
-		AlreadyCurrent:    c.alreadyCurrent.Load(),
-		RemainingEstimate: remaining,
+		Listed:              c.listed.Load(),
+		Rewritten:           c.rewritten.Load(),
+		Skipped:             c.skipped.Load(),
+		Failed:              c.failed.Load(),
+		SkippedWithoutWrite: c.skippedWithoutWrite.Load(),
+		RemainingEstimate:   remaining,
 	}
 }

@@ -97,6 +97,12 @@ type MigrationProgress struct {
 	// replaced or deleted by someone else since the migration started.
 	// +optional
 	Skipped int64 `json:"skipped,omitempty"`
+	// SkippedWithoutWrite is the part of Skipped that cost no request:
+	// objects written or deleted after the migration started that svm
+	// knew of before writing them. The rest were found by a write
+	// answered with a conflict or not found.
+	// +optional
+	SkippedWithoutWrite int64 `json:"skippedWithoutWrite,omitempty"`
 	// Failed is the number of objects svm could not rewrite.
 	// +optional
 	Failed int64 `json:"failed,omitempty"`

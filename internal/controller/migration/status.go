@@ -60,7 +60,7 @@ func resumeState(m *migrationv1alpha1.StorageVersionMigration) *migrator.State {
 		Checkpoint:    m.Status.ResourceVersionCheckpoint,
 		Progress: migrator.Progress{
 			Listed: m.Status.Progress.Listed, Rewritten: m.Status.Progress.Rewritten,
-			Skipped: m.Status.Progress.Skipped, Failed: m.Status.Progress.Failed,
+			Skipped: m.Status.Progress.Skipped, SkippedWithoutWrite: m.Status.Progress.SkippedWithoutWrite, Failed: m.Status.Progress.Failed,
 		},
 	}
 	for _, f := range m.Status.FailedObjects {
@@ -76,7 +76,7 @@ func applyState(st *migrationv1alpha1.StorageVersionMigrationStatus, s migrator.
 		st.StorageVersionHash = hash
 	}
 	st.Progress = migrationv1alpha1.MigrationProgress{
-		Listed: s.Progress.Listed, Rewritten: s.Progress.Rewritten, Skipped: s.Progress.Skipped,
+		Listed: s.Progress.Listed, Rewritten: s.Progress.Rewritten, Skipped: s.Progress.Skipped, SkippedWithoutWrite: s.Progress.SkippedWithoutWrite,
 		Failed: s.Progress.Failed, RemainingEstimate: s.Progress.RemainingEstimate,
 	}
 	st.FailedObjects = nil

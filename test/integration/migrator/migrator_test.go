@@ -408,7 +408,7 @@ func TestObjectsWrittenByOthersCostNoWrite(t *testing.T) {
 				t.Errorf("%d patches, want %d: %d objects were written or deleted by others", got, wantPatches, len(touched))
 			}
 			p := res.Progress
-			if p.Rewritten != int64(n-len(touched)) || p.Skipped != int64(len(touched)) || p.AlreadyCurrent != int64(wantNoWrite) {
+			if p.Rewritten != int64(n-len(touched)) || p.Skipped != int64(len(touched)) || p.SkippedWithoutWrite != int64(wantNoWrite) {
 				t.Errorf("progress %+v: want %d rewritten, %d skipped, %d of them without a write", p, n-len(touched), len(touched), wantNoWrite)
 			}
 		})
