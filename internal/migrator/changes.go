@@ -38,6 +38,9 @@ import (
 // run.watchOthers), so a resource nobody else writes costs no watch.
 type changes struct {
 	limit int
+	// checkpoint is the migration's: only changes after it are recorded,
+	// whatever a server sends.
+	checkpoint string
 
 	mu sync.Mutex
 	// passed is the key of the last object handed to a worker; nothing at
@@ -47,8 +50,8 @@ type changes struct {
 	changed map[string]struct{}
 }
 
-func newChanges(limit int) *changes {
-	return &changes{limit: limit, changed: map[string]struct{}{}}
+func newChanges(limit int, checkpoint string) *changes {
+	return &changes{limit: limit, checkpoint: checkpoint, changed: map[string]struct{}{}}
 }
 
 // record notes that the object with key was written or deleted after the
@@ -93,12 +96,19 @@ func (c *changes) take(key string) bool {
 // watch records every change to the resource after resourceVersion until
 // ctx ends or the watch can no longer be had. wait, if set, is called
 // before every request (the rate limiter).
-func (c *changes) watch(ctx context.Context, client metadata.ResourceInterface, resourceVersion string, wait func(context.Context) error) {
-	// A watch the server ends right away, over and over, is not worth
-	// keeping up.
+func (c *changes) watch(ctx context.Context, client metadata.ResourceInterface, wait func(context.Context) error) {
+	resourceVersion := c.checkpoint
+	// A watch the server ends or refuses right away, over and over, is
+	// not worth keeping up.
 	const maxQuickEnds = 3
 	quickEnds := 0
 	for quickEnds < maxQuickEnds {
+		// A watch without a resourceVersion (or "0") begins with an
+		// ADDED event for every object there is: it would pass every
+		// object as written after the checkpoint. Never.
+		if resourceVersion == "" || resourceVersion == "0" {
+			return
+		}
 		if wait != nil && wait(ctx) != nil {
 			return
 		}
@@ -118,11 +128,18 @@ func (c *changes) watch(ctx context.Context, client metadata.ResourceInterface, 
 			if next, err = currentResourceVersion(ctx, client, wait); err != nil {
 				return
 			}
+		case IsTransient(err):
+			// Try again from where it was, a little later.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
 		case err != nil:
 			return // forbidden, unsupported: write as before
 		}
 		resourceVersion = next
-		if time.Since(started) < time.Second {
+		if time.Since(started) < 2*time.Second {
 			quickEnds++
 		} else {
 			quickEnds = 0
@@ -131,18 +148,22 @@ func (c *changes) watch(ctx context.Context, client metadata.ResourceInterface, 
 }
 
 // drain records w's events until it ends and returns the resourceVersion
-// to watch again from, or the error the watch ended with.
+// to watch again from (the last one seen) and the error the watch ended
+// with, if any.
 func (c *changes) drain(w watch.Interface, resourceVersion string) (string, error) {
 	defer w.Stop()
 	for ev := range w.ResultChan() {
 		if ev.Type == watch.Error {
-			return "", apierrors.FromObject(ev.Object)
+			return resourceVersion, apierrors.FromObject(ev.Object)
 		}
 		obj, ok := ev.Object.(*metav1.PartialObjectMetadata)
 		if !ok {
-			return "", fmt.Errorf("unexpected %T in a watch event", ev.Object)
+			return resourceVersion, fmt.Errorf("unexpected %T in a watch event", ev.Object)
 		}
-		if ev.Type != watch.Bookmark {
+		// Only a change after the checkpoint makes a write unneeded. A
+		// server that replays objects it already had (as a watch from
+		// no resourceVersion would) must not pass them as written.
+		if ev.Type != watch.Bookmark && newerThan(obj.ResourceVersion, c.checkpoint) {
 			c.record(objectName(obj))
 		}
 		resourceVersion = obj.ResourceVersion

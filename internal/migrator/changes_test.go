@@ -1,15 +1,17 @@
 package migrator
 
 import (
+	"context"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/metadata"
 )
 
 func TestChangesRemembersOnlyObjectsStillToCome(t *testing.T) {
-	c := newChanges(100)
+	c := newChanges(100, "10")
 	// Before this run hands out its first object, everything is noted...
 	c.record("a/earlier")
 	c.record("b/w-5")
@@ -47,7 +49,7 @@ func TestChangesRemembersOnlyObjectsStillToCome(t *testing.T) {
 }
 
 func TestChangesIsBounded(t *testing.T) {
-	c := newChanges(3)
+	c := newChanges(3, "10")
 	c.pass("a")
 	for _, k := range []string{"b", "c", "d", "e"} {
 		c.record(k)
@@ -67,7 +69,7 @@ func TestChangesIsBounded(t *testing.T) {
 }
 
 func TestChangesDrainRecordsEveryKindOfChange(t *testing.T) {
-	c := newChanges(100)
+	c := newChanges(100, "10")
 	w := watch.NewFake()
 	obj := func(ns, name, rv string) *metav1.PartialObjectMetadata {
 		return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: rv}}
@@ -76,6 +78,8 @@ func TestChangesDrainRecordsEveryKindOfChange(t *testing.T) {
 		w.Add(obj("ns", "added", "11"))
 		w.Modify(obj("ns", "modified", "12"))
 		w.Delete(obj("ns", "deleted", "13"))
+		// An object as it was at the checkpoint, replayed: not a change.
+		w.Add(obj("ns", "replayed", "9"))
 		w.Action(watch.Bookmark, obj("", "", "20"))
 		w.Stop()
 	}()
@@ -87,6 +91,9 @@ func TestChangesDrainRecordsEveryKindOfChange(t *testing.T) {
 			t.Errorf("%s not recorded", key)
 		}
 	}
+	if c.take("ns/replayed") {
+		t.Error("an object unchanged since the checkpoint was recorded as changed")
+	}
 
 	// An error event (the checkpoint was compacted away) ends the watch
 	// with the server's error.
@@ -94,7 +101,33 @@ func TestChangesDrainRecordsEveryKindOfChange(t *testing.T) {
 	go func() {
 		w.Error(&metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired})
 	}()
-	if _, err := c.drain(w, "10"); !apierrors.IsResourceExpired(err) {
-		t.Errorf("drain after an error event returned %v, want the 410 Expired", err)
+	if rv, err := c.drain(w, "10"); !apierrors.IsResourceExpired(err) || rv != "10" {
+		t.Errorf("drain after an error event returned %q, %v; want the resourceVersion it had and the 410 Expired", rv, err)
 	}
+}
+
+// TestChangesNeverWatchesFromNothing: a watch without a resourceVersion
+// starts with an ADDED event for every object, which would pass them all
+// as written after the checkpoint, unmigrated.
+func TestChangesNeverWatchesFromNothing(t *testing.T) {
+	for _, rv := range []string{"", "0"} {
+		c := newChanges(100, rv)
+		client := &countingWatches{}
+		c.watch(context.Background(), client, nil)
+		if client.watches != 0 {
+			t.Errorf("from resourceVersion %q: %d watches sent, want none", rv, client.watches)
+		}
+	}
+}
+
+// countingWatches is a metadata client that counts watch requests and
+// supports nothing else.
+type countingWatches struct {
+	metadata.ResourceInterface
+	watches int
+}
+
+func (c *countingWatches) Watch(context.Context, metav1.ListOptions) (watch.Interface, error) {
+	c.watches++
+	return watch.NewEmptyWatch(), nil
 }

@@ -315,7 +315,7 @@ func (r *run) listAndRewrite(ctx context.Context) error {
 				r.saved.Checkpoint = list.ResourceVersion
 			}
 			if !r.m.opts.DisableChangeWatch {
-				r.changes = newChanges(maxRecordedChanges)
+				r.changes = newChanges(maxRecordedChanges, r.res.Checkpoint)
 				r.watchCtx = ctx
 			}
 			first = false
@@ -515,7 +515,7 @@ func (r *run) watchOthers() {
 	}
 	r.watchOnce.Do(func() {
 		r.watching.Go(func() {
-			r.changes.watch(r.watchCtx, r.m.metadata.Resource(r.req.Resource), r.res.Checkpoint, r.waitLimiter)
+			r.changes.watch(r.watchCtx, r.m.metadata.Resource(r.req.Resource), r.waitLimiter)
 		})
 	})
 }
