@@ -117,7 +117,8 @@ help: ## Show this help.
 ##@ Benchmarks
 
 BENCH ?= BenchmarkSuite
-BENCH_FLAGS ?= -benchtime 1x
+# -v: benchmark logs (one line per pass) are cut after ten lines otherwise.
+BENCH_FLAGS ?= -benchtime 1x -v
 .PHONY: bench
 bench: controlplane ## Run the benchmark suite on a local control plane (not part of make test); table in _output/benchmarks.md, log in _output/bench.txt.
 	mkdir -p _output

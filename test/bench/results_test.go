@@ -198,7 +198,7 @@ func speedTargets(results []result) []target {
 	}
 	var out []target
 	for workload, c := range ceiling {
-		svm, ok := find(workload, maxSettingsName)
+		svm, ok := find(workload, unthrottledName)
 		n1, ok1 := find(workload, naive(1).name)
 		n8, ok8 := find(workload, naive(8).name)
 		if !ok || !ok1 || !ok8 {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,13 +61,19 @@ type usage struct {
 	process bool
 }
 
-// maxSettings are svm's flags at its fastest: more workers than any
-// server here needs (adaptive pacing decides how many writes are really in
-// flight) and chunks large enough that waiting for a chunk's last writes
-// costs little.
+// maxSettings are svm's largest settings: as many workers as the ceiling
+// search tries at most, and chunks large enough that waiting for a chunk's
+// last writes costs little. Adaptive pacing, on by default, then decides
+// how many writes are really in flight: as many as keep svm's answers fast.
 var maxSettings = []string{"--workers", "256", "--chunk-size", "2000"}
 
-const maxSettingsName = "svm (max: --workers 256 --chunk-size 2000)"
+const maxSettingsName = "svm (max, paced: --workers 256 --chunk-size 2000)"
+
+// unthrottled are the largest settings with nothing holding svm back:
+// adaptive pacing off, no --qps. svm at full speed.
+var unthrottled = append(slices.Clone(maxSettings), "--adaptive-pacing=false")
+
+const unthrottledName = "svm (unthrottled: --workers 256 --chunk-size 2000 --adaptive-pacing=false)"
 
 // BenchmarkSuite measures, in one run and on the same data, svm (defaults
 // and maximum settings, as the `svm` process an operator runs), the naive
@@ -166,7 +173,8 @@ func runAll(b *testing.B, w *workload, rounds int) []result {
 	ceiling := engine(best)
 	ceiling.name = fmt.Sprintf("ceiling: empty patch, unpaced, %d workers (the search's best)", best)
 	return append(search, compare(b, w, rounds,
-		ceiling, svmProcess("svm (defaults)"), svmProcess(maxSettingsName, maxSettings...), naive(1), naive(8))...)
+		ceiling, svmProcess("svm (defaults)"), svmProcess(maxSettingsName, maxSettings...), svmProcess(unthrottledName, unthrottled...),
+		naive(1), naive(8))...)
 }
 
 // compare runs every strategy on w rounds times, one after another in
