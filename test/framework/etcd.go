@@ -21,6 +21,21 @@ func EtcdPrefix(gr schema.GroupResource) string {
 	return "/registry/" + gr.Group + "/" + gr.Resource + "/"
 }
 
+// CompactEtcd compacts etcd up to its current revision and waits until the
+// compaction is done: every older revision, and any list or watch from one,
+// is gone.
+func (e *Env) CompactEtcd(t testing.TB) {
+	t.Helper()
+	ctx := Context(t, time.Minute)
+	status, err := e.Etcd.Status(ctx, e.CP.EtcdURL)
+	if err != nil {
+		t.Fatalf("etcd status: %v", err)
+	}
+	if _, err := e.Etcd.Compact(ctx, status.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatalf("compact etcd: %v", err)
+	}
+}
+
 // RawValues reads every raw value under prefix straight from etcd.
 func (e *Env) RawValues(t testing.TB, prefix string) map[string][]byte {
 	t.Helper()

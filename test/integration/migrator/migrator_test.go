@@ -164,7 +164,7 @@ func TestExpiredContinueTokenRestartsWithoutRewritingAgain(t *testing.T) {
 
 	saved := runUntilCrash(t, m, 1)
 	// Compact etcd past the token's snapshot: the token is now 410 Gone.
-	compact(t, env)
+	env.CompactEtcd(t)
 	ctx := framework.Context(t, time.Minute)
 	if _, err := env.Dynamic.Resource(framework.Widgets).List(ctx, metav1.ListOptions{Limit: 200, Continue: saved.ContinueToken}); err == nil {
 		t.Fatal("continue token still valid after compaction; the test would prove nothing")
@@ -348,7 +348,7 @@ func TestObjectsWrittenByOthersCostNoWrite(t *testing.T) {
 							return err
 						}
 						if tc.compact {
-							compact(t, env)
+							env.CompactEtcd(t)
 						}
 					case 500:
 						for i := 3; i < n; i += 4 * 5 { // every fifth widget of ns-d
@@ -405,20 +405,6 @@ func TestObjectsWrittenByOthersCostNoWrite(t *testing.T) {
 				t.Errorf("progress %+v: want %d rewritten, %d skipped, %d of them without a write", p, n-len(touched), len(touched), wantNoWrite)
 			}
 		})
-	}
-}
-
-// compact compacts etcd up to its current revision: every older revision,
-// and any list or watch from one, is gone.
-func compact(t *testing.T, env *framework.Env) {
-	t.Helper()
-	ctx := framework.Context(t, time.Minute)
-	status, err := env.Etcd.Status(ctx, env.CP.EtcdURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := env.Etcd.Compact(ctx, status.Header.Revision); err != nil {
-		t.Fatalf("compact: %v", err)
 	}
 }
 
