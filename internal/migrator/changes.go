@@ -121,6 +121,9 @@ func (c *changes) watch(ctx context.Context, client metadata.ResourceInterface, 
 		switch {
 		case ctx.Err() != nil:
 			return
+		case err == nil:
+			// The server ended the watch (they time out): go on from
+			// where it was.
 		case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
 			// etcd compacted past resourceVersion: what changed since is
 			// unknown (each such object costs the 409 it always did), but

@@ -120,6 +120,18 @@ func TestChangesNeverWatchesFromNothing(t *testing.T) {
 	}
 }
 
+// TestChangesGivesUpOnAWatchThatKeepsEnding: a server that ends every
+// watch at once is asked again from where the last one was, a few times,
+// and then no more.
+func TestChangesGivesUpOnAWatchThatKeepsEnding(t *testing.T) {
+	c := newChanges(100, "10")
+	client := &countingWatches{}
+	c.watch(context.Background(), client, nil)
+	if client.watches != 3 {
+		t.Errorf("%d watches sent, want 3 before giving up", client.watches)
+	}
+}
+
 // countingWatches is a metadata client that counts watch requests and
 // supports nothing else.
 type countingWatches struct {
