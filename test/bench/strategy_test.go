@@ -101,7 +101,11 @@ func BenchmarkRewriteStrategies(b *testing.B) {
 	env := framework.Start(b, controlplane.Options{})
 	env.CreateWidgetCRD(b, "v1")
 	env.CreateWidgets(b, "v1", []string{"bench-a", "bench-b", "bench-c", "bench-d"}, n)
-	meter, err := newCPUMeter(env.CP.APIServerPID(), 3*time.Second)
+	pid := env.CP.APIServerPID()
+	if _, err := settle(pid, settleLimit); err != nil {
+		b.Fatal(err)
+	}
+	meter, err := newCPUMeter(pid, 3*time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -130,6 +134,9 @@ func BenchmarkRewriteStrategies(b *testing.B) {
 				env.SetCRDStorageVersion(b, framework.WidgetsCRDName, target)
 				env.WaitStorageVersionHashChange(b, framework.Widgets, hash)
 				stored = target
+				if _, err := settle(pid, settleLimit); err != nil {
+					b.Fatal(err)
+				}
 				if err := meter.start(); err != nil {
 					b.Fatal(err)
 				}
@@ -138,7 +145,11 @@ func BenchmarkRewriteStrategies(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StopTimer()
-				cpu, w, err := meter.stop()
+				w := time.Since(meter.startWall)
+				if _, err := settle(pid, settleLimit); err != nil {
+					b.Fatal(err)
+				}
+				cpu, err := meter.stop()
 				if err != nil {
 					b.Fatal(err)
 				}
