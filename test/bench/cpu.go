@@ -34,10 +34,11 @@ func processCPU(pid int) (time.Duration, error) {
 }
 
 // quietRate is the API server's CPU, in cores, below which it counts as
-// settled: its background work on an idle control plane stays well under
-// it, and the work a pass or a storage flip leaves behind (the watch cache
-// decoding the last writes, a new CRD storage filling its cache, a
-// restarted server listing everything) is far above it.
+// settled: its background work on an idle control plane stays under it
+// (0.02-0.08 of a core here), and the work a pass or a storage flip leaves
+// behind (the watch cache decoding the last writes, a new CRD storage
+// filling its cache, a restarted server listing everything) is several
+// times more.
 const quietRate = 0.1
 
 // settle waits until pid's CPU over a second stays below quietRate twice in
