@@ -130,9 +130,7 @@ func BenchmarkRewriteStrategies(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
 				target := map[string]string{"v1": "v2", "v2": "v1"}[stored]
-				hash := env.StorageVersionHash(b, framework.Widgets)
-				env.SetCRDStorageVersion(b, framework.WidgetsCRDName, target)
-				env.WaitStorageVersionHashChange(b, framework.Widgets, hash)
+				flipWidgetsStorage(b, env, target)
 				stored = target
 				if _, err := settle(pid, settleLimit); err != nil {
 					b.Fatal(err)

@@ -309,20 +309,26 @@ func widgetsWorkload(b *testing.B, env *framework.Env, name string, n int) *work
 		stale: func(b *testing.B) (string, map[string]int) {
 			from := storageVersionOf(b, env)
 			to := map[string]string{"v1": "v2", "v2": "v1"}[from]
-			hash := env.StorageVersionHash(b, framework.Widgets)
-			env.SetCRDStorageVersion(b, framework.WidgetsCRDName, to)
-			env.WaitStorageVersionHashChange(b, framework.Widgets, hash)
-			// The server builds the resource's new storage, and fills its
-			// watch cache, at the first request after the flip: make that
-			// request here, so that the pass measures the rewrite alone.
-			if _, err := env.Dynamic.Resource(framework.Widgets).List(b.Context(), metav1.ListOptions{Limit: 1}); err != nil {
-				b.Fatalf("list after the flip: %v", err)
-			}
+			flipWidgetsStorage(b, env, to)
 			if got := env.StoredVersions(b, prefix); got["example.com/"+from] != n {
 				b.Fatalf("before the pass: etcd holds %v, want all %d in %s", got, n, from)
 			}
 			return prefix, map[string]int{"example.com/" + to: n}
 		},
+	}
+}
+
+// flipWidgetsStorage makes version the widgets' storage version and waits
+// until discovery says so. The server builds the resource's new storage,
+// and fills its watch cache, at the first request after the flip: the flip
+// makes that request, so that a pass after it measures the rewrite alone.
+func flipWidgetsStorage(b *testing.B, env *framework.Env, version string) {
+	b.Helper()
+	hash := env.StorageVersionHash(b, framework.Widgets)
+	env.SetCRDStorageVersion(b, framework.WidgetsCRDName, version)
+	env.WaitStorageVersionHashChange(b, framework.Widgets, hash)
+	if _, err := env.Dynamic.Resource(framework.Widgets).List(b.Context(), metav1.ListOptions{Limit: 1}); err != nil {
+		b.Fatalf("list after the flip: %v", err)
 	}
 }
 
