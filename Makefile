@@ -11,7 +11,8 @@ KUBE_MINOR := 37
 CONTROLLER_GEN_VERSION := v0.23.0
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 
-# Flags that make the locally built kube-apiserver report its real version.
+# Flags that make the locally built Kubernetes binaries report their real
+# version.
 KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=1 \
 	-X k8s.io/component-base/version.gitMinor=$(KUBE_MINOR) \
@@ -36,11 +37,18 @@ build: ## Build the svm binary into bin/.
 	go build -o $(BIN)/svm ./cmd/svm
 
 .PHONY: controlplane
-controlplane: $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/sample-apiserver ## Build kube-apiserver, etcd and the sample aggregated API server into bin/ (skipped when up to date).
+controlplane: $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/kube-controller-manager $(BIN)/sample-apiserver ## Build kube-apiserver, etcd, kube-controller-manager and the sample aggregated API server into bin/ (skipped when up to date).
 
 $(BIN)/kube-apiserver: $(TOOLS_MOD)
 	@echo "building kube-apiserver $(KUBE_VERSION) (the first build takes about 7 minutes on 2 cores)"
 	cd hack/tools && go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+
+# kube-controller-manager runs Kubernetes' own storage version migrator
+# (and the garbage collector it reads objects from), so that svm can be
+# compared with it on the same cluster.
+$(BIN)/kube-controller-manager: $(TOOLS_MOD)
+	@echo "building kube-controller-manager $(KUBE_VERSION) (a few minutes after kube-apiserver, longer on a cold cache)"
+	cd hack/tools && go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-controller-manager
 
 # An aggregated API server (k8s.io/sample-apiserver), so that svm is tested
 # on aggregated resources too.

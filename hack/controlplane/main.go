@@ -1,10 +1,15 @@
-// Command controlplane runs a local etcd and kube-apiserver in the foreground
-// until it is interrupted, for the demo and for trying svm by hand.
+// Command controlplane runs a local etcd, kube-apiserver and
+// kube-controller-manager in the foreground until it is interrupted, for the
+// demo and for trying svm by hand.
 //
 //	go run ./hack/controlplane --dir _output/controlplane
 //
+// kube-controller-manager runs only Kubernetes' own storage version migrator
+// and the garbage collector it needs, as a 1.37 cluster would, so that svm
+// can be tried beside it; --controller-manager=false leaves it out.
+//
 // It writes DIR/kubeconfig (an admin kubeconfig) and DIR/etcd-endpoint (the
-// etcd client URL, for reading raw stored values), and stops both processes
+// etcd client URL, for reading raw stored values), and stops every process
 // cleanly on SIGINT or SIGTERM.
 package main
 
@@ -30,9 +35,10 @@ func main() {
 
 func run() error {
 	var (
-		dir    = flag.String("dir", "_output/controlplane", "directory for the kubeconfig, etcd endpoint, data and logs")
-		binDir = flag.String("bin-dir", "", "directory holding kube-apiserver and etcd (default $"+controlplane.BinDirEnv+" or ./bin)")
-		flags  = flag.String("apiserver-flags", "", "extra kube-apiserver flags, separated by spaces")
+		dir     = flag.String("dir", "_output/controlplane", "directory for the kubeconfig, etcd endpoint, data and logs")
+		binDir  = flag.String("bin-dir", "", "directory holding kube-apiserver, etcd and kube-controller-manager (default $"+controlplane.BinDirEnv+" or ./bin)")
+		flags   = flag.String("apiserver-flags", "", "extra kube-apiserver flags, separated by spaces")
+		withKCM = flag.Bool("controller-manager", true, "also run kube-controller-manager with the in-tree storage version migrator and the garbage collector")
 	)
 	flag.Parse()
 
@@ -48,7 +54,12 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	cp, err := controlplane.Start(ctx, controlplane.Options{BinDir: *binDir, Dir: abs, APIServerFlags: strings.Fields(*flags)})
+	cp, err := controlplane.Start(ctx, controlplane.Options{
+		BinDir:            *binDir,
+		Dir:               abs,
+		APIServerFlags:    strings.Fields(*flags),
+		ControllerManager: *withKCM,
+	})
 	if err != nil {
 		return err
 	}
@@ -61,8 +72,12 @@ func run() error {
 		_ = cp.Stop()
 		return err
 	}
-	fmt.Printf("control plane ready\n  API server:  %s\n  kubeconfig:  %s\n  etcd:        %s (also in %s)\n  logs:        %s\npress Ctrl-C to stop\n",
+	fmt.Printf("control plane ready\n  API server:  %s\n  kubeconfig:  %s\n  etcd:        %s (also in %s)\n  logs:        %s\n",
 		cp.APIServerURL, kubeconfig, cp.EtcdURL, endpointFile, abs)
+	if cp.ControllerManagerRunning() {
+		fmt.Printf("  kube-controller-manager (in-tree storage version migrator): log %s\n", cp.ControllerManagerLog())
+	}
+	fmt.Println("press Ctrl-C to stop")
 
 	<-ctx.Done()
 	fmt.Println("stopping control plane")

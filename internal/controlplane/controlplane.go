@@ -34,8 +34,10 @@ const AdminUser = "svm-admin"
 
 // Options configure a control plane.
 type Options struct {
-	// BinDir holds kube-apiserver and etcd. Empty means $SVM_BIN_DIR, or the
-	// nearest bin/ directory above the working directory that has both.
+	// BinDir holds kube-apiserver and etcd, and kube-controller-manager
+	// when it is to run. Empty means $SVM_BIN_DIR, or the nearest bin/
+	// directory above the working directory that has kube-apiserver and
+	// etcd.
 	BinDir string
 	// Dir holds certificates, credentials, etcd data and process logs. Empty
 	// means a new temporary directory, removed by Stop.
@@ -45,12 +47,25 @@ type Options struct {
 	// "--encryption-provider-config=/path". They can be changed between
 	// restarts with SetAPIServerFlags.
 	APIServerFlags []string
+	// ControllerManager also starts kube-controller-manager once the API
+	// server is ready, running Kubernetes' own storage version migrator
+	// (see StartControllerManager). It is off by default because its
+	// garbage collector watches every object, load that tests not about
+	// the in-tree migrator need not carry.
+	ControllerManager bool
+	// WithoutMigrator runs kube-controller-manager with its garbage
+	// collector but not its storage version migrator, as a cluster that
+	// turned the migrator off with --controllers does: the in-tree API is
+	// still served, a kube-controller-manager holds its lease, and nobody
+	// executes in-tree migrations.
+	WithoutMigrator bool
 	// StartTimeout bounds how long each process may take to become ready.
 	// Zero means one minute.
 	StartTimeout time.Duration
 }
 
-// ControlPlane is a running etcd and kube-apiserver.
+// ControlPlane is a running etcd and kube-apiserver, and optionally
+// kube-controller-manager.
 type ControlPlane struct {
 	// Dir is the directory holding the control plane's files.
 	Dir string
@@ -72,15 +87,26 @@ type ControlPlane struct {
 	etcd       *process
 	apiserver  *process
 	aggregated []*process
+	// controllerManager is set up by the first StartControllerManager.
+	controllerManager    *process
+	controllerManagerURL string
+	withoutMigrator      bool
 }
 
-// Start starts etcd and kube-apiserver and waits until both are ready.
+// Start starts etcd and kube-apiserver, and kube-controller-manager if
+// opts.ControllerManager is set, and waits until they are ready.
 func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	binDir, err := findBinDir(opts.BinDir)
 	if err != nil {
 		return nil, err
 	}
-	cp := &ControlPlane{Dir: opts.Dir, startTimeout: opts.StartTimeout, extraFlags: opts.APIServerFlags}
+	// Fail before starting anything, not a minute later.
+	if opts.ControllerManager {
+		if err := requireControllerManager(binDir); err != nil {
+			return nil, err
+		}
+	}
+	cp := &ControlPlane{Dir: opts.Dir, startTimeout: opts.StartTimeout, extraFlags: opts.APIServerFlags, withoutMigrator: opts.WithoutMigrator}
 	if cp.startTimeout == 0 {
 		cp.startTimeout = time.Minute
 	}
@@ -104,6 +130,14 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		_ = cp.etcd.stop(syscall.SIGTERM, 10*time.Second)
 		cp.cleanup()
 		return nil, err
+	}
+	if opts.ControllerManager {
+		if err := cp.StartControllerManager(ctx); err != nil {
+			_ = cp.apiserver.stop(syscall.SIGTERM, 10*time.Second)
+			_ = cp.etcd.stop(syscall.SIGTERM, 10*time.Second)
+			cp.cleanup()
+			return nil, err
+		}
 	}
 	return cp, nil
 }
@@ -268,8 +302,10 @@ func (cp *ControlPlane) APIServerPID() int { return cp.apiserver.pid() }
 func (cp *ControlPlane) APIServerRunning() bool { return cp.apiserver.running() }
 
 // Stop stops every process and removes the directory if Start created it.
+// kube-controller-manager stops first, so that it does not spend its last
+// seconds retrying against an API server that is gone.
 func (cp *ControlPlane) Stop() error {
-	var errs []error
+	errs := []error{cp.StopControllerManager()}
 	cp.mu.Lock()
 	aggregated := cp.aggregated
 	cp.mu.Unlock()

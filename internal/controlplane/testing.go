@@ -9,7 +9,8 @@ import (
 )
 
 // ForTest starts a control plane for one test and stops it when the test
-// ends. When the test fails, the tail of the API server's log is attached.
+// ends. When the test fails, the tail of the API server's log is attached,
+// and of kube-controller-manager's when it ran.
 func ForTest(t testing.TB, opts Options) *ControlPlane {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -21,6 +22,9 @@ func ForTest(t testing.TB, opts Options) *ControlPlane {
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("kube-apiserver log tail:\n%s", logTail(cp.path("kube-apiserver.log"), 40))
+			if cp.controllerManagerIfSet() != nil {
+				t.Logf("kube-controller-manager log tail:\n%s", logTail(cp.ControllerManagerLog(), 40))
+			}
 		}
 		if err := cp.Stop(); err != nil {
 			t.Errorf("stop control plane: %v", err)

@@ -1,0 +1,207 @@
+package controlplane
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Kubernetes 1.37 ships its own storage version migrator, a controller in
+// kube-controller-manager that acts on storagemigration.k8s.io/v1
+// StorageVersionMigrations. Running the real one beside the API server lets
+// tests and the demo compare svm with it on the same cluster, and check
+// that the two do not get in each other's way.
+
+const (
+	controllerManagerBinary = "kube-controller-manager"
+	// migratorController is the name under which kube-controller-manager
+	// runs its storage version migrator.
+	migratorController = "storage-version-migrator-controller"
+	// The migrator reads the objects to migrate from the garbage
+	// collector's metadata informers, and refuses to start without it.
+	garbageCollectorController = "garbage-collector-controller"
+)
+
+// StartControllerManager starts kube-controller-manager, running only the
+// storage version migrator and the garbage collector it needs, and waits
+// until its health endpoint lists the migrator as healthy. It can be
+// started again after StopControllerManager or KillControllerManager, on the
+// same port. The binary must be next to kube-apiserver (make controlplane).
+func (cp *ControlPlane) StartControllerManager(ctx context.Context) error {
+	if err := requireControllerManager(cp.binDir); err != nil {
+		return err
+	}
+	p, err := cp.controllerManagerProcess(cp.BinPath(controllerManagerBinary))
+	if err != nil {
+		return err
+	}
+	if err := p.start(); err != nil {
+		return err
+	}
+	// The health endpoints are served without authentication (they are in
+	// kube-controller-manager's --authorization-always-allow-paths, and
+	// anonymous requests are allowed), over a certificate it signed itself:
+	// nothing else about the server is trusted or sent.
+	client := &http.Client{Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // loopback health probe only
+	}}
+	defer client.CloseIdleConnections()
+	healthURL := cp.controllerManagerURL + "/healthz?verbose"
+	ready := migratorController
+	if cp.withoutMigrator {
+		ready = garbageCollectorController
+	}
+	err = p.waitReady(ctx, cp.startTimeout, func(ctx context.Context) error {
+		return controllerHealthy(ctx, client, healthURL, ready)
+	})
+	if err != nil {
+		_ = p.stop(syscall.SIGKILL, 0)
+	}
+	return err
+}
+
+// requireControllerManager explains what to do when binDir has no
+// kube-controller-manager: it is needed only by those who ask for it, so
+// findBinDir does not insist on it, and a bin/ directory built before it was
+// added to make controlplane lacks it.
+func requireControllerManager(binDir string) error {
+	if fi, err := os.Stat(filepath.Join(binDir, controllerManagerBinary)); err != nil || fi.IsDir() {
+		return fmt.Errorf("%s has no %s; run 'make controlplane'", binDir, controllerManagerBinary)
+	}
+	return nil
+}
+
+// controllerManagerProcess returns the kube-controller-manager process,
+// set up on first use: a port, a kubeconfig and a certificate directory of
+// its own, kept across restarts.
+func (cp *ControlPlane) controllerManagerProcess(path string) (*process, error) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if cp.controllerManager != nil {
+		return cp.controllerManager, nil
+	}
+	ports, err := freePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig := cp.path("kube-controller-manager.kubeconfig")
+	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
+		return nil, err
+	}
+	cp.controllerManagerURL = "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	controllers := migratorController + "," + garbageCollectorController
+	if cp.withoutMigrator {
+		controllers = garbageCollectorController
+	}
+	cp.controllerManager = &process{
+		name:    controllerManagerBinary,
+		path:    path,
+		logPath: cp.ControllerManagerLog(),
+		args: []string{
+			"--kubeconfig=" + kubeconfig,
+			"--controllers=" + controllers,
+			// Leader election as in a real cluster: its lease in kube-system
+			// is how svm controller tells that a kube-controller-manager is
+			// running. Short periods, so that a restart after a kill takes
+			// the lease over within seconds rather than the default 15.
+			"--leader-elect=true",
+			"--leader-elect-lease-duration=6s",
+			"--leader-elect-renew-deadline=4s",
+			"--leader-elect-retry-period=1s",
+			// Every controller uses the admin credentials of the kubeconfig:
+			// the service account token controller that would mint per
+			// controller credentials is not running.
+			"--use-service-account-credentials=false",
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(ports[0]),
+			"--cert-dir=" + cp.path("kube-controller-manager-certs"),
+		},
+	}
+	return cp.controllerManager, nil
+}
+
+// controllerHealthy reports whether url (a verbose /healthz) answers 200 and
+// lists controller as healthy. /healthz alone answers 200 as soon as the
+// server listens, before any controller is built; each built controller
+// adds a check of its own, so its check says it was not skipped (as the
+// migrator would be with its feature gate off).
+func controllerHealthy(ctx context.Context, client *http.Client, url, controller string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	if !bytes.Contains(body, []byte("[+]"+controller+" ok")) {
+		return fmt.Errorf("%s: %s not running yet", url, controller)
+	}
+	return nil
+}
+
+// StopControllerManager stops kube-controller-manager gracefully (SIGTERM).
+// It is a no-op when it never ran.
+func (cp *ControlPlane) StopControllerManager() error {
+	if p := cp.controllerManagerIfSet(); p != nil {
+		return p.stop(syscall.SIGTERM, 30*time.Second)
+	}
+	return nil
+}
+
+// KillControllerManager kills kube-controller-manager with SIGKILL, as a
+// crash would.
+func (cp *ControlPlane) KillControllerManager() error {
+	if p := cp.controllerManagerIfSet(); p != nil {
+		return p.stop(syscall.SIGKILL, 0)
+	}
+	return nil
+}
+
+// ControllerManagerPID is kube-controller-manager's process id (0 when
+// stopped), for benchmarks that read its CPU and memory accounting.
+func (cp *ControlPlane) ControllerManagerPID() int {
+	if p := cp.controllerManagerIfSet(); p != nil {
+		return p.pid()
+	}
+	return 0
+}
+
+// ControllerManagerRunning reports whether kube-controller-manager is
+// running.
+func (cp *ControlPlane) ControllerManagerRunning() bool {
+	if p := cp.controllerManagerIfSet(); p != nil {
+		return p.running()
+	}
+	return false
+}
+
+// ControllerManagerLog is the path of kube-controller-manager's log; the
+// file exists once it has been started.
+func (cp *ControlPlane) ControllerManagerLog() string {
+	return cp.path("kube-controller-manager.log")
+}
+
+func (cp *ControlPlane) controllerManagerIfSet() *process {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return cp.controllerManager
+}
