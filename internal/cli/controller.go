@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -23,6 +24,7 @@ import (
 	"github.com/svm-project/svm/internal/controller/migration"
 	"github.com/svm-project/svm/internal/controller/storagestate"
 	"github.com/svm-project/svm/internal/health"
+	"github.com/svm-project/svm/internal/intree"
 	"github.com/svm-project/svm/internal/metrics"
 	"github.com/svm-project/svm/internal/migrator"
 	"github.com/svm-project/svm/internal/resources"
@@ -47,6 +49,9 @@ type ControllerOptions struct {
 	PruneStoredVersions bool
 	CRDSettleDelay      time.Duration
 	StorageVersionAPI   bool
+	// Executor is --executor as given; executor is it parsed.
+	Executor string
+	executor intree.Executor
 }
 
 func newControllerCommand(configFlags *genericclioptions.ConfigFlags) *cobra.Command {
@@ -65,6 +70,7 @@ func newControllerCommand(configFlags *genericclioptions.ConfigFlags) *cobra.Com
 	o.Engine.addFlags(cmd.Flags())
 	fs := cmd.Flags()
 	fs.IntVar(&o.MaxParallel, "max-parallel", 1, "resources migrated at the same time")
+	fs.StringVar(&o.Executor, "executor", string(intree.ExecutorAuto), "who rewrites the objects of svm's migrations: svm (its own engine), in-tree (kube-controller-manager's in-tree migrator, storagemigration.k8s.io/v1), or auto: in-tree when that API is served, kube-controller-manager holds a live lease and runs a probe migration to its end, svm otherwise")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect a leader so that only one replica migrates")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: the pod's namespace)")
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", ":8080", "address of the metrics endpoint; 0 turns it off")
@@ -87,6 +93,10 @@ func (o *ControllerOptions) Validate() error {
 	}
 	if o.Trigger && (o.TriggerInterval <= 0 || o.StaleAfter <= 0 || o.TriggerRetryDelay <= 0) {
 		return fmt.Errorf("--trigger-interval, --storage-state-stale-after and --trigger-retry-delay must be positive")
+	}
+	var err error
+	if o.executor, err = intree.ParseExecutor(o.Executor); err != nil {
+		return err
 	}
 	if o.CRDSettleDelay < 0 {
 		return fmt.Errorf("--crd-settle-delay must not be negative, got %s", o.CRDSettleDelay)
@@ -149,13 +159,18 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	choice, served, err := o.setUpExecutors(cfg, mgr, m, svmMetrics)
+	if err != nil {
+		return err
+	}
 	r := &migration.Reconciler{
-		Client:      mgr.GetClient(),
-		Migrator:    m,
-		Guard:       migration.APIStorageGuard{Reader: mgr.GetAPIReader()},
-		Recorder:    mgr.GetEventRecorder("svm-controller"),
-		Metrics:     svmMetrics,
-		MaxParallel: o.MaxParallel,
+		Client:       mgr.GetClient(),
+		Executors:    choice,
+		InTreeServed: served,
+		Guard:        migration.APIStorageGuard{Reader: mgr.GetAPIReader()},
+		Recorder:     mgr.GetEventRecorder("svm-controller"),
+		Metrics:      svmMetrics,
+		MaxParallel:  o.MaxParallel,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up migration controller: %w", err)
@@ -188,6 +203,36 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 		return err
 	}
 	return startUntilStopped(ctx, mgr.Start, shutdownGrace)
+}
+
+// setUpExecutors adds the runnable that chooses, once svm controller
+// leads, who executes its migrations (see intree.Choose), and returns where
+// the choice will be found and whether the in-tree API is served.
+func (o *ControllerOptions) setUpExecutors(cfg *rest.Config, mgr ctrl.Manager, m *migrator.Migrator, svmMetrics *metrics.Metrics) (*migration.Choice, bool, error) {
+	disc, err := resources.NewDiscoveryClient(cfg)
+	if err != nil {
+		return nil, false, err
+	}
+	served, err := intree.Served(disc)
+	if err != nil {
+		return nil, false, err
+	}
+	crds, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, false, err
+	}
+	choice := &migration.Choice{}
+	chooser := &migration.Chooser{
+		Asked: o.executor, Served: served, Choice: choice, Metrics: svmMetrics,
+		Prober: intree.Prober{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()},
+		Engine: migration.EngineExecutor{Migrator: m, CRDs: &migration.CRDMarker{
+			Reader: mgr.GetAPIReader(), CRDs: crds.ApiextensionsV1().CustomResourceDefinitions()}},
+		InTree: migration.InTreeExecutor{Client: mgr.GetClient(), Reader: mgr.GetClient(), Lookup: m.Lookup},
+	}
+	if _, _, err := intree.Choose(o.executor, served, &intree.Verdict{}); err != nil {
+		return nil, false, err // --executor=in-tree where it is not served: say so now
+	}
+	return choice, served, mgr.Add(chooser)
 }
 
 // shutdownGrace bounds how long the process may take to stop after SIGTERM:

@@ -49,6 +49,13 @@
 //   - rate_limiter_wait_seconds (histogram): time each request waited for
 //     the --qps limiter, shared by all migrations of the process.
 //
+// Migration controller:
+//
+//   - storage_migrator_executor{executor} (gauge): 1 for who executes svm's
+//     migrations, "svm" (its own engine) or "in-tree"
+//     (kube-controller-manager), once svm controller has chosen; absent
+//     before.
+//
 // Triggering controller (storage_migrator_trigger_*):
 //
 //   - discovery_polls_total (counter): discovery rounds.

@@ -55,6 +55,8 @@ type Metrics struct {
 	requests          *prometheus.CounterVec
 	limiterWait       prometheus.Histogram
 
+	executor *prometheus.GaugeVec
+
 	discoveryPolls   prometheus.Counter
 	discoveryErrors  *prometheus.CounterVec
 	stateTransitions *prometheus.CounterVec
@@ -103,6 +105,9 @@ func New() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}),
 
+		executor: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "executor",
+			Help: "1 for who executes svm's migrations in this process (svm or in-tree), once chosen."}, []string{"executor"}),
+
 		discoveryPolls: prometheus.NewCounter(prometheus.CounterOpts(trigger("discovery_polls_total",
 			"Discovery rounds of the triggering controller."))),
 		discoveryErrors: prometheus.NewCounterVec(prometheus.CounterOpts(trigger("discovery_errors_total",
@@ -117,7 +122,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.migratedObjects, m.remainingObjects, m.migrations, m.migrationDuration, m.runningMigrations,
 		m.listedObjects, m.skippedObjects, m.failedObjects, m.retries, m.requests, m.limiterWait,
-		m.discoveryPolls, m.discoveryErrors, m.stateTransitions,
+		m.executor, m.discoveryPolls, m.discoveryErrors, m.stateTransitions,
 	}
 }
 
@@ -225,6 +230,15 @@ func (m *Metrics) MigrationFinished(r schema.GroupResource, status string, took 
 	}
 	m.migrations.WithLabelValues(label(r), status).Inc()
 	m.migrationDuration.WithLabelValues(label(r), status).Observe(took.Seconds())
+}
+
+// ExecutorChosen records who executes svm's migrations: "svm" or "in-tree".
+func (m *Metrics) ExecutorChosen(executor string) {
+	if m == nil {
+		return
+	}
+	m.executor.Reset()
+	m.executor.WithLabelValues(executor).Set(1)
 }
 
 // DiscoveryPolled records a discovery round of the trigger: err when it

@@ -234,6 +234,13 @@ func (m *Migrator) migrate(ctx context.Context, req Request) (Result, error) {
 	return res, nil
 }
 
+// Lookup finds the resource in discovery, with its storage version hash,
+// and checks that it can be migrated (listed and patched): a
+// *TerminalError says why not.
+func (m *Migrator) Lookup(ctx context.Context, gvr schema.GroupVersionResource) (*metav1.APIResource, error) {
+	return m.lookup(ctx, gvr)
+}
+
 // lookup finds the resource in discovery and checks svm can migrate it.
 func (m *Migrator) lookup(ctx context.Context, gvr schema.GroupVersionResource) (*metav1.APIResource, error) {
 	// Discovery clients that take no context (fakes, wrappers) ignore it;

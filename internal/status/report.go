@@ -102,8 +102,14 @@ type Migration struct {
 	StartTime         *metav1.Time `json:"startTime,omitempty"`
 	CompletionTime    *metav1.Time `json:"completionTime,omitempty"`
 
+	// InTreeMigration, on an svm migration, names the in-tree migration
+	// kube-controller-manager runs for it: svm handed the rewriting over
+	// and counts nothing itself.
+	InTreeMigration string `json:"inTreeMigration,omitempty"`
+
 	// Progress counts objects; the in-tree API reports none, so it is
-	// absent for in-tree migrations.
+	// absent for in-tree migrations and for svm migrations executed by
+	// one.
 	Progress *Progress `json:"progress,omitempty"`
 	// ObjectsPerSecond is the objects handled (rewritten, skipped or
 	// failed) per second from startTime to completionTime, or to Time
@@ -206,6 +212,12 @@ func svmMigration(m *migrationv1alpha1.StorageVersionMigration, now time.Time) M
 		CompletionTime:    m.Status.CompletionTime.DeepCopy(),
 	}
 	row.State, row.Reason, row.Message = svmState(m)
+	if m.Status.InTreeMigration != "" {
+		// The in-tree migration's own row, of the same name, shows how it
+		// goes; svm's counters would only show zeros.
+		row.InTreeMigration = m.Status.InTreeMigration
+		return row
+	}
 	p := m.Status.Progress
 	pr := &Progress{Listed: p.Listed, Rewritten: p.Rewritten, Skipped: p.Skipped, Failed: p.Failed, Total: p.Listed}
 	// A finished migration has listed everything there was.

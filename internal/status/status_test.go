@@ -124,6 +124,28 @@ var (
 		CompletionTime: agoPtr(3*24*time.Hour - 2*time.Second),
 	})
 
+	// Handed to kube-controller-manager: svm counts nothing, the in-tree
+	// migration of the same name does the work.
+	delegatedRunning = func() migrationv1alpha1.StorageVersionMigration {
+		m := newMigration("widgets.example.com-k2d9x", "example.com", "widgets", 2*time.Minute, migrationv1alpha1.StorageVersionMigrationStatus{
+			Conditions:      []migrationv1alpha1.MigrationCondition{cond(migrationv1alpha1.MigrationRunning, corev1.ConditionTrue, "Started", "", 2*time.Minute)},
+			StartTime:       agoPtr(2 * time.Minute),
+			InTreeMigration: "widgets.example.com-k2d9x",
+		})
+		return m
+	}()
+	delegatedSucceeded = newMigration("secrets-p4n7q", "", "secrets", time.Hour, migrationv1alpha1.StorageVersionMigrationStatus{
+		Conditions: []migrationv1alpha1.MigrationCondition{
+			cond(migrationv1alpha1.MigrationSucceeded, corev1.ConditionTrue, "AllObjectsRewritten", "every object rewritten by kube-controller-manager's in-tree migration secrets-p4n7q", 50*time.Minute),
+			cond(migrationv1alpha1.MigrationRunning, corev1.ConditionFalse, "Completed", "", 50*time.Minute),
+		},
+		StartTime:       agoPtr(time.Hour),
+		CompletionTime:  agoPtr(50 * time.Minute),
+		InTreeMigration: "secrets-p4n7q",
+	})
+	inTreeDelegated = newInTree("widgets.example.com-k2d9x", "example.com", "widgets", 2*time.Minute,
+		metav1.Condition{Type: "Running", Status: metav1.ConditionTrue, Reason: "MigrationRunning", Message: "The migration is running", LastTransitionTime: ago(2 * time.Minute)})
+
 	inTreePending   = newInTree("secrets-intree", "", "secrets", 5*time.Minute)
 	inTreeSucceeded = newInTree("widgets-intree", "example.com", "widgets", 2*time.Hour,
 		metav1.Condition{Type: "Running", Status: metav1.ConditionFalse, Reason: "Completed", LastTransitionTime: ago(time.Hour)},
@@ -156,6 +178,9 @@ func TestStatusGolden(t *testing.T) {
 		{name: "pending", in: svmInput(pending)},
 		{name: "in-tree", in: Input{Now: now, SVMServed: true, InTreeServed: true,
 			InTreeMigrations: []storagemigrationv1.StorageVersionMigration{inTreeSucceeded, inTreePending, inTreeFailed}}},
+		{name: "delegated", in: Input{Now: now, SVMServed: true, InTreeServed: true,
+			Migrations:       []migrationv1alpha1.StorageVersionMigration{delegatedRunning, delegatedSucceeded},
+			InTreeMigrations: []storagemigrationv1.StorageVersionMigration{inTreeDelegated}}},
 		{name: "storage-states", in: Input{Now: now, SVMServed: true,
 			StorageStates: []migrationv1alpha1.StorageState{stateUnknown, stateMigrated, stateChanged, stateManyHashes, stateBothUnknown}}},
 		{name: "empty-cluster", in: Input{Now: now, SVMServed: true, InTreeServed: true}},

@@ -71,7 +71,7 @@ type StorageStateStatus struct {
 // "<resource>.<group>", or "<resource>" for the core group.
 //
 // +kubebuilder:object:root=true
-// +kubebuilder:resource:scope=Cluster
+// +kubebuilder:resource:scope=Cluster,shortName=svmstate,categories=svm
 // +kubebuilder:subresource:status
 // +kubebuilder:metadata:annotations="api-approved.kubernetes.io=https://github.com/kubernetes/community/pull/2524"
 // +kubebuilder:validation:XValidation:rule="self.metadata.name == (has(self.spec.resource.group) && size(self.spec.resource.group) > 0 ? self.spec.resource.resource + '.' + self.spec.resource.group : self.spec.resource.resource)",message="metadata.name must be <resource>.<group> (or <resource> for the core group) of spec.resource"

@@ -174,6 +174,15 @@ type StorageVersionMigrationStatus struct {
 	// +kubebuilder:validation:MaxLength=256
 	StorageFingerprint string `json:"storageFingerprint,omitempty"`
 
+	// InTreeMigration names the storagemigration.k8s.io/v1
+	// StorageVersionMigration that kube-controller-manager's in-tree migrator
+	// ran for this migration, when svm handed the rewriting to it. Empty when
+	// svm's own engine rewrote the objects; progress is then kept by the
+	// in-tree object, not here.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	InTreeMigration string `json:"inTreeMigration,omitempty"`
+
 	// FailedObjects names the objects svm could not rewrite (at most 100;
 	// progress.failed has the full count).
 	// +optional
@@ -187,7 +196,7 @@ type StorageVersionMigrationStatus struct {
 // under the current encryption key).
 //
 // +kubebuilder:object:root=true
-// +kubebuilder:resource:scope=Cluster,shortName=svmigration
+// +kubebuilder:resource:scope=Cluster,shortName=svmigration,categories=svm
 // +kubebuilder:subresource:status
 // +kubebuilder:metadata:annotations="api-approved.kubernetes.io=https://github.com/kubernetes/community/pull/2524"
 // +kubebuilder:printcolumn:name="Resource",type=string,JSONPath=`.spec.resource.resource`
@@ -197,6 +206,7 @@ type StorageVersionMigrationStatus struct {
 // +kubebuilder:printcolumn:name="Skipped",type=integer,JSONPath=`.status.progress.skipped`
 // +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.progress.failed`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="In-Tree Migration",type=string,JSONPath=`.status.inTreeMigration`,priority=1
 type StorageVersionMigration struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

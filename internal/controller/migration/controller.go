@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagemigrationv1 "k8s.io/api/storagemigration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -22,12 +23,21 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/metrics"
 	"github.com/svm-project/svm/internal/migrator"
 )
+
+// In-tree migrations are read from the cache; svm creates one for each
+// migration it hands to kube-controller-manager, and the probe creates and
+// deletes its own.
+//
+// +kubebuilder:rbac:groups=storagemigration.k8s.io,resources=storageversionmigrations,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions/status,verbs=patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get,namespace=kube-system,resourceNames=kube-controller-manager
 
 // FieldManager names the controller's writes to migrations.
 const FieldManager = "svm-migration-controller"
@@ -47,8 +57,14 @@ const FieldManager = "svm-migration-controller"
 
 // Reconciler schedules and runs StorageVersionMigrations.
 type Reconciler struct {
-	Client   client.Client
-	Migrator *migrator.Migrator
+	Client client.Client
+	// Executors holds who rewrites the objects; nothing runs until it has
+	// been chosen.
+	Executors *Choice
+	// InTreeServed says that the server serves the in-tree
+	// storagemigration.k8s.io API: its migrations are watched, and svm
+	// never executes a resource while one of them is Running.
+	InTreeServed bool
 	// Guard, if set, is read before and after every run: a migration
 	// waits while API servers disagree on the storage version, and starts
 	// over instead of succeeding if the storage version may have changed
@@ -67,6 +83,9 @@ type Reconciler struct {
 	mu      sync.Mutex
 	wait    map[string]time.Time
 	ended   map[types.UID]bool
+	// held remembers which in-tree migration each held-back migration was
+	// last seen waiting for, so that its event is recorded once.
+	held map[string]string
 }
 
 // SetupWithManager registers the reconciler and its runner with mgr.
@@ -80,26 +99,47 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.backoff = workqueue.NewTypedItemExponentialFailureRateLimiter[string](10*time.Second, 10*time.Minute)
 	r.wait = map[string]time.Time{}
 	r.ended = map[types.UID]bool{}
+	r.held = map[string]string{}
 	r.runner.done = make(chan string, 16)
 	if err := mgr.Add(&r.runner); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&migrationv1alpha1.StorageVersionMigration{}).
 		Named("storageversionmigration").
 		// Scheduling looks at every migration at once; one reconcile at a
 		// time keeps the decisions consistent.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
-		WatchesRawSource(r.runner.finishedSource()).
-		Complete(r)
+		WatchesRawSource(r.runner.finishedSource())
+	if r.InTreeServed {
+		// An in-tree migration starting holds its resource; one ending
+		// releases it.
+		b = b.Watches(&storagemigrationv1.StorageVersionMigration{}, handler.EnqueueRequestsFromMapFunc(
+			func(context.Context, client.Object) []reconcile.Request {
+				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: "in-tree"}}}
+			}))
+	}
+	return b.Complete(r)
 }
 
 // Reconcile decides which migrations run and starts or stops them. The
 // request's name does not matter: every call schedules all migrations.
 func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	executors := r.Executors.get()
+	if executors == nil {
+		// The executor is being chosen (a probe of the in-tree migrator
+		// takes seconds); nothing runs before.
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
 	var list migrationv1alpha1.StorageVersionMigrationList
 	if err := r.Client.List(ctx, &list); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list migrations: %w", err)
+	}
+	var inTree storagemigrationv1.StorageVersionMigrationList
+	if r.InTreeServed {
+		if err := r.Client.List(ctx, &inTree); err != nil {
+			return reconcile.Result{}, fmt.Errorf("list in-tree migrations: %w", err)
+		}
 	}
 	r.mu.Lock()
 	notBefore := maps.Clone(r.wait)
@@ -115,25 +155,63 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	r.mu.Unlock()
 
 	d := Schedule(ScheduleInput{
-		Migrations: list.Items, Running: r.runner.names(), NotBefore: notBefore, Ended: ended,
+		Migrations: list.Items, InTree: inTree.Items, Running: r.runner.names(), NotBefore: notBefore, Ended: ended,
 		MaxParallel: r.MaxParallel, Now: r.Clock.Now(),
 	})
 	for _, name := range d.Stop {
-		r.runner.stop(name)
+		var cause error = errStopped
+		if holder, ok := d.Yield[name]; ok {
+			cause = &heldByInTree{name: holder}
+		}
+		r.runner.stop(name, cause)
 	}
 	byName := make(map[string]*migrationv1alpha1.StorageVersionMigration, len(list.Items))
 	for i := range list.Items {
 		byName[list.Items[i].Name] = &list.Items[i]
 	}
+	r.noteHeld(byName, d.Held)
 	for _, name := range d.Start {
 		m := byName[name].DeepCopy() // never hand a cached object to a goroutine that edits it
-		r.runner.start(name, func(ctx context.Context) { r.execute(ctx, m) })
+		ex := executors.For(m)
+		r.runner.start(name, func(ctx context.Context) { r.execute(ctx, m, ex) })
 	}
 	return reconcile.Result{RequeueAfter: d.RequeueAfter}, nil
 }
 
-// execute runs one migration to its end, cancellation, or a transient failure.
-func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVersionMigration) {
+// noteHeld records an event the first time a migration is seen held back
+// by an in-tree migration of its resource.
+func (r *Reconciler) noteHeld(byName map[string]*migrationv1alpha1.StorageVersionMigration, held map[string]string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name, holder := range held {
+		if r.held[name] == holder {
+			continue
+		}
+		r.held[name] = holder
+		if m := byName[name]; m != nil {
+			r.event(m, corev1.EventTypeNormal, ReasonWaitingForInTreeMigration, heldMessage(m, holder))
+		}
+	}
+	maps.DeleteFunc(r.held, func(name, _ string) bool { _, ok := held[name]; return !ok })
+}
+
+func heldMessage(m *migrationv1alpha1.StorageVersionMigration, holder string) string {
+	return "In-tree migration " + holder + " of " + resourceString(m) + " is running; svm waits for it to end"
+}
+
+// errStopped is why a run is stopped when its migration was deleted or
+// finished elsewhere.
+var errStopped = errors.New("the migration was deleted or finished elsewhere")
+
+// heldByInTree is why a run is stopped when an in-tree migration of its
+// resource started: svm never rewrites a resource beside it.
+type heldByInTree struct{ name string }
+
+func (h *heldByInTree) Error() string { return "in-tree migration " + h.name + " is running" }
+
+// execute runs one migration with ex to its end, cancellation, or a
+// transient failure.
+func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVersionMigration, ex Executor) {
 	log := klog.FromContext(ctx).WithValues("migration", klog.KObj(m), "resource", m.Spec.Resource)
 	status := m.Status.DeepCopy()
 	resume := resumeState(m)
@@ -184,9 +262,18 @@ func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVe
 			resume = nil
 		}
 	}
-	res, err := r.Migrator.Run(ctx, migrator.Request{
-		Resource: gvr,
-		Resume:   resume,
+	res, err := ex.Execute(ctx, Run{
+		Migration: m,
+		Resource:  gvr,
+		Resume:    resume,
+		OnDelegated: func(ctx context.Context, inTree string) error {
+			if status.InTreeMigration == inTree {
+				return nil
+			}
+			status.InTreeMigration = inTree
+			r.event(m, corev1.EventTypeNormal, ReasonDelegated, "kube-controller-manager executes this migration as in-tree migration "+inTree)
+			return r.patchStatus(ctx, m, status)
+		},
 		// The counters (in status) and the token (in spec) take two writes.
 		// Counters first: a crash between the two then resumes from the old
 		// token and counts the chunk again, as it counts any chunk listed
@@ -201,6 +288,11 @@ func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVe
 		},
 	})
 	if ctx.Err() != nil {
+		var held *heldByInTree
+		if errors.As(context.Cause(ctx), &held) {
+			r.hold(ctx, m, status, held.name)
+			return
+		}
 		// Shutting down, or the migration was deleted: keep the saved state.
 		log.Info("Migration stopped", "reason", context.Cause(ctx))
 		if !r.runner.shuttingDown() {
@@ -261,8 +353,8 @@ func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVe
 	case err == nil:
 		r.forget(m)
 		r.Metrics.MigrationFinished(gvr.GroupResource(), metrics.StatusSucceeded, took(status))
-		r.event(m, corev1.EventTypeNormal, ReasonAllObjectsRewritten, fmt.Sprintf("Rewrote %d objects, skipped %d", res.Progress.Rewritten, res.Progress.Skipped))
-		log.Info("Migration succeeded", "rewritten", res.Progress.Rewritten, "skipped", res.Progress.Skipped)
+		r.event(m, corev1.EventTypeNormal, ReasonAllObjectsRewritten, condition(status, migrationv1alpha1.MigrationSucceeded).Message)
+		log.Info("Migration succeeded", "rewritten", res.Progress.Rewritten, "skipped", res.Progress.Skipped, "inTreeMigration", status.InTreeMigration)
 	default:
 		r.forget(m)
 		r.Metrics.MigrationFinished(gvr.GroupResource(), metrics.StatusFailed, took(status))
@@ -303,6 +395,21 @@ func (r *Reconciler) retryLater(ctx context.Context, m *migrationv1alpha1.Storag
 		r.event(m, corev1.EventTypeWarning, ReasonRetrying, truncate(fmt.Sprintf("Retrying in %s: %v", delay, err), 1024))
 	}
 	klog.FromContext(ctx).Info("Migration will be retried", "migration", klog.KObj(m), "after", delay, "err", err)
+}
+
+// hold records that a run stopped for an in-tree migration of its
+// resource: the migration stays Running, saying what it waits for, and the
+// scheduler starts it again, resuming, once the in-tree one has ended.
+func (r *Reconciler) hold(ctx context.Context, m *migrationv1alpha1.StorageVersionMigration, status *migrationv1alpha1.StorageVersionMigrationStatus, holder string) {
+	final, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	msg := heldMessage(m, holder)
+	status.Conditions = setCondition(status.Conditions, migrationv1alpha1.MigrationRunning, corev1.ConditionTrue, ReasonWaitingForInTreeMigration, msg, metav1.NewTime(r.Clock.Now()))
+	if err := r.patchStatus(final, m, status); err != nil {
+		klog.FromContext(ctx).Info("Could not record the wait for an in-tree migration", "migration", klog.KObj(m), "err", err)
+	}
+	r.event(m, corev1.EventTypeNormal, ReasonWaitingForInTreeMigration, msg+"; stopped at its last completed chunk")
+	klog.FromContext(ctx).Info("Migration stopped for an in-tree migration of its resource", "migration", klog.KObj(m), "inTreeMigration", holder)
 }
 
 // waitLater ends this run without error: the migration stays Running with

@@ -20,7 +20,7 @@ import (
 type runner struct {
 	mu      sync.Mutex
 	ctx     context.Context
-	cancels map[string]context.CancelFunc
+	cancels map[string]context.CancelCauseFunc
 	wg      sync.WaitGroup
 	done    chan string
 	ready   chan struct{}
@@ -31,7 +31,7 @@ type runner struct {
 func (r *runner) Start(ctx context.Context) error {
 	r.mu.Lock()
 	r.ctx = ctx
-	r.cancels = map[string]context.CancelFunc{}
+	r.cancels = map[string]context.CancelCauseFunc{}
 	r.mu.Unlock()
 	r.readyCh()
 	close(r.ready)
@@ -55,14 +55,14 @@ func (r *runner) start(name string, fn func(context.Context)) {
 	if r.ctx.Err() != nil || r.cancels[name] != nil {
 		return
 	}
-	ctx, cancel := context.WithCancel(r.ctx)
+	ctx, cancel := context.WithCancelCause(r.ctx)
 	r.cancels[name] = cancel
 	r.wg.Go(func() {
 		defer func() {
 			r.mu.Lock()
 			delete(r.cancels, name)
 			r.mu.Unlock()
-			cancel()
+			cancel(nil)
 			select {
 			case r.done <- name:
 			case <-r.ctx.Done():
@@ -80,11 +80,13 @@ func (r *runner) shuttingDown() bool {
 	return r.ctx == nil || r.ctx.Err() != nil
 }
 
-func (r *runner) stop(name string) {
+// stop cancels a running migration with cause, which the run reads with
+// context.Cause to tell why it was stopped.
+func (r *runner) stop(name string, cause error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if cancel := r.cancels[name]; cancel != nil {
-		cancel()
+		cancel(cause)
 	}
 }
 

@@ -5,15 +5,21 @@ import (
 	"strings"
 	"time"
 
+	storagemigrationv1 "k8s.io/api/storagemigration/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/intree"
 )
 
 // ScheduleInput is everything Schedule decides from.
 type ScheduleInput struct {
 	// Migrations are all StorageVersionMigrations, as cached.
 	Migrations []migrationv1alpha1.StorageVersionMigration
+	// InTree are the in-tree storagemigration.k8s.io migrations, as
+	// cached; none where that API is not served.
+	InTree []storagemigrationv1.StorageVersionMigration
 	// Running names the migrations executing now.
 	Running map[string]bool
 	// NotBefore holds migrations that failed transiently and wait for their
@@ -32,17 +38,30 @@ type ScheduleInput struct {
 type ScheduleDecision struct {
 	// Start names the migrations to start, in order.
 	Start []string
-	// Stop names running migrations that must stop: deleted or finished.
+	// Stop names running migrations that must stop: deleted, finished,
+	// or held (Yield).
 	Stop []string
+	// Yield names the running migrations among Stop that stop because an
+	// in-tree migration of their resource is Running, with its name.
+	Yield map[string]string
+	// Held names the migrations that would start but wait for a Running
+	// in-tree migration of their resource, with its name.
+	Held map[string]string
 	// RequeueAfter, when not zero, is when a waiting migration's backoff ends.
 	RequeueAfter time.Duration
 }
 
 // Schedule decides which migrations run. Running migrations resume first
 // (they hold partial progress), then the oldest; a resource is never
-// migrated by two migrations at once.
+// migrated by two migrations at once, nor while kube-controller-manager
+// runs an in-tree migration of it that is not one of svm's: a migration
+// held by one waits, and a running one stops (to resume when it ends).
 func Schedule(in ScheduleInput) ScheduleDecision {
 	var d ScheduleDecision
+	holder := func(m *migrationv1alpha1.StorageVersionMigration) *storagemigrationv1.StorageVersionMigration {
+		gr := schema.GroupResource{Group: m.Spec.Resource.Group, Resource: m.Spec.Resource.Resource}
+		return intree.Holder(in.InTree, gr, string(m.UID))
+	}
 	live := map[string]bool{}
 	busy := map[string]bool{} // resources with a running migration
 	for i := range in.Migrations {
@@ -57,6 +76,17 @@ func Schedule(in ScheduleInput) ScheduleDecision {
 	for name := range in.Running {
 		if !live[name] {
 			d.Stop = append(d.Stop, name)
+		}
+	}
+	for i := range in.Migrations {
+		m := &in.Migrations[i]
+		if !live[m.Name] || !in.Running[m.Name] {
+			continue
+		}
+		if h := holder(m); h != nil {
+			d.Stop = append(d.Stop, m.Name)
+			d.Yield = setName(d.Yield, m.Name, h.Name)
+			delete(busy, resourceKey(m))
 		}
 	}
 	slices.Sort(d.Stop)
@@ -89,6 +119,10 @@ func Schedule(in ScheduleInput) ScheduleDecision {
 		if busy[resourceKey(m)] {
 			continue
 		}
+		if h := holder(m); h != nil {
+			d.Held = setName(d.Held, m.Name, h.Name)
+			continue
+		}
 		if t, ok := in.NotBefore[m.Name]; ok && in.Now.Before(t) {
 			if wait := t.Sub(in.Now); d.RequeueAfter == 0 || wait < d.RequeueAfter {
 				d.RequeueAfter = wait
@@ -100,6 +134,14 @@ func Schedule(in ScheduleInput) ScheduleDecision {
 		slots--
 	}
 	return d
+}
+
+func setName(m map[string]string, k, v string) map[string]string {
+	if m == nil {
+		m = map[string]string{}
+	}
+	m[k] = v
+	return m
 }
 
 func resourceKey(m *migrationv1alpha1.StorageVersionMigration) string {

@@ -6,10 +6,12 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	storagemigrationv1 "k8s.io/api/storagemigration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/intree"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -27,6 +29,22 @@ func mig(name, resource string, created int, conds ...migrationv1alpha1.Migratio
 
 func withUID(m migrationv1alpha1.StorageVersionMigration, uid types.UID) migrationv1alpha1.StorageVersionMigration {
 	m.UID = uid
+	return m
+}
+
+// inTree is an in-tree migration of a core resource; forUID, when set,
+// makes it the one svm created to execute the svm migration with that uid.
+func inTree(name, resource string, running bool, forUID types.UID) storagemigrationv1.StorageVersionMigration {
+	m := storagemigrationv1.StorageVersionMigration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       storagemigrationv1.StorageVersionMigrationSpec{Resource: metav1.GroupResource{Resource: resource}},
+	}
+	if running {
+		m.Status.Conditions = []metav1.Condition{{Type: string(storagemigrationv1.MigrationRunning), Status: metav1.ConditionTrue}}
+	}
+	if forUID != "" {
+		m.Annotations = map[string]string{intree.ForMigrationAnnotation: string(forUID)}
+	}
 	return m
 }
 
@@ -98,6 +116,36 @@ func TestSchedule(t *testing.T) {
 			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("a", "a", 1, running), mig("b", "b", 2)},
 				NotBefore: map[string]time.Time{"a": t0.Add(30 * time.Second)}, Now: t0, MaxParallel: 1},
 			want: ScheduleDecision{Start: []string{"b"}, RequeueAfter: 30 * time.Second},
+		},
+		{
+			name: "a Running in-tree migration of the resource holds a new migration back",
+			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("s", "secrets", 1), mig("c", "configmaps", 2)},
+				InTree: []storagemigrationv1.StorageVersionMigration{inTree("kcm", "secrets", true, "")}, MaxParallel: 1},
+			want: ScheduleDecision{Start: []string{"c"}, Held: map[string]string{"s": "kcm"}},
+		},
+		{
+			name: "a running migration stops when an in-tree migration of its resource starts, freeing its slot",
+			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("s", "secrets", 1, running), mig("c", "configmaps", 2)},
+				InTree: []storagemigrationv1.StorageVersionMigration{inTree("kcm", "secrets", true, "")}, Running: map[string]bool{"s": true}, MaxParallel: 1},
+			want: ScheduleDecision{Stop: []string{"s"}, Yield: map[string]string{"s": "kcm"}, Start: []string{"c"}},
+		},
+		{
+			name: "pending and ended in-tree migrations hold nothing",
+			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("s", "secrets", 1)},
+				InTree: []storagemigrationv1.StorageVersionMigration{inTree("pending", "secrets", false, "")}, MaxParallel: 1},
+			want: ScheduleDecision{Start: []string{"s"}},
+		},
+		{
+			name: "the in-tree migration executing a migration does not hold that migration",
+			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{withUID(mig("s", "secrets", 1, running), "uid-s")},
+				InTree: []storagemigrationv1.StorageVersionMigration{inTree("s", "secrets", true, "uid-s")}, MaxParallel: 1},
+			want: ScheduleDecision{Start: []string{"s"}},
+		},
+		{
+			name: "an in-tree migration of another resource holds nothing",
+			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("s", "secrets", 1)},
+				InTree: []storagemigrationv1.StorageVersionMigration{inTree("kcm", "configmaps", true, "")}, MaxParallel: 1},
+			want: ScheduleDecision{Start: []string{"s"}},
 		},
 		{
 			name: "an expired backoff no longer holds",

@@ -26,6 +26,15 @@ const (
 	// ReasonStorageVersionChanged: the storage version may have changed
 	// while the migration ran; it starts over.
 	ReasonStorageVersionChanged = "StorageVersionChanged"
+	// ReasonWaitingForInTreeMigration: an in-tree migration of the
+	// resource is Running; svm waits for it to end (Running stays True).
+	ReasonWaitingForInTreeMigration = "WaitingForInTreeMigration"
+	// ReasonInTreeMigrationFailed: the in-tree migration that executed
+	// this one failed; the message has its words.
+	ReasonInTreeMigrationFailed = "InTreeMigrationFailed"
+	// ReasonInTreeNameTaken: an in-tree migration of this migration's
+	// name exists and is someone else's.
+	ReasonInTreeNameTaken = "InTreeNameTaken"
 )
 
 // Reasons of svm's events that are no condition's.
@@ -33,21 +42,29 @@ const (
 	// ReasonFailed: the migration ended with Failed=True; the note starts
 	// with the condition's reason.
 	ReasonFailed = "Failed"
+	// ReasonDelegated: svm handed the migration to kube-controller-manager.
+	ReasonDelegated = "Delegated"
 	// ReasonStopped: the run stopped because the migration was deleted
 	// (by a user, or by the trigger when a newer storage version
 	// superseded it).
 	ReasonStopped = "Stopped"
 )
 
-// setCondition returns conds with t set to status, reason and message.
+// setCondition returns conds with t set to status, reason and message, and
+// first. The condition set last is the migration's state, and it goes at
+// index 0 because scripts written for the reference migrator read
+// .status.conditions[0].type as the state: set Running=False before
+// Succeeded or Failed, and a finished migration reads Succeeded or Failed
+// there, as the reference leaves it.
 func setCondition(conds []migrationv1alpha1.MigrationCondition, t migrationv1alpha1.MigrationConditionType, status corev1.ConditionStatus, reason, message string, now metav1.Time) []migrationv1alpha1.MigrationCondition {
 	out := make([]migrationv1alpha1.MigrationCondition, 0, len(conds)+1)
+	out = append(out, migrationv1alpha1.MigrationCondition{Type: t, Status: status, LastUpdateTime: now, Reason: reason, Message: message})
 	for _, c := range conds {
 		if c.Type != t {
 			out = append(out, c)
 		}
 	}
-	return append(out, migrationv1alpha1.MigrationCondition{Type: t, Status: status, LastUpdateTime: now, Reason: reason, Message: message})
+	return out
 }
 
 // resumeState is the engine state saved in m, or nil for a fresh start.
@@ -100,8 +117,12 @@ func finish(st *migrationv1alpha1.StorageVersionMigrationStatus, res migrator.Re
 	switch {
 	case err == nil:
 		st.Conditions = setCondition(st.Conditions, migrationv1alpha1.MigrationRunning, corev1.ConditionFalse, ReasonCompleted, "", now)
-		st.Conditions = setCondition(st.Conditions, migrationv1alpha1.MigrationSucceeded, corev1.ConditionTrue, ReasonAllObjectsRewritten,
-			fmt.Sprintf("%d objects rewritten, %d skipped (written by others since the migration started)", res.Progress.Rewritten, res.Progress.Skipped), now)
+		msg := fmt.Sprintf("%d objects rewritten, %d skipped (written by others since the migration started)", res.Progress.Rewritten, res.Progress.Skipped)
+		if st.InTreeMigration != "" {
+			// svm counted nothing: kube-controller-manager wrote.
+			msg = "every object rewritten by kube-controller-manager's in-tree migration " + st.InTreeMigration
+		}
+		st.Conditions = setCondition(st.Conditions, migrationv1alpha1.MigrationSucceeded, corev1.ConditionTrue, ReasonAllObjectsRewritten, msg, now)
 		st.CompletionTime = &now
 	case errors.As(err, &partial):
 		st.Conditions = setCondition(st.Conditions, migrationv1alpha1.MigrationRunning, corev1.ConditionFalse, ReasonCompleted, "", now)

@@ -1,9 +1,11 @@
 package migration
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/migrator"
@@ -35,5 +37,53 @@ func TestSavedStateResumes(t *testing.T) {
 	}
 	if m.Status.StorageVersionHash != "hash" || m.Status.Progress.SkippedWithoutWrite != 12 {
 		t.Errorf("status %+v: want the hash and 12 objects skipped without a write", m.Status)
+	}
+}
+
+// TestFinishedStateIsConditionZero reads a finished migration the way
+// scripts written for the reference migrator do: .status.conditions[0]
+// is the state, Succeeded or Failed, never the Running=False beside it.
+func TestFinishedStateIsConditionZero(t *testing.T) {
+	now := metav1.Now()
+	tests := []struct {
+		name     string
+		err      error
+		inTree   string
+		want     migrationv1alpha1.MigrationConditionType
+		wantText string
+	}{
+		{name: "succeeded", want: migrationv1alpha1.MigrationSucceeded, wantText: "3 objects rewritten, 1 skipped (written by others since the migration started)"},
+		{name: "succeeded in-tree", inTree: "widgets-x", want: migrationv1alpha1.MigrationSucceeded, wantText: "every object rewritten by kube-controller-manager's in-tree migration widgets-x"},
+		{name: "objects failed", err: &migrator.ObjectsFailedError{Count: 1}, want: migrationv1alpha1.MigrationFailed},
+		{name: "terminal", err: &migrator.TerminalError{Reason: "Forbidden", Err: errors.New("no")}, want: migrationv1alpha1.MigrationFailed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &migrationv1alpha1.StorageVersionMigrationStatus{InTreeMigration: tt.inTree}
+			st.Conditions = setCondition(st.Conditions, migrationv1alpha1.MigrationRunning, "True", ReasonStarted, "", now)
+			res := migrator.Result{State: migrator.State{Progress: migrator.Progress{Listed: 4, Rewritten: 3, Skipped: 1}}}
+			finish(st, res, tt.err, now)
+			if len(st.Conditions) != 2 || st.Conditions[0].Type != tt.want || st.Conditions[0].Status != "True" ||
+				st.Conditions[1].Type != migrationv1alpha1.MigrationRunning || st.Conditions[1].Status != "False" {
+				t.Fatalf("conditions %+v: want %s=True first, then Running=False", st.Conditions, tt.want)
+			}
+			if tt.wantText != "" && st.Conditions[0].Message != tt.wantText {
+				t.Errorf("message %q, want %q", st.Conditions[0].Message, tt.wantText)
+			}
+		})
+	}
+}
+
+// TestRetryKeepsRunningFirst: a run that will be retried stays Running,
+// and says so at index 0.
+func TestRetryKeepsRunningFirst(t *testing.T) {
+	now := metav1.Now()
+	st := &migrationv1alpha1.StorageVersionMigrationStatus{}
+	st.Conditions = setCondition(st.Conditions, migrationv1alpha1.MigrationRunning, "True", ReasonStarted, "", now)
+	if out := finish(st, migrator.Result{}, errors.New("connection refused"), now); !out.retry {
+		t.Fatal("a transient error must be retried")
+	}
+	if len(st.Conditions) != 1 || st.Conditions[0].Type != migrationv1alpha1.MigrationRunning || st.Conditions[0].Reason != ReasonRetrying {
+		t.Errorf("conditions %+v: want Running=True (Retrying) alone", st.Conditions)
 	}
 }

@@ -15,8 +15,10 @@ import (
 
 	apiserverinternalv1alpha1 "k8s.io/api/apiserverinternal/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
+	storagemigrationv1 "k8s.io/api/storagemigration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -32,6 +34,7 @@ import (
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/health"
+	"github.com/svm-project/svm/internal/intree"
 	"github.com/svm-project/svm/internal/metrics"
 	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/internal/trigger"
@@ -370,12 +373,15 @@ func (c *Controller) round(ctx context.Context, discover bool) time.Duration {
 			RetryBase: c.RetryBase, RetryMax: c.RetryMax, CRD: crdStorage(crdOf[gr]),
 			Encoding: c.encoding(gr), SettleDelay: c.SettleDelay,
 		})
-		if err := c.apply(ctx, gr, stateOf[gr], crdOf[gr], migrationsOf[gr], d); err != nil {
+		requeue, err := c.apply(ctx, gr, stateOf[gr], crdOf[gr], migrationsOf[gr], d)
+		if err != nil {
 			log.Error(err, "Apply trigger decision", "resource", gr)
 		}
 		c.noteRetry(gr, stateOf[gr], d, now)
-		if d.RequeueAfter > 0 && (next == 0 || d.RequeueAfter < next) {
-			next = d.RequeueAfter
+		for _, after := range []time.Duration{d.RequeueAfter, requeue} {
+			if after > 0 && (next == 0 || after < next) {
+				next = after
+			}
 		}
 	}
 	return next
@@ -414,8 +420,12 @@ func (c *Controller) migrateOnce(ctx context.Context, grs []schema.GroupResource
 
 // apply carries out a decision: stop svm's stale migrations, write the
 // state, then create the migration.
+//
+// It returns when to decide again for a step that had to wait: pruning
+// while an in-tree migration of the resource is Running, which
+// kube-controller-manager prunes for itself when it ends.
 func (c *Controller) apply(ctx context.Context, gr schema.GroupResource, state *migrationv1alpha1.StorageState, crd *apiextensionsv1.CustomResourceDefinition,
-	migrations []migrationv1alpha1.StorageVersionMigration, d trigger.Decision) error {
+	migrations []migrationv1alpha1.StorageVersionMigration, d trigger.Decision) (time.Duration, error) {
 	log := klog.FromContext(ctx).WithValues("resource", gr)
 	for _, name := range d.DeleteMigrations {
 		m := &migrationv1alpha1.StorageVersionMigration{ObjectMeta: metav1.ObjectMeta{Name: name}}
@@ -423,7 +433,7 @@ func (c *Controller) apply(ctx context.Context, gr schema.GroupResource, state *
 			m = &migrations[i]
 		}
 		if err := c.Client.Delete(ctx, m); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("stop migration %s: %w", name, err)
+			return 0, fmt.Errorf("stop migration %s: %w", name, err)
 		}
 		c.event(m, nil, corev1.EventTypeNormal, ReasonSuperseded, "Delete", supersededNote(d))
 		log.Info("Stopped migration for a previous storage version", "migration", name)
@@ -432,7 +442,7 @@ func (c *Controller) apply(ctx context.Context, gr schema.GroupResource, state *
 	case d.CreateState:
 		created, err := c.createState(ctx, migrationv1alpha1.GroupResource{Group: gr.Group, Resource: gr.Resource}, d.Status)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		state = created
 		c.record(gr, state, nil, createdTransition(d.Status))
@@ -442,22 +452,54 @@ func (c *Controller) apply(ctx context.Context, gr schema.GroupResource, state *
 		// Update carries the resourceVersion read: a concurrent change
 		// makes this round's decision moot, and the next round re-decides.
 		if err := c.Client.Status().Update(ctx, updated, client.FieldOwner(FieldManager)); err != nil {
-			return fmt.Errorf("update storage state: %w", err)
+			return 0, fmt.Errorf("update storage state: %w", err)
 		}
 		for _, t := range statusTransitions(&state.Status, d.Status) {
 			c.record(gr, updated, nil, t)
 		}
 		state = updated
 	}
+	var requeue time.Duration
 	if d.PruneStoredVersions && c.PruneStoredVersions {
-		if err := c.pruneStoredVersions(ctx, gr, state, crd); err != nil {
-			return err
+		holder, err := c.inTreeHolder(ctx, gr)
+		switch {
+		case err != nil:
+			return 0, err
+		case holder != "":
+			// Both would prune: wait, and see what is left after it.
+			klog.FromContext(ctx).Info("Not pruning storedVersions while an in-tree migration of the resource is running", "crd", klog.KObj(crd), "inTreeMigration", holder)
+			requeue = pruneWait
+		default:
+			if err := c.pruneStoredVersions(ctx, gr, state, crd); err != nil {
+				return 0, err
+			}
 		}
 	}
 	if d.CreateMigrationFor != nil {
-		return c.createMigration(ctx, gr, state, *d.CreateMigrationFor, crd)
+		return requeue, c.createMigration(ctx, gr, state, *d.CreateMigrationFor, crd)
 	}
-	return nil
+	return requeue, nil
+}
+
+// pruneWait is how soon pruning is decided again after an in-tree
+// migration of the resource held it back.
+const pruneWait = 15 * time.Second
+
+// inTreeHolder names the in-tree migration of gr that is Running, "" when
+// none is or the in-tree API is not served.
+func (c *Controller) inTreeHolder(ctx context.Context, gr schema.GroupResource) (string, error) {
+	var list storagemigrationv1.StorageVersionMigrationList
+	err := c.Reader.List(ctx, &list)
+	switch {
+	case meta.IsNoMatchError(err) || apierrors.IsNotFound(err):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("list in-tree migrations: %w", err)
+	}
+	if h := intree.Holder(list.Items, gr, ""); h != nil {
+		return h.Name, nil
+	}
+	return "", nil
 }
 
 func supersededNote(d trigger.Decision) string {

@@ -1,0 +1,108 @@
+package migration
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/intree"
+	"github.com/svm-project/svm/internal/metrics"
+)
+
+// Choice holds who executes svm's migrations once it has been chosen.
+type Choice struct {
+	mu     sync.Mutex
+	chosen *Executors
+}
+
+// Executors are the chosen executor and, where the in-tree API is served,
+// the in-tree one.
+type Executors struct {
+	Name   intree.Executor
+	Chosen Executor
+	// InTree follows migrations already handed to kube-controller-manager,
+	// whatever is chosen now: starting svm's engine on them would rewrite
+	// the resource beside the in-tree migrator. Nil when not served.
+	InTree Executor
+}
+
+// For is the executor of m.
+func (e *Executors) For(m *migrationv1alpha1.StorageVersionMigration) Executor {
+	if m.Status.InTreeMigration != "" && e.InTree != nil {
+		return e.InTree
+	}
+	return e.Chosen
+}
+
+// Set records the choice.
+func (c *Choice) Set(e *Executors) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.chosen = e
+}
+
+func (c *Choice) get() *Executors {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.chosen
+}
+
+// Chooser decides, once it leads, who executes svm's migrations, and
+// records it in Choice. It is a manager runnable that needs leadership: a
+// probe creates an object, which only the leader may do.
+type Chooser struct {
+	Asked  intree.Executor
+	Served bool
+	Prober interface {
+		Probe(context.Context) (intree.Verdict, error)
+	}
+	Engine, InTree Executor
+	Choice         *Choice
+	Metrics        *metrics.Metrics
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (c *Chooser) NeedLeaderElection() bool { return true }
+
+// Start implements manager.Runnable. A probe that cannot tell (the API
+// server not answering) is tried again every few seconds.
+func (c *Chooser) Start(ctx context.Context) error {
+	log := klog.FromContext(ctx).WithName("executor")
+	var verdict *intree.Verdict
+	if c.Asked == intree.ExecutorAuto && c.Served {
+		for {
+			v, err := c.Prober.Probe(ctx)
+			if err == nil {
+				verdict = &v
+				break
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			log.Error(err, "Could not tell whether kube-controller-manager executes in-tree migrations; trying again")
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(5 * time.Second):
+			}
+		}
+	}
+	name, why, err := intree.Choose(c.Asked, c.Served, verdict)
+	if err != nil {
+		return err
+	}
+	e := &Executors{Name: name, Chosen: c.Engine}
+	if c.Served {
+		e.InTree = c.InTree
+	}
+	if name == intree.ExecutorInTree {
+		e.Chosen = c.InTree
+	}
+	c.Choice.Set(e)
+	c.Metrics.ExecutorChosen(string(name))
+	log.Info("Chose who executes migrations", "executor", string(name), "why", why)
+	return nil
+}

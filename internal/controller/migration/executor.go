@@ -1,0 +1,255 @@
+package migration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	storagemigrationv1 "k8s.io/api/storagemigration/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsapply "k8s.io/apiextensions-apiserver/pkg/client/applyconfiguration/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/intree"
+	"github.com/svm-project/svm/internal/migrator"
+)
+
+// Executor rewrites every object of one resource for a migration. svm has
+// two: its own engine (EngineExecutor) and kube-controller-manager's
+// in-tree migrator (InTreeExecutor). The controller around them does the
+// rest the same way for both: scheduling, the storage guard before and
+// after, conditions, events and metrics, so that a StorageState moves the
+// same whoever rewrote the objects.
+type Executor interface {
+	// Execute runs one migration to its end and returns what the engine
+	// would: a *migrator.TerminalError or *migrator.ObjectsFailedError
+	// for a final failure, the context's error when stopped, any other
+	// error for transient trouble (the migration is run again later).
+	Execute(ctx context.Context, run Run) (migrator.Result, error)
+}
+
+// Run is one execution of a migration.
+type Run struct {
+	// Migration is the migration to execute (a copy the run may keep).
+	Migration *migrationv1alpha1.StorageVersionMigration
+	// Resource is what to rewrite.
+	Resource schema.GroupVersionResource
+	// Resume is the engine state saved by an earlier run, nil for a fresh
+	// start.
+	Resume *migrator.State
+	// OnChunk saves the engine's state after every chunk.
+	OnChunk func(context.Context, migrator.State) error
+	// OnDelegated records the in-tree migration that executes this one.
+	OnDelegated func(ctx context.Context, inTree string) error
+}
+
+// EngineExecutor rewrites with svm's own engine.
+type EngineExecutor struct {
+	Migrator *migrator.Migrator
+	// CRDs, if set, marks a custom resource's CRD with the condition
+	// StorageMigrating while svm rewrites its objects, as
+	// kube-controller-manager does while it migrates one.
+	CRDs *CRDMarker
+}
+
+// Execute implements Executor.
+func (e EngineExecutor) Execute(ctx context.Context, run Run) (res migrator.Result, err error) {
+	if e.CRDs != nil {
+		if merr := e.CRDs.Mark(ctx, run.Resource.GroupResource(), run.Migration.Name); merr != nil {
+			return res, merr
+		}
+		defer func() { e.CRDs.Unmark(ctx, run.Resource.GroupResource(), run.Migration.Name, err) }()
+	}
+	return e.Migrator.Run(ctx, migrator.Request{Resource: run.Resource, Resume: run.Resume, OnChunk: run.OnChunk})
+}
+
+// CRDMarker sets and clears the StorageMigrating condition of a custom
+// resource's CRD: the condition kube-controller-manager's in-tree migrator
+// keeps while it migrates the resource, so that whoever reads the CRD sees
+// a migration under way whichever migrator runs it.
+type CRDMarker struct {
+	// Reader reads CRDs from the API server, by listing one name (the
+	// controller may list CRDs, not get them).
+	Reader client.Reader
+	// CRDs writes the condition with server-side apply, as
+	// kube-controller-manager does, carrying the resourceVersion read.
+	CRDs apiextensionsclient.CustomResourceDefinitionInterface
+}
+
+// Condition reasons svm writes on StorageMigrating. Succeeded and failed
+// are kube-controller-manager's own.
+const (
+	crdReasonRunning   = "MigrationRunning"
+	crdReasonSucceeded = "MigrationSucceeded"
+	crdReasonFailed    = "MigrationFailed"
+	crdReasonStopped   = "MigrationStopped"
+)
+
+// Mark sets StorageMigrating=True on gr's CRD; a resource without one is
+// not a custom resource and is left alone.
+func (c *CRDMarker) Mark(ctx context.Context, gr schema.GroupResource, migration string) error {
+	return c.apply(ctx, gr, apiextensionsv1.ConditionTrue, crdReasonRunning, "svm migration "+migration+" is running")
+}
+
+// Unmark sets StorageMigrating=False after a run that ended with err. It
+// runs even when the run was cancelled, within its own deadline, so that
+// a stopped run never leaves the CRD marked; failing to is logged, not
+// returned: the run's outcome stands.
+func (c *CRDMarker) Unmark(ctx context.Context, gr schema.GroupResource, migration string, err error) {
+	reason, message := crdReasonSucceeded, "svm migration "+migration+" succeeded"
+	var terminal *migrator.TerminalError
+	var partial *migrator.ObjectsFailedError
+	switch {
+	case err == nil:
+	case errors.As(err, &terminal) || errors.As(err, &partial):
+		reason, message = crdReasonFailed, "svm migration "+migration+" failed"
+	default:
+		reason, message = crdReasonStopped, "svm migration "+migration+" stopped; it resumes later"
+	}
+	final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if aerr := c.apply(final, gr, apiextensionsv1.ConditionFalse, reason, message); aerr != nil {
+		klog.FromContext(ctx).Error(aerr, "Could not clear the CRD's StorageMigrating condition", "resource", gr)
+	}
+}
+
+func (c *CRDMarker) apply(ctx context.Context, gr schema.GroupResource, status apiextensionsv1.ConditionStatus, reason, message string) error {
+	if gr.Group == "" {
+		return nil
+	}
+	name := gr.Resource + "." + gr.Group
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var crds apiextensionsv1.CustomResourceDefinitionList
+		if err := c.Reader.List(ctx, &crds, client.MatchingFields{"metadata.name": name}); err != nil {
+			return fmt.Errorf("read the CRD %s: %w", name, err)
+		}
+		if len(crds.Items) == 0 {
+			return nil // not a custom resource, or deleted: nothing to mark
+		}
+		crd := &crds.Items[0]
+		// The resourceVersion makes the write conditional: the generation
+		// recorded is the one the condition speaks for, and the in-tree
+		// migrator prunes storedVersions only while they match.
+		cfg := apiextensionsapply.CustomResourceDefinition(name).
+			WithResourceVersion(crd.ResourceVersion).
+			WithStatus(apiextensionsapply.CustomResourceDefinitionStatus().WithConditions(
+				apiextensionsapply.CustomResourceDefinitionCondition().
+					WithType(apiextensionsv1.StorageMigrating).
+					WithStatus(status).
+					WithLastTransitionTime(metav1.Now()).
+					WithReason(reason).
+					WithMessage(message).
+					WithObservedGeneration(crd.Generation)))
+		_, err := c.CRDs.ApplyStatus(ctx, cfg, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil && !apierrors.IsConflict(err) {
+			return fmt.Errorf("set StorageMigrating=%s on the CRD %s: %w", status, name, err)
+		}
+		return err
+	})
+}
+
+// InTreeExecutor hands the rewriting to kube-controller-manager: it
+// creates a storagemigration.k8s.io/v1 StorageVersionMigration named like
+// svm's, owned by it, and follows it to its end, its clean-up included
+// (kube-controller-manager prunes a CRD's storedVersions there), so that
+// svm's trigger, which acts on the svm migration's outcome, never prunes
+// as well.
+type InTreeExecutor struct {
+	// Client creates in-tree migrations; Reader reads them (a cache is
+	// fine: the executor waits for a change).
+	Client client.Client
+	Reader client.Reader
+	// Lookup finds the resource in discovery, with its storage version
+	// hash, and refuses what cannot be migrated, as the engine does.
+	Lookup func(context.Context, schema.GroupVersionResource) (*metav1.APIResource, error)
+	Clock  clock.Clock
+	// Interval between reads of the in-tree migration. Default 1 second.
+	Interval time.Duration
+}
+
+// Execute implements Executor.
+func (e InTreeExecutor) Execute(ctx context.Context, run Run) (migrator.Result, error) {
+	var res migrator.Result
+	info, err := e.Lookup(ctx, run.Resource)
+	if err != nil {
+		return res, err
+	}
+	res.StorageVersionHash = info.StorageVersionHash
+	m := run.Migration
+	name := client.ObjectKey{Name: m.Name}
+	var it storagemigrationv1.StorageVersionMigration
+	err = e.Reader.Get(ctx, name, &it)
+	switch {
+	case apierrors.IsNotFound(err):
+		it = storagemigrationv1.StorageVersionMigration{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:        m.Name,
+				Labels:      map[string]string{intree.CreatedByLabel: intree.CreatedByExecutor},
+				Annotations: map[string]string{intree.ForMigrationAnnotation: string(m.UID)},
+				// Deleting svm's migration (the trigger superseding it, a
+				// user) deletes the in-tree one with it.
+				OwnerReferences: []metav1.OwnerReference{{
+					APIVersion: migrationv1alpha1.GroupVersion.String(), Kind: "StorageVersionMigration",
+					Name: m.Name, UID: m.UID, BlockOwnerDeletion: ptr.To(false),
+				}},
+			},
+			Spec: storagemigrationv1.StorageVersionMigrationSpec{Resource: metav1.GroupResource{Group: run.Resource.Group, Resource: run.Resource.Resource}},
+		}
+		if err := e.Client.Create(ctx, &it, client.FieldOwner(FieldManager)); err != nil {
+			return res, fmt.Errorf("create the in-tree migration %s: %w", m.Name, err)
+		}
+	case err != nil:
+		return res, fmt.Errorf("read the in-tree migration %s: %w", m.Name, err)
+	case it.Annotations[intree.ForMigrationAnnotation] != string(m.UID):
+		return res, &migrator.TerminalError{Reason: ReasonInTreeNameTaken, Err: fmt.Errorf(
+			"an in-tree migration named %s exists and is not this migration's: rename one of them", m.Name)}
+	}
+	if err := run.OnDelegated(ctx, m.Name); err != nil {
+		return res, err
+	}
+	clk := e.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	interval := cmpOr(e.Interval, time.Second)
+	for {
+		switch {
+		case intree.Ended(&it) && intree.Succeeded(&it):
+			return res, nil
+		case intree.Ended(&it):
+			return res, &migrator.TerminalError{Reason: ReasonInTreeMigrationFailed, Err: errors.New("in-tree migration " + m.Name + " failed: " + intree.Message(&it))}
+		}
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-clk.After(interval):
+		}
+		if err := e.Reader.Get(ctx, name, &it); err != nil {
+			if apierrors.IsNotFound(err) {
+				// Deleted by someone: transient, the next run creates it again.
+				return res, fmt.Errorf("the in-tree migration %s was deleted before it ended", m.Name)
+			}
+			return res, fmt.Errorf("read the in-tree migration %s: %w", m.Name, err)
+		}
+	}
+}
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}

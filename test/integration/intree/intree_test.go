@@ -1,0 +1,357 @@
+// Package intree_test runs svm controller beside a real
+// kube-controller-manager, whose in-tree storage version migrator executes
+// storagemigration.k8s.io/v1 migrations: svm hands its triggered
+// migrations to it when it acts, and otherwise executes them itself
+// without ever rewriting a resource beside it.
+package intree_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	storagemigrationv1 "k8s.io/api/storagemigration/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/controlplane"
+	"github.com/svm-project/svm/internal/intree"
+	"github.com/svm-project/svm/internal/resources"
+	"github.com/svm-project/svm/test/framework"
+)
+
+var (
+	widgetsPrefix = framework.EtcdPrefix(framework.Widgets.GroupResource())
+	widgetsGR     = metav1.GroupResource{Group: framework.Widgets.Group, Resource: framework.Widgets.Resource}
+	hashV1        = resources.StorageVersionHash("example.com", "v1", "Widget")
+	hashV2        = resources.StorageVersionHash("example.com", "v2", "Widget")
+)
+
+// setup starts a control plane with kube-controller-manager and n widgets
+// stored in v1, and returns their content.
+func setup(t *testing.T, n int) (*framework.Env, framework.Snapshot) {
+	t.Helper()
+	env := framework.Start(t, controlplane.Options{ControllerManager: true})
+	env.InstallCRDs(t, framework.CRDBasesDir())
+	env.CreateWidgetCRD(t, "v1")
+	env.CreateWidgets(t, "v1", []string{"ns-a", "ns-b"}, n)
+	return env, env.TakeSnapshot(t, framework.Widgets)
+}
+
+func controllerArgs(extra ...string) []string {
+	return append([]string{"controller", "--leader-election-namespace", "default",
+		"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, extra...)
+}
+
+// flip makes v2 the widgets' storage version.
+func flip(t *testing.T, env *framework.Env) {
+	t.Helper()
+	old := env.StorageVersionHash(t, framework.Widgets)
+	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")
+	env.WaitStorageVersionHashChange(t, framework.Widgets, old)
+}
+
+// widgetPatches are svm's PATCH requests to widgets that went through p,
+// with their times.
+func widgetPatches(p *framework.Proxy) []time.Time {
+	var out []time.Time
+	for _, e := range p.Events() {
+		if e.Method == "PATCH" && strings.HasPrefix(e.Path, "/apis/example.com/") && strings.Contains(e.Path, "/widgets/") {
+			out = append(out, e.Time)
+		}
+	}
+	return out
+}
+
+// waitLog waits until svm's log says want.
+func waitLog(t *testing.T, p *framework.Process, want string, timeout time.Duration) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		return strings.Contains(string(p.Log(t)), want), nil
+	})
+	if err != nil {
+		t.Fatalf("svm never logged %q", want)
+	}
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, timeout, true, cond); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func storageState(t *testing.T, env *framework.Env) *migrationv1alpha1.StorageState {
+	t.Helper()
+	s := &migrationv1alpha1.StorageState{}
+	if err := env.Client.Get(framework.Context(t, time.Minute), client.ObjectKey{Name: "widgets.example.com"}, s); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func crd(t *testing.T, env *framework.Env) *apiextensionsv1.CustomResourceDefinition {
+	t.Helper()
+	c := &apiextensionsv1.CustomResourceDefinition{}
+	if err := env.Client.Get(framework.Context(t, time.Minute), client.ObjectKey{Name: framework.WidgetsCRDName}, c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func inTreeMigrations(t *testing.T, env *framework.Env) []storagemigrationv1.StorageVersionMigration {
+	t.Helper()
+	list, err := env.Kube.StoragemigrationV1().StorageVersionMigrations().List(framework.Context(t, time.Minute), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+// TestTriggerHandsMigrationsToKubeControllerManager: with
+// kube-controller-manager acting on in-tree migrations, svm controller at
+// its defaults notices a CRD storage flip and kube-controller-manager
+// executes it. svm writes no widget itself, every etcd value ends in v2
+// with its content unchanged, storedVersions ends [v2] and the
+// StorageState records the new hash alone.
+func TestTriggerHandsMigrationsToKubeControllerManager(t *testing.T) {
+	const n = 300
+	env, before := setup(t, n)
+	proxy := env.StartProxy(t)
+	// kube-controller-manager takes a minute or two over each migration of
+	// a resource nobody writes (it waits for its garbage collector's cache
+	// to catch up): have svm hand them all over at once.
+	svm := proxy.StartSVM(t, controllerArgs("--max-parallel", "100", "--trigger-interval", "2s", "--crd-settle-delay", "1s")...)
+	waitLog(t, svm, `executor="in-tree"`, time.Minute)
+
+	// The first sight of widgets is migrated too, by kube-controller-manager.
+	waitFor(t, "widgets migrated to v1 at first sight", 5*time.Minute, func(context.Context) (bool, error) {
+		return slices.Equal(storageState(t, env).Status.PersistedStorageVersionHashes, []string{hashV1}), nil
+	})
+	flip(t, env)
+	flipped := time.Now()
+	waitFor(t, "widgets migrated to v2 after the flip", 5*time.Minute, func(context.Context) (bool, error) {
+		s := storageState(t, env).Status
+		return s.CurrentStorageVersionHash == hashV2 && slices.Equal(s.PersistedStorageVersionHashes, []string{hashV2}), nil
+	})
+
+	t.Logf("kube-controller-manager migrated %d widgets %s after the flip", n, time.Since(flipped).Round(time.Second))
+	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
+	env.ExpectUnchanged(t, framework.Widgets, before)
+	if got := crd(t, env).Status.StoredVersions; !slices.Equal(got, []string{"v2"}) {
+		t.Errorf("storedVersions %v, want [v2]", got)
+	}
+	if patches := widgetPatches(proxy); len(patches) != 0 {
+		t.Errorf("svm sent %d PATCH requests to widgets; kube-controller-manager should have written them all", len(patches))
+	}
+	// Someone did write them: kube-controller-manager, through the
+	// in-tree migrations svm created, one per svm migration of widgets.
+	if got := env.ServerRequests(t, "PATCH", "widgets"); got < 2*n {
+		t.Errorf("the API server saw %d PATCH requests to widgets, want at least %d (every widget, at first sight and after the flip)", got, 2*n)
+	}
+	var svms migrationv1alpha1.StorageVersionMigrationList
+	if err := env.Client.List(framework.Context(t, time.Minute), &svms); err != nil {
+		t.Fatal(err)
+	}
+	delegated := 0
+	for _, m := range svms.Items {
+		if m.Spec.Resource.Resource != "widgets" || m.Status.StorageVersionHash != hashV2 {
+			continue
+		}
+		delegated++
+		if m.Status.InTreeMigration != m.Name || len(m.Status.Conditions) == 0 || m.Status.Conditions[0].Type != migrationv1alpha1.MigrationSucceeded {
+			t.Errorf("svm migration %s: inTreeMigration %q, conditions %+v; want its own name and Succeeded first", m.Name, m.Status.InTreeMigration, m.Status.Conditions)
+		}
+		var it storagemigrationv1.StorageVersionMigration
+		if err := env.Client.Get(framework.Context(t, time.Minute), client.ObjectKey{Name: m.Name}, &it); err != nil {
+			t.Fatalf("the in-tree migration of %s: %v", m.Name, err)
+		}
+		if !intree.Succeeded(&it) || it.Labels[intree.CreatedByLabel] != intree.CreatedByExecutor || it.Annotations[intree.ForMigrationAnnotation] != string(m.UID) {
+			t.Errorf("in-tree migration %s: labels %v, annotations %v, conditions %+v", it.Name, it.Labels, it.Annotations, it.Status.Conditions)
+		}
+	}
+	if delegated != 1 {
+		t.Errorf("%d svm migrations of widgets to v2, want 1", delegated)
+	}
+	// The probe cleans up after itself.
+	for _, it := range inTreeMigrations(t, env) {
+		if it.Labels[intree.CreatedByLabel] == intree.CreatedByProbe {
+			t.Errorf("probe migration %s left behind", it.Name)
+		}
+	}
+}
+
+// TestSVMExecutesBesideKubeControllerManager: with --executor=svm on a
+// cluster whose kube-controller-manager runs the in-tree migrator, svm
+// creates no in-tree migration, never rewrites widgets while a user's
+// in-tree migration of them is Running (whether it started before svm's
+// migration or during it), marks the CRD StorageMigrating while it
+// rewrites, and completes once the in-tree migration has ended.
+func TestSVMExecutesBesideKubeControllerManager(t *testing.T) {
+	const n = 1500
+	env, before := setup(t, n)
+	flip(t, env)
+	proxy := env.StartProxy(t)
+	// --qps keeps svm's own run long enough for the in-tree migration to
+	// start in the middle of it.
+	svm := proxy.StartSVM(t, controllerArgs("--executor=svm", "--trigger=false", "--qps", "100")...)
+	waitLog(t, svm, `executor="svm"`, time.Minute)
+
+	// A user's in-tree migration is Running before svm's is created.
+	user := createInTree(t, env, "user-first")
+	waitInTree(t, env, user, "Running", intree.IsRunning)
+	createSVMMigration(t, env, "widgets-1")
+	ended := waitInTree(t, env, user, "ended", intree.Ended)
+	expectNoPatchWhileRunning(t, proxy, ended)
+	waitSucceeded(t, env, "widgets-1")
+
+	// svm's is running when a user's in-tree migration starts: svm stops,
+	// waits, and resumes after it.
+	createSVMMigration(t, env, "widgets-2")
+	waitFor(t, "svm rewriting widgets", time.Minute, func(context.Context) (bool, error) {
+		return len(widgetPatches(proxy)) > n+100, nil // past the first migration's, in the second's
+	})
+	second := createInTree(t, env, "user-during")
+	ended = waitInTree(t, env, second, "ended", intree.Ended)
+	expectNoPatchWhileRunning(t, proxy, ended)
+	waitSucceeded(t, env, "widgets-2")
+	reasons := framework.EventReasons(env.Events(t, "StorageVersionMigration", "widgets-2"))
+	if reasons["WaitingForInTreeMigration"] == 0 {
+		t.Errorf("events of widgets-2 %v: want WaitingForInTreeMigration", reasons)
+	}
+
+	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
+	env.ExpectUnchanged(t, framework.Widgets, before)
+	for _, it := range inTreeMigrations(t, env) {
+		if it.Name != "user-first" && it.Name != "user-during" {
+			t.Errorf("in-tree migration %s exists: with --executor=svm svm must create none", it.Name)
+		}
+	}
+	// svm marked the CRD while it rewrote, and cleared the mark.
+	c := crd(t, env)
+	var migrating *apiextensionsv1.CustomResourceDefinitionCondition
+	for i := range c.Status.Conditions {
+		if c.Status.Conditions[i].Type == apiextensionsv1.StorageMigrating {
+			migrating = &c.Status.Conditions[i]
+		}
+	}
+	if migrating == nil || migrating.Status != apiextensionsv1.ConditionFalse || !strings.Contains(migrating.Message, "svm migration widgets-2 succeeded") {
+		t.Errorf("StorageMigrating condition %+v: want False, set by svm after widgets-2", migrating)
+	}
+	if !slices.ContainsFunc(c.ManagedFields, func(f metav1.ManagedFieldsEntry) bool {
+		return f.Manager == "svm-migration-controller" && f.Subresource == "status"
+	}) {
+		t.Error("svm never wrote the CRD's status (StorageMigrating)")
+	}
+}
+
+// TestAutoChoosesSVMWhenKubeControllerManagerDoesNotMigrate: the in-tree
+// API is served and a kube-controller-manager holds its lease, but its
+// storage version migrator is turned off. svm's probe finds that out, svm
+// executes itself, and the migration succeeds.
+func TestAutoChoosesSVMWhenKubeControllerManagerDoesNotMigrate(t *testing.T) {
+	const n = 100
+	env := framework.Start(t, controlplane.Options{ControllerManager: true, WithoutMigrator: true})
+	env.InstallCRDs(t, framework.CRDBasesDir())
+	env.CreateWidgetCRD(t, "v1")
+	env.CreateWidgets(t, "v1", []string{"default"}, n)
+	flip(t, env)
+	svm := env.StartSVM(t, controllerArgs("--trigger=false")...)
+	waitLog(t, svm, `executor="svm"`, time.Minute)
+	if log := string(svm.Log(t)); !strings.Contains(log, "did not start the probe migration") {
+		t.Errorf("svm chose its engine for another reason than the probe:\n%s", log)
+	}
+	createSVMMigration(t, env, "widgets")
+	m := waitSucceeded(t, env, "widgets")
+	if m.Status.InTreeMigration != "" || m.Status.Progress.Rewritten != n {
+		t.Errorf("inTreeMigration %q, progress %+v: want svm's engine to rewrite all %d", m.Status.InTreeMigration, m.Status.Progress, n)
+	}
+	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
+	if its := inTreeMigrations(t, env); len(its) != 0 {
+		t.Errorf("%d in-tree migrations left, want none (the probe deletes its own)", len(its))
+	}
+}
+
+func createInTree(t *testing.T, env *framework.Env, name string) string {
+	t.Helper()
+	m := &storagemigrationv1.StorageVersionMigration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       storagemigrationv1.StorageVersionMigrationSpec{Resource: widgetsGR},
+	}
+	if _, err := env.Kube.StoragemigrationV1().StorageVersionMigrations().Create(framework.Context(t, time.Minute), m, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// waitInTree waits until the in-tree migration name satisfies cond and
+// returns it.
+func waitInTree(t *testing.T, env *framework.Env, name, what string, cond func(*storagemigrationv1.StorageVersionMigration) bool) *storagemigrationv1.StorageVersionMigration {
+	t.Helper()
+	var m *storagemigrationv1.StorageVersionMigration
+	waitFor(t, "in-tree migration "+name+" "+what, 3*time.Minute, func(ctx context.Context) (bool, error) {
+		var err error
+		m, err = env.Kube.StoragemigrationV1().StorageVersionMigrations().Get(ctx, name, metav1.GetOptions{})
+		return err == nil && cond(m), err
+	})
+	return m
+}
+
+// expectNoPatchWhileRunning fails if svm sent a PATCH to widgets between
+// the moment the in-tree migration m was marked Running and the moment it
+// stopped being Running. Condition times have a resolution of one second:
+// the window checked is the one second shorter at each end.
+func expectNoPatchWhileRunning(t *testing.T, p *framework.Proxy, m *storagemigrationv1.StorageVersionMigration) {
+	t.Helper()
+	succeeded := meta.FindStatusCondition(m.Status.Conditions, string(storagemigrationv1.MigrationSucceeded))
+	running := meta.FindStatusCondition(m.Status.Conditions, string(storagemigrationv1.MigrationRunning))
+	if succeeded == nil || running == nil {
+		t.Fatalf("in-tree migration %s: conditions %+v", m.Name, m.Status.Conditions)
+	}
+	// Running's transition time is when it ended (its last transition);
+	// it started no later than svm's run could have seen it, which the
+	// Succeeded condition's time bounds from above. Use the creation time
+	// as the start: the runner marks it Running within a second.
+	from, to := m.CreationTimestamp.Add(time.Second), running.LastTransitionTime.Add(-time.Second)
+	if !to.After(from) {
+		t.Fatalf("in-tree migration %s ran for under two seconds (%s to %s): the test proves nothing; use more objects", m.Name, m.CreationTimestamp, running.LastTransitionTime)
+	}
+	for _, at := range widgetPatches(p) {
+		if at.After(from) && at.Before(to) {
+			t.Fatalf("svm sent a PATCH to widgets at %s while in-tree migration %s was Running (%s to %s)", at.Format(time.RFC3339Nano), m.Name, from, to)
+		}
+	}
+}
+
+func createSVMMigration(t *testing.T, env *framework.Env, name string) {
+	t.Helper()
+	m := &migrationv1alpha1.StorageVersionMigration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       migrationv1alpha1.StorageVersionMigrationSpec{Resource: migrationv1alpha1.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}},
+	}
+	if err := env.Client.Create(framework.Context(t, time.Minute), m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitSucceeded(t *testing.T, env *framework.Env, name string) *migrationv1alpha1.StorageVersionMigration {
+	t.Helper()
+	m := &migrationv1alpha1.StorageVersionMigration{}
+	waitFor(t, "svm migration "+name+" succeeded", 3*time.Minute, func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, m); err != nil {
+			return false, err
+		}
+		return m.HasCondition(migrationv1alpha1.MigrationSucceeded), nil
+	})
+	if m.Status.Conditions[0].Type != migrationv1alpha1.MigrationSucceeded {
+		t.Errorf("conditions %+v: want Succeeded at index 0", m.Status.Conditions)
+	}
+	return m
+}
