@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -134,23 +133,9 @@ func (cp *ControlPlane) controllerManagerProcess(path string) (*process, error) 
 // adds a check of its own, so its check says it was not skipped (as the
 // migrator would be with its feature gate off).
 func controllerHealthy(ctx context.Context, client *http.Client, url, controller string) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	body, err := httpGet(ctx, client, url)
 	if err != nil {
 		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
 	}
 	if !bytes.Contains(body, []byte("[+]"+controller+" ok")) {
 		return fmt.Errorf("%s: %s not running yet", url, controller)

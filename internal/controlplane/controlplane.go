@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -369,21 +370,28 @@ func (cp *ControlPlane) EtcdClient() (*clientv3.Client, error) {
 }
 
 func httpOK(ctx context.Context, client *http.Client, url string) error {
+	_, err := httpGet(ctx, client, url)
+	return err
+}
+
+// httpGet returns the body of url's answer (at most 1 MiB), or an error
+// unless it is 200 OK.
+func httpGet(ctx context.Context, client *http.Client, url string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
 	}
-	return nil
+	return io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 }
 
 // freePorts asks the kernel for n distinct free loopback ports.
