@@ -28,7 +28,7 @@ func TestDemo(t *testing.T) {
 	for _, want := range []string{
 		"demo.svm.io/v1: 600 objects",
 		"svm created StorageVersionMigration widgets.demo.svm.io-",
-		"600/600 rewritten",
+		"600/600 migrated 600 (re-stored 600)",
 		"demo.svm.io/v2: 600 objects",
 		"status.storedVersions: [v1 v2] -> [v2], pruned by svm",
 		"accepts removing it from the CRD",

@@ -44,7 +44,7 @@ func barLine(m *migrationv1alpha1.StorageVersionMigration) string {
 	if p.Listed == 0 && !m.IsFinished() {
 		return m.Name + " starting"
 	}
-	handled := p.Rewritten + p.Skipped + p.Failed
+	handled := p.Migrated() + p.Skipped() + p.Failed
 	total := p.Listed
 	if p.RemainingEstimate != nil {
 		total += *p.RemainingEstimate
@@ -54,6 +54,6 @@ func barLine(m *migrationv1alpha1.StorageVersionMigration) string {
 	if total > 0 {
 		filled = min(width, int(handled*width/total))
 	}
-	return fmt.Sprintf("%s [%s%s] %d/%d rewritten %d skipped %d failed %d",
-		m.Name, strings.Repeat("#", filled), strings.Repeat(".", width-filled), handled, total, p.Rewritten, p.Skipped, p.Failed)
+	return fmt.Sprintf("%s [%s%s] %d/%d migrated %d (re-stored %d) skipped %d failed %d",
+		m.Name, strings.Repeat("#", filled), strings.Repeat(".", width-filled), handled, total, p.Migrated(), p.Restored, p.Skipped(), p.Failed)
 }

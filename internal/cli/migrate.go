@@ -10,12 +10,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 
 	"github.com/svm-project/svm/internal/migrator"
 	"github.com/svm-project/svm/internal/resources"
@@ -78,65 +76,98 @@ func (o *MigrateOptions) Complete(ctx context.Context) error {
 		o.resources, err = allMigratable(o.config)
 		return err
 	}
-	mapper, err := resourceMapper(o.config)
+	lists, failed, err := servedResources(o.config)
 	if err != nil {
 		return err
 	}
-	for _, arg := range o.Args {
-		gvr, err := mapper.ResourceFor(schema.ParseGroupResource(arg).WithVersion(""))
-		if err != nil {
-			return fmt.Errorf("resource %q: %w", arg, unwrapDiscovery(err))
-		}
-		o.resources = append(o.resources, gvr)
+	// Every name is resolved before anything is migrated: one that is
+	// ambiguous or not served fails the command before its first write.
+	resolved, err := resources.ResolveAll(lists, failed, o.Args)
+	if err != nil {
+		return err
+	}
+	for _, r := range resolved {
+		o.resources = append(o.resources, r.GroupVersionResource)
 	}
 	return nil
 }
 
-// Run migrates the resources one after another and prints a summary.
+// Run migrates the resources one after another and prints a summary of
+// each. It fails unless every object of every resource was migrated (or
+// needed no write), and says which were not and why.
 func (o *MigrateOptions) Run(ctx context.Context) error {
-	failed := 0
+	var notDone []string
 	for _, gvr := range o.resources {
 		if err := o.migrateOne(ctx, gvr); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			failed++
+			notDone = append(notDone, resources.DisplayName(gvr.GroupResource())+" ("+outcomeOf(err)+")")
 		}
 	}
-	if failed > 0 {
-		return fmt.Errorf("%d of %d resources were not fully migrated", failed, len(o.resources))
+	if len(notDone) > 0 {
+		return fmt.Errorf("%d of %d resources were not fully migrated: %s", len(notDone), len(o.resources), strings.Join(notDone, ", "))
 	}
 	return nil
 }
 
 func (o *MigrateOptions) migrateOne(ctx context.Context, gvr schema.GroupVersionResource) error {
-	name := displayName(gvr)
+	name := resources.DisplayName(gvr.GroupResource())
 	progress := newProgressPrinter(o.Out, name, o.Terminal)
 	start := time.Now()
 	res, err := o.migrator.Run(ctx, migrator.Request{Resource: gvr, OnProgress: progress.update})
 	progress.done()
-	printSummary(o.Out, name, res, time.Since(start))
-	if err != nil {
-		fmt.Fprintf(o.ErrOut, "%s: %v\n", name, err)
-	}
+	printSummary(o.Out, name, res, err, time.Since(start))
 	return err
 }
 
-// printSummary tells what a migration did: its counts, why objects were
-// skipped, and which failed.
-func printSummary(out io.Writer, name string, res migrator.Result, took time.Duration) {
+// outcomeOf names how a run ended, for summaries: "done" when err is nil.
+func outcomeOf(err error) string {
+	var partial *migrator.ObjectsFailedError
+	var terminal *migrator.TerminalError
+	switch {
+	case err == nil:
+		return "done"
+	case errors.As(err, &partial):
+		return "done, with failed objects"
+	case errors.As(err, &terminal):
+		return "failed: " + terminal.Reason
+	default:
+		return "stopped"
+	}
+}
+
+// printSummary tells what a migration did, in the words svm uses
+// everywhere (see migration.Summary): how it ended, then every listed
+// object under exactly one outcome, then what went wrong. A run that
+// stopped says so in its first word and in its last line, and its
+// counters are those of its last completed chunk: nothing more is claimed
+// than what is known to be stored.
+func printSummary(out io.Writer, name string, res migrator.Result, err error, took time.Duration) {
 	p := res.Progress
-	fmt.Fprintf(out, "%s: rewritten %d, skipped %d, failed %d in %s\n", name, p.Rewritten, p.Skipped, p.Failed, took.Round(time.Millisecond))
-	if p.Skipped > 0 {
-		// Why objects were skipped tells an operator what else was
-		// writing the resource meanwhile, and what that cost.
-		fmt.Fprintf(out, "  skipped without a write (written or deleted since the start): %d; on conflict or not found: %d\n", p.SkippedWithoutWrite, p.Skipped-p.SkippedWithoutWrite)
+	fmt.Fprintf(out, "%s: %s: %d listed: migrated %d (re-stored %d, already current %d), written since the start %d, gone %d, failed %d in %s\n",
+		name, outcomeOf(err), p.Listed, p.Migrated(), p.Restored, p.AlreadyCurrent, p.WrittenSinceStart, p.Gone, p.Failed, took.Round(time.Millisecond))
+	if p.Skipped() > 0 {
+		// How objects others wrote were found tells what that cost.
+		fmt.Fprintf(out, "  not written, known beforehand: %d; found by a conflict or not found: %d\n", p.SkippedWithoutWrite, p.Skipped()-p.SkippedWithoutWrite)
 	}
 	for _, f := range res.FailedObjects {
 		fmt.Fprintf(out, "  failed %s: %s\n", objectKey(f.Namespace, f.Name), f.Reason)
 	}
 	if p.Failed > int64(len(res.FailedObjects)) {
 		fmt.Fprintf(out, "  ... and %d more\n", p.Failed-int64(len(res.FailedObjects)))
+	}
+	var partial *migrator.ObjectsFailedError
+	switch {
+	case err == nil || errors.As(err, &partial):
+	case outcomeOf(err) == "stopped":
+		left := "the objects not listed yet"
+		if p.RemainingEstimate != nil {
+			left = fmt.Sprintf("about %d objects not listed yet", *p.RemainingEstimate)
+		}
+		fmt.Fprintf(out, "  stopped before the end, %s not migrated: %v; run it again to finish\n", left, err)
+	default:
+		fmt.Fprintf(out, "  %v\n", err)
 	}
 }
 
@@ -166,13 +197,6 @@ func allMigratable(cfg *rest.Config) ([]schema.GroupVersionResource, error) {
 	return out, nil
 }
 
-func displayName(gvr schema.GroupVersionResource) string {
-	if gvr.Group == "" {
-		return gvr.Resource
-	}
-	return gvr.Resource + "." + gvr.Group
-}
-
 func objectKey(namespace, name string) string {
 	if namespace == "" {
 		return name
@@ -180,33 +204,23 @@ func objectKey(namespace, name string) string {
 	return namespace + "/" + name
 }
 
-// resourceMapper resolves the names on the command line with an uncached
-// discovery client. kubectl's cached mapper (ConfigFlags.ToRESTMapper) logs
-// every failed discovery through klog before returning the error, so an
-// unreachable server or rejected credentials would print the same failure
-// two more times, as log lines, around svm's one-line error. A migration
-// also wants what the server serves now, not a discovery cache hours old.
-func resourceMapper(cfg *rest.Config) (meta.RESTMapper, error) {
+// servedResources reads what the server serves, for resolving the names on
+// the command line, with a new, uncached discovery client. kubectl's cached
+// mapper (ConfigFlags.ToRESTMapper) logs every failed discovery through
+// klog before returning the error, so an unreachable server or rejected
+// credentials would print the same failure two more times, as log lines,
+// around svm's one-line error. A migration also wants what the server
+// serves now, not a discovery cache hours old. The client reads the
+// per-group-version documents, which report storageVersionHash: only with
+// it can resources.Resolve tell that two candidates share one storage.
+// Groups whose discovery failed are returned, not an error: the names given
+// may well be resolved without them, and Resolve says when they cannot.
+func servedResources(cfg *rest.Config) ([]*metav1.APIResourceList, map[schema.GroupVersion]error, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = 50, 300 // what kubectl allows discovery
-	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	disc, err := resources.NewDiscoveryClient(cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	// Groups whose discovery failed are left out rather than failing every
-	// name: the resources named may well be served by the others.
-	groups, err := restmapper.GetAPIGroupResources(disc)
-	if err != nil {
-		return nil, fmt.Errorf("discover resources: %w", err)
-	}
-	return restmapper.NewShortcutExpander(restmapper.NewDiscoveryRESTMapper(groups), disc, nil), nil
-}
-
-// unwrapDiscovery turns a RESTMapper miss into a short message.
-func unwrapDiscovery(err error) error {
-	msg := err.Error()
-	if strings.Contains(msg, "no matches for") {
-		return errors.New("the server does not serve it")
-	}
-	return err
+	return resources.DiscoverServed(disc)
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 	"time"
 
@@ -11,36 +12,57 @@ import (
 )
 
 func TestPrintSummary(t *testing.T) {
+	remaining := int64(500)
 	tests := []struct {
 		name string
 		res  migrator.Result
+		err  error
 		want string
 	}{
 		{
-			name: "every object rewritten",
-			res:  migrator.Result{State: migrator.State{Progress: migrator.Progress{Listed: 10, Rewritten: 10}}},
-			want: "widgets.example.com: rewritten 10, skipped 0, failed 0 in 1.5s\n",
+			name: "every object re-stored",
+			res:  migrator.Result{State: migrator.State{Progress: migrator.Progress{Listed: 10, Restored: 10}}},
+			want: "widgets.example.com: done: 10 listed: migrated 10 (re-stored 10, already current 0), written since the start 0, gone 0, failed 0 in 1.5s\n",
 		},
 		{
-			name: "skipped, some without a write",
-			res:  migrator.Result{State: migrator.State{Progress: migrator.Progress{Listed: 10, Rewritten: 6, Skipped: 4, SkippedWithoutWrite: 3}}},
-			want: "widgets.example.com: rewritten 6, skipped 4, failed 0 in 1.5s\n" +
-				"  skipped without a write (written or deleted since the start): 3; on conflict or not found: 1\n",
+			name: "already current: the API server wrote nothing",
+			res:  migrator.Result{State: migrator.State{Progress: migrator.Progress{Listed: 10, AlreadyCurrent: 10}}},
+			want: "widgets.example.com: done: 10 listed: migrated 10 (re-stored 0, already current 10), written since the start 0, gone 0, failed 0 in 1.5s\n",
+		},
+		{
+			name: "written by others and gone, some known beforehand",
+			res:  migrator.Result{State: migrator.State{Progress: migrator.Progress{Listed: 10, Restored: 6, WrittenSinceStart: 3, Gone: 1, SkippedWithoutWrite: 3}}},
+			want: "widgets.example.com: done: 10 listed: migrated 6 (re-stored 6, already current 0), written since the start 3, gone 1, failed 0 in 1.5s\n" +
+				"  not written, known beforehand: 3; found by a conflict or not found: 1\n",
 		},
 		{
 			name: "failed, more than are named",
 			res: migrator.Result{State: migrator.State{
-				Progress:      migrator.Progress{Listed: 10, Rewritten: 7, Failed: 3},
+				Progress:      migrator.Progress{Listed: 10, Restored: 7, Failed: 3},
 				FailedObjects: []migrator.FailedObject{{Namespace: "ns", Name: "w-1", Reason: "denied"}, {Name: "w-2", Reason: "denied"}},
 			}},
-			want: "widgets.example.com: rewritten 7, skipped 0, failed 3 in 1.5s\n" +
+			err: &migrator.ObjectsFailedError{Count: 3},
+			want: "widgets.example.com: done, with failed objects: 10 listed: migrated 7 (re-stored 7, already current 0), written since the start 0, gone 0, failed 3 in 1.5s\n" +
 				"  failed ns/w-1: denied\n  failed w-2: denied\n  ... and 1 more\n",
+		},
+		{
+			name: "stopped by an outage: says so first and last, counts what is known",
+			res:  migrator.Result{State: migrator.State{Progress: migrator.Progress{Listed: 500, Restored: 500, RemainingEstimate: &remaining}}},
+			err:  errors.New("rewrite widgets ns/w-501: conversion webhook for example.com/v1, Kind=Widget failed: connection refused"),
+			want: "widgets.example.com: stopped: 500 listed: migrated 500 (re-stored 500, already current 0), written since the start 0, gone 0, failed 0 in 1.5s\n" +
+				"  stopped before the end, about 500 objects not listed yet not migrated: rewrite widgets ns/w-501: conversion webhook for example.com/v1, Kind=Widget failed: connection refused; run it again to finish\n",
+		},
+		{
+			name: "failed at once",
+			err:  &migrator.TerminalError{Reason: "ResourceNotFound", Err: errors.New("the server does not serve example.com/v1")},
+			want: "widgets.example.com: failed: ResourceNotFound: 0 listed: migrated 0 (re-stored 0, already current 0), written since the start 0, gone 0, failed 0 in 1.5s\n" +
+				"  the server does not serve example.com/v1\n",
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer
-			printSummary(&out, "widgets.example.com", tt.res, 1500*time.Millisecond)
+			printSummary(&out, "widgets.example.com", tt.res, tt.err, 1500*time.Millisecond)
 			if diff := cmp.Diff(tt.want, out.String()); diff != "" {
 				t.Errorf("summary (-want +got):\n%s", diff)
 			}

@@ -63,7 +63,7 @@ func (p *progressPrinter) done() {
 // progressLine renders counters, rate and, when the server estimates how
 // many objects remain, a bar and the time left.
 func progressLine(name string, pr migrator.Progress, elapsed time.Duration) string {
-	handled := pr.Rewritten + pr.Skipped + pr.Failed
+	handled := pr.Handled()
 	rate := 0.0
 	if s := elapsed.Seconds(); s > 0 {
 		rate = float64(handled) / s
@@ -86,6 +86,6 @@ func progressLine(name string, pr migrator.Progress, elapsed time.Duration) stri
 	} else {
 		fmt.Fprintf(&b, "%d ", handled)
 	}
-	fmt.Fprintf(&b, "rewritten %d skipped %d failed %d, %.0f/s", pr.Rewritten, pr.Skipped, pr.Failed, rate)
+	fmt.Fprintf(&b, "migrated %d (re-stored %d) skipped %d failed %d, %.0f/s", pr.Migrated(), pr.Restored, pr.Skipped(), pr.Failed, rate)
 	return b.String()
 }

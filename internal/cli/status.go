@@ -266,7 +266,8 @@ func watchLines(r *status.Report, now time.Time) []string {
 		}
 		p := m.Progress
 		line := progressLine(m.Name, migrator.Progress{
-			Listed: p.Listed, Rewritten: p.Rewritten, Skipped: p.Skipped, Failed: p.Failed, RemainingEstimate: p.RemainingEstimate,
+			Listed: p.Listed, Restored: p.Restored, AlreadyCurrent: p.AlreadyCurrent, WrittenSinceStart: p.WrittenSinceStart,
+			Gone: p.Gone, Failed: p.Failed, RemainingEstimate: p.RemainingEstimate,
 		}, elapsed)
 		if m.State == status.StateRetrying {
 			line += " retrying: " + strings.Join(strings.Fields(m.Message), " ")

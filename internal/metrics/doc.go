@@ -17,7 +17,15 @@
 //
 // Migration engine (storage_migrator_core_migrator_*):
 //
-//   - migrated_objects{resource} (counter): objects rewritten.
+//   - migrated_objects{resource} (counter): objects migrated: written by
+//     svm, and re-stored or already current.
+//   - objects_total{resource,outcome} (counter): objects handled, by
+//     outcome: "restored" (written and stored anew: the answer's
+//     resourceVersion differs from the listed one), "already_current"
+//     (written, and the API server kept the stored bytes: same
+//     resourceVersion), "written_since_start" (no write needed: written
+//     after the migration started), "gone" (deleted), "failed". Every
+//     listed object ends in exactly one.
 //   - remaining_objects{resource} (gauge): the API server's estimate of the
 //     objects the running migration has not listed yet (remainingItemCount);
 //     0 when the resource's migration ends.

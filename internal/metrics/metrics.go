@@ -34,6 +34,16 @@ const (
 	TransitionStoredVersionsPruned  = "stored_versions_pruned"
 )
 
+// Outcomes of objects (objects_total's outcome label): every listed object
+// ends in exactly one.
+const (
+	OutcomeRestored          = "restored"
+	OutcomeAlreadyCurrent    = "already_current"
+	OutcomeWrittenSinceStart = "written_since_start"
+	OutcomeGone              = "gone"
+	OutcomeFailed            = "failed"
+)
+
 // SkipNewerThanCheckpoint is the skip reason of objects written or deleted
 // since the migration started, as its list or its watch showed: they needed
 // no request at all.
@@ -44,6 +54,7 @@ const SkipNewerThanCheckpoint = "newer_than_checkpoint"
 // need no checks.
 type Metrics struct {
 	migratedObjects   *prometheus.CounterVec
+	objects           *prometheus.CounterVec
 	remainingObjects  *prometheus.GaugeVec
 	migrations        *prometheus.CounterVec
 	migrationDuration *prometheus.HistogramVec
@@ -74,7 +85,9 @@ func New() *Metrics {
 	}
 	return &Metrics{
 		migratedObjects: prometheus.NewCounterVec(prometheus.CounterOpts(engine("migrated_objects",
-			"Objects rewritten, by resource.")), []string{"resource"}),
+			"Objects migrated (written, and re-stored or already current), by resource.")), []string{"resource"}),
+		objects: prometheus.NewCounterVec(prometheus.CounterOpts(engine("objects_total",
+			"Objects handled, by resource and outcome: restored, already_current, written_since_start, gone, failed.")), []string{"resource", "outcome"}),
 		remainingObjects: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("remaining_objects",
 			"The API server's estimate of objects the running migration of a resource has not listed yet; 0 when it ends.")), []string{"resource"}),
 		migrations: prometheus.NewCounterVec(prometheus.CounterOpts(engine("migrations",
@@ -120,7 +133,7 @@ func New() *Metrics {
 // Collectors are every metric, for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
-		m.migratedObjects, m.remainingObjects, m.migrations, m.migrationDuration, m.runningMigrations,
+		m.migratedObjects, m.objects, m.remainingObjects, m.migrations, m.migrationDuration, m.runningMigrations,
 		m.listedObjects, m.skippedObjects, m.failedObjects, m.retries, m.requests, m.limiterWait,
 		m.executor, m.discoveryPolls, m.discoveryErrors, m.stateTransitions,
 	}
@@ -178,16 +191,21 @@ func (m *Metrics) Requested(r schema.GroupResource, verb string, _ error) {
 	m.requests.WithLabelValues(label(r), verb).Inc()
 }
 
-// ObjectRewritten implements migrator.Observer.
-func (m *Metrics) ObjectRewritten(r schema.GroupResource) {
+// ObjectMigrated implements migrator.Observer.
+func (m *Metrics) ObjectMigrated(r schema.GroupResource, restored bool) {
 	if m == nil {
 		return
 	}
 	m.migratedObjects.WithLabelValues(label(r)).Inc()
+	outcome := OutcomeAlreadyCurrent
+	if restored {
+		outcome = OutcomeRestored
+	}
+	m.objects.WithLabelValues(label(r), outcome).Inc()
 }
 
 // ObjectSkipped implements migrator.Observer.
-func (m *Metrics) ObjectSkipped(r schema.GroupResource, err error) {
+func (m *Metrics) ObjectSkipped(r schema.GroupResource, gone bool, err error) {
 	if m == nil {
 		return
 	}
@@ -196,6 +214,11 @@ func (m *Metrics) ObjectSkipped(r schema.GroupResource, err error) {
 		reason = ErrorReason(err)
 	}
 	m.skippedObjects.WithLabelValues(label(r), reason).Inc()
+	outcome := OutcomeWrittenSinceStart
+	if gone {
+		outcome = OutcomeGone
+	}
+	m.objects.WithLabelValues(label(r), outcome).Inc()
 }
 
 // ObjectFailed implements migrator.Observer.
@@ -204,6 +227,7 @@ func (m *Metrics) ObjectFailed(r schema.GroupResource, err error) {
 		return
 	}
 	m.failedObjects.WithLabelValues(label(r), ErrorReason(err)).Inc()
+	m.objects.WithLabelValues(label(r), OutcomeFailed).Inc()
 }
 
 // Retry implements migrator.Observer.

@@ -89,20 +89,26 @@ func TestObserver(t *testing.T) {
 	for range 3 {
 		o.LimiterWaited(widgets, 20*time.Millisecond)
 		o.Requested(widgets, "patch", nil)
-		o.ObjectRewritten(widgets)
+		o.ObjectMigrated(widgets, true)
 	}
+	o.ObjectMigrated(widgets, false)
 	o.Requested(widgets, "patch", apierrors.NewTooManyRequests("slow down", 1))
 	o.Retry(widgets, apierrors.NewTooManyRequests("slow down", 1))
 	o.Requested(widgets, "patch", apierrors.NewConflict(widgets, "w1", errors.New("modified")))
-	o.ObjectSkipped(widgets, apierrors.NewConflict(widgets, "w1", errors.New("modified")))
-	o.ObjectSkipped(widgets, nil)
-	o.ObjectSkipped(widgets, nil)
+	o.ObjectSkipped(widgets, false, apierrors.NewConflict(widgets, "w1", errors.New("modified")))
+	o.ObjectSkipped(widgets, false, nil)
+	o.ObjectSkipped(widgets, true, nil)
 	o.ObjectFailed(widgets, apierrors.NewForbidden(widgets, "w2", errors.New("denied")))
 	o.Requested(widgets, "list", nil)
 	o.Listed(widgets, 2000, ptr(int64(0)))
-	o.ObjectRewritten(secrets)
+	o.ObjectMigrated(secrets, true)
 
-	expectValue(t, "migrated", m.migratedObjects.WithLabelValues(w), 3)
+	expectValue(t, "migrated", m.migratedObjects.WithLabelValues(w), 4)
+	expectValue(t, "restored", m.objects.WithLabelValues(w, OutcomeRestored), 3)
+	expectValue(t, "already current", m.objects.WithLabelValues(w, OutcomeAlreadyCurrent), 1)
+	expectValue(t, "written since start", m.objects.WithLabelValues(w, OutcomeWrittenSinceStart), 2)
+	expectValue(t, "gone", m.objects.WithLabelValues(w, OutcomeGone), 1)
+	expectValue(t, "failed outcome", m.objects.WithLabelValues(w, OutcomeFailed), 1)
 	expectValue(t, "migrated secrets", m.migratedObjects.WithLabelValues("secrets"), 1)
 	expectValue(t, "listed", m.listedObjects.WithLabelValues(w), 2000)
 	expectValue(t, "remaining", m.remainingObjects.WithLabelValues(w), 0)
@@ -156,8 +162,9 @@ func TestRegister(t *testing.T) {
 	m.RunStarted(widgets)
 	m.Listed(widgets, 1, ptr(int64(1)))
 	m.Requested(widgets, "patch", nil)
-	m.ObjectRewritten(widgets)
-	m.ObjectSkipped(widgets, nil)
+	m.ObjectMigrated(widgets, true)
+	m.ObjectSkipped(widgets, true, nil)
+	m.ExecutorChosen("svm")
 	m.ObjectFailed(widgets, errors.New("x"))
 	m.Retry(widgets, errors.New("x"))
 	m.LimiterWaited(widgets, time.Millisecond)
@@ -179,12 +186,14 @@ func TestRegister(t *testing.T) {
 		"storage_migrator_core_migrator_migrated_objects",
 		"storage_migrator_core_migrator_migration_duration_seconds",
 		"storage_migrator_core_migrator_migrations",
+		"storage_migrator_core_migrator_objects_total",
 		"storage_migrator_core_migrator_rate_limiter_wait_seconds",
 		"storage_migrator_core_migrator_remaining_objects",
 		"storage_migrator_core_migrator_requests_total",
 		"storage_migrator_core_migrator_retries_total",
 		"storage_migrator_core_migrator_running_migrations",
 		"storage_migrator_core_migrator_skipped_objects_total",
+		"storage_migrator_executor",
 		"storage_migrator_trigger_discovery_errors_total",
 		"storage_migrator_trigger_discovery_polls_total",
 		"storage_migrator_trigger_storage_state_transitions_total",
@@ -209,7 +218,9 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	var m *Metrics
 	m.RunStarted(widgets)
 	m.Listed(widgets, 1, nil)
-	m.ObjectRewritten(widgets)
+	m.ObjectMigrated(widgets, true)
+	m.ObjectSkipped(widgets, true, nil)
+	m.ExecutorChosen("svm")
 	m.MigrationFinished(widgets, StatusSucceeded, time.Second)
 	m.DiscoveryPolled(nil, 0)
 	m.StorageStateTransition(widgets, TransitionCreated)

@@ -47,22 +47,25 @@ type changes struct {
 	// or before it is recorded. Unset until the first object of this run.
 	passed  string
 	started bool
-	changed map[string]struct{}
+	// changed holds, for each recorded key, whether its last change was
+	// a deletion.
+	changed map[string]bool
 }
 
 func newChanges(limit int, checkpoint string) *changes {
-	return &changes{limit: limit, checkpoint: checkpoint, changed: map[string]struct{}{}}
+	return &changes{limit: limit, checkpoint: checkpoint, changed: map[string]bool{}}
 }
 
-// record notes that the object with key was written or deleted after the
-// checkpoint.
-func (c *changes) record(key string) {
+// record notes that the object with key was written (or, with deleted,
+// deleted) after the checkpoint. The last change counts: an object deleted
+// and created again is a new object, written after the checkpoint.
+func (c *changes) record(key string, deleted bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if (c.started && key <= c.passed) || len(c.changed) >= c.limit {
+	if _, ok := c.changed[key]; !ok && ((c.started && key <= c.passed) || len(c.changed) >= c.limit) {
 		return
 	}
-	c.changed[key] = struct{}{}
+	c.changed[key] = deleted
 }
 
 // pass is called before the object with key is handed to a worker.
@@ -84,13 +87,13 @@ func (c *changes) pass(key string) {
 }
 
 // take reports whether the object with key was written or deleted after
-// the checkpoint, and forgets it: each key is listed once.
-func (c *changes) take(key string) bool {
+// the checkpoint, and which, and forgets it: each key is listed once.
+func (c *changes) take(key string) (changed, deleted bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, ok := c.changed[key]
+	deleted, changed = c.changed[key]
 	delete(c.changed, key)
-	return ok
+	return changed, deleted
 }
 
 // watch records every change to the resource after resourceVersion until
@@ -167,7 +170,7 @@ func (c *changes) drain(w watch.Interface, resourceVersion string) (string, erro
 		// server that replays objects it already had (as a watch from
 		// no resourceVersion would) must not pass them as written.
 		if ev.Type != watch.Bookmark && newerThan(obj.ResourceVersion, c.checkpoint) {
-			c.record(objectName(obj))
+			c.record(objectName(obj), ev.Type == watch.Deleted)
 		}
 		resourceVersion = obj.ResourceVersion
 	}

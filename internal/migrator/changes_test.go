@@ -13,15 +13,15 @@ import (
 func TestChangesRemembersOnlyObjectsStillToCome(t *testing.T) {
 	c := newChanges(100, "10")
 	// Before this run hands out its first object, everything is noted...
-	c.record("a/earlier")
-	c.record("b/w-5")
+	c.record("a/earlier", false)
+	c.record("b/w-5", false)
 	// ...and what lies before the first object is forgotten then: a
 	// resumed run does not list it again.
 	c.pass("b/w-1")
-	c.record("b/w-0") // svm's own write, or one to an object already handled
-	c.record("b/w-1")
-	c.record("b/w-9")
-	c.record("c/w-0")
+	c.record("b/w-0", false) // svm's own write, or one to an object already handled
+	c.record("b/w-1", false)
+	c.record("b/w-9", false)
+	c.record("c/w-0", false)
 
 	for _, tc := range []struct {
 		key  string
@@ -35,12 +35,12 @@ func TestChangesRemembersOnlyObjectsStillToCome(t *testing.T) {
 		{"c/w-0", true},
 		{"c/w-1", false},
 	} {
-		if got := c.take(tc.key); got != tc.want {
+		if got, _ := c.take(tc.key); got != tc.want {
 			t.Errorf("take(%q) = %v, want %v", tc.key, got, tc.want)
 		}
 	}
 	// Each key is listed once: a second look finds nothing.
-	if c.take("b/w-5") {
+	if changed, _ := c.take("b/w-5"); changed {
 		t.Error("take(b/w-5) twice = true, want false the second time")
 	}
 	if len(c.changed) != 0 {
@@ -48,22 +48,38 @@ func TestChangesRemembersOnlyObjectsStillToCome(t *testing.T) {
 	}
 }
 
+// TestChangesLastChangeCounts: an object deleted and created again is a new
+// object written after the checkpoint, not a gone one.
+func TestChangesLastChangeCounts(t *testing.T) {
+	c := newChanges(100, "10")
+	c.record("ns/a", true)
+	c.record("ns/a", false)
+	c.record("ns/b", false)
+	c.record("ns/b", true)
+	if changed, deleted := c.take("ns/a"); !changed || deleted {
+		t.Errorf("ns/a re-created: changed %v, deleted %v", changed, deleted)
+	}
+	if changed, deleted := c.take("ns/b"); !changed || !deleted {
+		t.Errorf("ns/b deleted last: changed %v, deleted %v", changed, deleted)
+	}
+}
+
 func TestChangesIsBounded(t *testing.T) {
 	c := newChanges(3, "10")
 	c.pass("a")
 	for _, k := range []string{"b", "c", "d", "e"} {
-		c.record(k)
+		c.record(k, false)
 	}
 	if len(c.changed) != 3 {
 		t.Fatalf("%d keys kept, want the limit of 3", len(c.changed))
 	}
-	if c.take("e") {
+	if changed, _ := c.take("e"); changed {
 		t.Error("a key past the limit was kept")
 	}
 	// Taking one makes room again.
 	c.take("b")
-	c.record("f")
-	if !c.take("f") {
+	c.record("f", false)
+	if changed, _ := c.take("f"); !changed {
 		t.Error("a key recorded after room was made is missing")
 	}
 }
@@ -86,12 +102,12 @@ func TestChangesDrainRecordsEveryKindOfChange(t *testing.T) {
 	if rv, err := c.drain(w, "10"); rv != "20" || err != nil {
 		t.Errorf("drain returned resourceVersion %q, %v; want the bookmark's 20 to watch again from", rv, err)
 	}
-	for _, key := range []string{"ns/added", "ns/modified", "ns/deleted"} {
-		if !c.take(key) {
-			t.Errorf("%s not recorded", key)
+	for key, wantDeleted := range map[string]bool{"ns/added": false, "ns/modified": false, "ns/deleted": true} {
+		if changed, deleted := c.take(key); !changed || deleted != wantDeleted {
+			t.Errorf("%s: recorded %v, deleted %v; want recorded, deleted %v", key, changed, deleted, wantDeleted)
 		}
 	}
-	if c.take("ns/replayed") {
+	if changed, _ := c.take("ns/replayed"); changed {
 		t.Error("an object unchanged since the checkpoint was recorded as changed")
 	}
 

@@ -123,21 +123,48 @@ func New(metadataClient metadata.Interface, disc discovery.DiscoveryInterface, o
 	return &Migrator{metadata: metadataClient, discovery: disc, opts: opts.withDefaults()}
 }
 
-// Progress counts the objects a migration has handled.
+// Progress counts the objects a migration has handled. Every listed
+// object ends in exactly one of Restored, AlreadyCurrent,
+// WrittenSinceStart, Gone and Failed.
 type Progress struct {
-	Listed    int64
-	Rewritten int64
-	Skipped   int64
-	Failed    int64
-	// SkippedWithoutWrite counts the skipped objects that cost no request:
-	// written or deleted after the checkpoint, by someone else or by an
-	// earlier run of the migration, and so already in the current
-	// storage version.
+	Listed int64
+	// Restored counts objects svm wrote and the API server stored anew:
+	// its answer carried another resourceVersion than the one listed, so
+	// new bytes went to etcd (the storage version or the encryption key
+	// had changed, or the object needed re-encoding).
+	Restored int64
+	// AlreadyCurrent counts objects svm wrote that the API server left as
+	// they were: its answer carried the listed resourceVersion, because
+	// the bytes it would store were the stored ones.
+	AlreadyCurrent int64
+	// WrittenSinceStart counts objects svm did not need to write: written
+	// after the migration started, so stored in the current form already,
+	// by another client or by this migration before it was interrupted
+	// (found newer than the checkpoint, by the watch, or by a write
+	// answered with a conflict).
+	WrittenSinceStart int64
+	// Gone counts objects deleted after they were listed (found by the
+	// watch, or by a write answered with not found).
+	Gone int64
+	// Failed counts objects that could not be written.
+	Failed int64
+	// SkippedWithoutWrite is the part of WrittenSinceStart and Gone that
+	// cost no request.
 	SkippedWithoutWrite int64
 	// RemainingEstimate is the API server's estimate of objects not yet
 	// listed, when it gives one.
 	RemainingEstimate *int64
 }
+
+// Migrated counts the objects that are in the current form because svm
+// wrote them: re-stored or already current.
+func (p Progress) Migrated() int64 { return p.Restored + p.AlreadyCurrent }
+
+// Skipped counts the objects svm did not need to write.
+func (p Progress) Skipped() int64 { return p.WrittenSinceStart + p.Gone }
+
+// Handled counts the listed objects whose outcome is known.
+func (p Progress) Handled() int64 { return p.Migrated() + p.Skipped() + p.Failed }
 
 // FailedObject is an object that could not be rewritten.
 type FailedObject struct {
@@ -461,10 +488,18 @@ feed:
 // rewrite writes one object back unchanged. It returns an error only when
 // the whole migration must stop.
 func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata) error {
-	if newerThan(obj.ResourceVersion, r.res.Checkpoint) || (r.changes != nil && r.changes.take(objectName(obj))) {
-		r.counters.skipped.Add(1)
+	changed, deleted := newerThan(obj.ResourceVersion, r.res.Checkpoint), false
+	if !changed && r.changes != nil {
+		changed, deleted = r.changes.take(objectName(obj))
+	}
+	if changed {
+		if deleted {
+			r.counters.gone.Add(1)
+		} else {
+			r.counters.writtenSinceStart.Add(1)
+		}
 		r.counters.skippedWithoutWrite.Add(1)
-		r.observer.ObjectSkipped(r.gr, nil)
+		r.observer.ObjectSkipped(r.gr, deleted, nil)
 		return nil
 	}
 	patch := fmt.Appendf(nil, `{"metadata":{"uid":%q,"resourceVersion":%q}}`, obj.UID, obj.ResourceVersion)
@@ -474,24 +509,37 @@ func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata) er
 	// make the server decode every patched object strictly, and report as
 	// svm's any duplicate or unknown field it finds in the stored object.
 	opts := metav1.PatchOptions{FieldManager: r.m.opts.FieldManager, FieldValidation: metav1.FieldValidationIgnore}
+	var written *metav1.PartialObjectMetadata
 	err := r.retry(ctx, "patch", func(ctx context.Context) error {
 		var err error
 		if r.namespaced {
-			_, err = client.Namespace(obj.Namespace).Patch(ctx, obj.Name, types.MergePatchType, patch, opts)
+			written, err = client.Namespace(obj.Namespace).Patch(ctx, obj.Name, types.MergePatchType, patch, opts)
 		} else {
-			_, err = client.Patch(ctx, obj.Name, types.MergePatchType, patch, opts)
+			written, err = client.Patch(ctx, obj.Name, types.MergePatchType, patch, opts)
 		}
 		return err
 	})
 	if err == nil {
-		r.counters.rewritten.Add(1)
-		r.observer.ObjectRewritten(r.gr)
+		// The API server stores nothing when the bytes it would write are
+		// the stored ones, and then answers with the same resourceVersion.
+		restored := written.ResourceVersion != obj.ResourceVersion
+		if restored {
+			r.counters.restored.Add(1)
+		} else {
+			r.counters.alreadyCurrent.Add(1)
+		}
+		r.observer.ObjectMigrated(r.gr, restored)
 		return nil
 	}
 	switch Classify(err) {
 	case Skip:
-		r.counters.skipped.Add(1)
-		r.observer.ObjectSkipped(r.gr, err)
+		gone := apierrors.IsNotFound(err)
+		if gone {
+			r.counters.gone.Add(1)
+		} else {
+			r.counters.writtenSinceStart.Add(1)
+		}
+		r.observer.ObjectSkipped(r.gr, gone, err)
 		r.watchOthers()
 		return nil
 	case Terminal:
@@ -662,13 +710,15 @@ func newerThan(rv, checkpoint string) bool {
 
 // counters are updated by many workers at once.
 type counters struct {
-	listed, rewritten, skipped, failed, skippedWithoutWrite atomic.Int64
+	listed, restored, alreadyCurrent, writtenSinceStart, gone, failed, skippedWithoutWrite atomic.Int64
 }
 
 func (c *counters) load(p Progress) {
 	c.listed.Store(p.Listed)
-	c.rewritten.Store(p.Rewritten)
-	c.skipped.Store(p.Skipped)
+	c.restored.Store(p.Restored)
+	c.alreadyCurrent.Store(p.AlreadyCurrent)
+	c.writtenSinceStart.Store(p.WrittenSinceStart)
+	c.gone.Store(p.Gone)
 	c.failed.Store(p.Failed)
 	c.skippedWithoutWrite.Store(p.SkippedWithoutWrite)
 }
@@ -676,8 +726,10 @@ func (c *counters) load(p Progress) {
 func (c *counters) snapshot(remaining *int64) Progress {
 	return Progress{
 		Listed:              c.listed.Load(),
-		Rewritten:           c.rewritten.Load(),
-		Skipped:             c.skipped.Load(),
+		Restored:            c.restored.Load(),
+		AlreadyCurrent:      c.alreadyCurrent.Load(),
+		WrittenSinceStart:   c.writtenSinceStart.Load(),
+		Gone:                c.gone.Load(),
 		Failed:              c.failed.Load(),
 		SkippedWithoutWrite: c.skippedWithoutWrite.Load(),
 		RemainingEstimate:   remaining,

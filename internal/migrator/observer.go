@@ -25,12 +25,13 @@ type Observer interface {
 	// Requested reports an answered request (verb "list" or "patch"), or
 	// one that failed without an answer; err is nil on success.
 	Requested(resource schema.GroupResource, verb string, err error)
-	// ObjectRewritten reports an object written back.
-	ObjectRewritten(resource schema.GroupResource)
-	// ObjectSkipped reports an object that needed no write: err is the
-	// server's answer (Conflict, NotFound), or nil when the object was
-	// written after the migration started and no request was sent.
-	ObjectSkipped(resource schema.GroupResource, err error)
+	// ObjectMigrated reports an object written back: restored when the
+	// API server stored it anew, false when it was already current.
+	ObjectMigrated(resource schema.GroupResource, restored bool)
+	// ObjectSkipped reports an object that needed no write: gone when it
+	// was deleted, written since the start otherwise; err is the server's
+	// answer (Conflict, NotFound), or nil when no request was sent.
+	ObjectSkipped(resource schema.GroupResource, gone bool, err error)
 	// ObjectFailed reports an object that could not be rewritten.
 	ObjectFailed(resource schema.GroupResource, err error)
 	// Retry reports a transient error that the engine will retry.
@@ -54,11 +55,11 @@ func (NopObserver) Listed(schema.GroupResource, int64, *int64) {}
 // Requested implements Observer.
 func (NopObserver) Requested(schema.GroupResource, string, error) {}
 
-// ObjectRewritten implements Observer.
-func (NopObserver) ObjectRewritten(schema.GroupResource) {}
+// ObjectMigrated implements Observer.
+func (NopObserver) ObjectMigrated(schema.GroupResource, bool) {}
 
 // ObjectSkipped implements Observer.
-func (NopObserver) ObjectSkipped(schema.GroupResource, error) {}
+func (NopObserver) ObjectSkipped(schema.GroupResource, bool, error) {}
 
 // ObjectFailed implements Observer.
 func (NopObserver) ObjectFailed(schema.GroupResource, error) {}
@@ -109,15 +110,15 @@ func (m multiObserver) Requested(r schema.GroupResource, verb string, err error)
 	}
 }
 
-func (m multiObserver) ObjectRewritten(r schema.GroupResource) {
+func (m multiObserver) ObjectMigrated(r schema.GroupResource, restored bool) {
 	for _, o := range m {
-		o.ObjectRewritten(r)
+		o.ObjectMigrated(r, restored)
 	}
 }
 
-func (m multiObserver) ObjectSkipped(r schema.GroupResource, err error) {
+func (m multiObserver) ObjectSkipped(r schema.GroupResource, gone bool, err error) {
 	for _, o := range m {
-		o.ObjectSkipped(r, err)
+		o.ObjectSkipped(r, gone, err)
 	}
 }
 

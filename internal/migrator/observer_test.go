@@ -16,8 +16,8 @@ type recorder struct {
 	events *[]string
 }
 
-func (r recorder) ObjectRewritten(schema.GroupResource) {
-	*r.events = append(*r.events, r.name+" rewritten")
+func (r recorder) ObjectMigrated(_ schema.GroupResource, restored bool) {
+	*r.events = append(*r.events, r.name+map[bool]string{true: " restored", false: " already current"}[restored])
 }
 func (r recorder) Retry(_ schema.GroupResource, err error) {
 	*r.events = append(*r.events, r.name+" retry "+err.Error())
@@ -27,12 +27,12 @@ func TestObservers(t *testing.T) {
 	var events []string
 	obs := Observers(recorder{name: "a", events: &events}, nil, recorder{name: "b", events: &events})
 	gr := schema.GroupResource{Resource: "secrets"}
-	obs.ObjectRewritten(gr)
+	obs.ObjectMigrated(gr, true)
 	obs.Retry(gr, errors.New("throttled"))
 	// Events a recorder does not implement fall to NopObserver.
 	obs.LimiterWaited(gr, time.Second)
 	obs.RunEnded(gr, nil)
-	want := []string{"a rewritten", "b rewritten", "a retry throttled", "b retry throttled"}
+	want := []string{"a restored", "b restored", "a retry throttled", "b retry throttled"}
 	if diff := cmp.Diff(want, events); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}

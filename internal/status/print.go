@@ -43,7 +43,7 @@ const (
 	TableWidth         = 120
 	maxIDWidth         = 40
 	minNameWidth       = 20
-	minResourceWidth   = 16
+	minResourceWidth   = 14
 	minMessageWidth    = 20
 	stateResourceWidth = 46
 	maxHashes          = 2
@@ -71,7 +71,7 @@ func writeMigrations(b *strings.Builder, r *Report) {
 		return
 	}
 	now := r.Time.Time
-	rows := [][]string{{"NAME", "RESOURCE", "SOURCE", "STATE", "PROGRESS", "RATE", "ETA", "AGE"}}
+	rows := [][]string{{"NAME", "RESOURCE", "SOURCE", "STATE", "MIGRATED", "RESTORED", "RATE", "ETA", "AGE"}}
 	messages := []string{"LAST ERROR"}
 	for _, m := range r.Migrations {
 		rows = append(rows, []string{
@@ -80,6 +80,7 @@ func writeMigrations(b *strings.Builder, r *Report) {
 			string(m.Source),
 			string(m.State),
 			progressCell(m.Progress, m.StartTime != nil),
+			restoredCell(m.Progress, m.StartTime != nil),
 			rateCell(m.ObjectsPerSecond),
 			etaCell(m.ETASeconds),
 			age(now, &m.CreationTimestamp),
@@ -170,7 +171,7 @@ func groupResource(group, resource string) string {
 	return resource + "." + group
 }
 
-// progressCell is "rewritten/total", with a "+" when more objects may
+// progressCell is "migrated/total", with a "+" when more objects may
 // come (the total is a lower bound), or "-" when there are no counters: an
 // in-tree migration, or an svm migration that has not started.
 func progressCell(p *Progress, started bool) string {
@@ -181,7 +182,16 @@ func progressCell(p *Progress, started bool) string {
 	if !p.TotalKnown {
 		more = "+"
 	}
-	return fmt.Sprintf("%d/%d%s", p.Rewritten, p.Total, more)
+	return fmt.Sprintf("%d/%d%s", p.Migrated, p.Total, more)
+}
+
+// restoredCell is how many of the migrated objects the API server stored
+// anew: the ones that were in an old form. The rest were already current.
+func restoredCell(p *Progress, started bool) string {
+	if p == nil || !started && p.Listed == 0 && p.handled() == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d", p.Restored)
 }
 
 func rateCell(rate *float64) string {

@@ -19,7 +19,11 @@ import (
 // Version identifies the shape of Report. Fields may be added under the
 // same version; a field that is removed, renamed or changes meaning makes a
 // new version, so a script can check it before trusting the rest.
-const Version = "v1"
+//
+// v2: progress counts restored, alreadyCurrent, writtenSinceStart and gone
+// where v1 had rewritten (which counted objects the API server left as
+// they were) and skipped.
+const Version = "v2"
 
 // Report is everything `svm status` shows, and the document printed by
 // `svm status -o json` and `-o yaml`.
@@ -111,7 +115,7 @@ type Migration struct {
 	// absent for in-tree migrations and for svm migrations executed by
 	// one.
 	Progress *Progress `json:"progress,omitempty"`
-	// ObjectsPerSecond is the objects handled (rewritten, skipped or
+	// ObjectsPerSecond is the objects handled (migrated, skipped or
 	// failed) per second from startTime to completionTime, or to Time
 	// while unfinished, rounded to two decimals. Absent before the start.
 	ObjectsPerSecond *float64 `json:"objectsPerSecond,omitempty"`
@@ -123,9 +127,13 @@ type Migration struct {
 // Progress is a migration's counters (see the API's MigrationProgress)
 // and the total they are heading to.
 type Progress struct {
-	Listed            int64  `json:"listed"`
-	Rewritten         int64  `json:"rewritten"`
-	Skipped           int64  `json:"skipped"`
+	Listed int64 `json:"listed"`
+	// Migrated is Restored plus AlreadyCurrent: the objects svm wrote.
+	Migrated          int64  `json:"migrated"`
+	Restored          int64  `json:"restored"`
+	AlreadyCurrent    int64  `json:"alreadyCurrent"`
+	WrittenSinceStart int64  `json:"writtenSinceStart"`
+	Gone              int64  `json:"gone"`
 	Failed            int64  `json:"failed"`
 	RemainingEstimate *int64 `json:"remainingEstimate,omitempty"`
 	// Total is listed plus the remaining estimate when the server gave
@@ -137,7 +145,7 @@ type Progress struct {
 }
 
 // handled is every object the migration is done with.
-func (p *Progress) handled() int64 { return p.Rewritten + p.Skipped + p.Failed }
+func (p *Progress) handled() int64 { return p.Migrated + p.WrittenSinceStart + p.Gone + p.Failed }
 
 // StorageState is one row of the storage states table.
 type StorageState struct {
@@ -219,7 +227,8 @@ func svmMigration(m *migrationv1alpha1.StorageVersionMigration, now time.Time) M
 		return row
 	}
 	p := m.Status.Progress
-	pr := &Progress{Listed: p.Listed, Rewritten: p.Rewritten, Skipped: p.Skipped, Failed: p.Failed, Total: p.Listed}
+	pr := &Progress{Listed: p.Listed, Migrated: p.Migrated(), Restored: p.Restored, AlreadyCurrent: p.AlreadyCurrent,
+		WrittenSinceStart: p.WrittenSinceStart, Gone: p.Gone, Failed: p.Failed, Total: p.Listed}
 	// A finished migration has listed everything there was.
 	pr.TotalKnown = row.State == StateSucceeded || row.State == StateFailed
 	if p.RemainingEstimate != nil {

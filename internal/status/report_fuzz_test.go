@@ -100,7 +100,7 @@ func (f *fuzzInput) input(extra string) Input {
 			})
 		}
 		p := &m.Status.Progress
-		p.Listed, p.Rewritten, p.Skipped, p.Failed = f.count(), f.count(), f.count(), f.count()
+		p.Listed, p.Restored, p.AlreadyCurrent, p.WrittenSinceStart, p.Gone, p.Failed = f.count(), f.count(), f.count(), f.count(), f.count(), f.count()
 		if f.pick(2) == 0 {
 			r := f.count()
 			p.RemainingEstimate = &r
@@ -139,8 +139,8 @@ func stuckSeed() []byte {
 	stuck = append(stuck, 0, 0x58, 0x02, 0, 0, 0, 1)             // "widgets", created 10 minutes ago, in example.com
 	stuck = append(stuck, 1, 0, 0, 1, 0)                         // one condition: Running=True, Started
 	stuck = append(stuck, 1, 0, 0, 0, 0, 0, 0, 0)                // listed 1
-	stuck = append(stuck, 1, 0, 0, 0, 0, 0, 0, 0)                // rewritten 1
-	stuck = append(stuck, make([]byte, 16)...)                   // skipped and failed 0
+	stuck = append(stuck, 1, 0, 0, 0, 0, 0, 0, 0)                // restored 1
+	stuck = append(stuck, make([]byte, 32)...)                   // already current, written since the start, gone and failed 0
 	stuck = append(stuck, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0) // an estimate: 2^32-1 remaining
 	stuck = append(stuck, 1, 0x10, 0x0e, 0, 0, 0, 0)             // started an hour ago, not completed
 	return stuck

@@ -71,20 +71,20 @@ func newInTree(name, group, resource string, age time.Duration, conds ...metav1.
 var (
 	runningWithEstimate = newMigration("widgets.example.com-7xk2p", "example.com", "widgets", 3*time.Minute, migrationv1alpha1.StorageVersionMigrationStatus{
 		Conditions: []migrationv1alpha1.MigrationCondition{cond(migrationv1alpha1.MigrationRunning, corev1.ConditionTrue, "Started", "", 2*time.Minute)},
-		Progress:   migrationv1alpha1.MigrationProgress{Listed: 1500, Rewritten: 1400, Skipped: 50, RemainingEstimate: ptr[int64](3500)},
+		Progress:   migrationv1alpha1.MigrationProgress{Listed: 1500, Restored: 1300, AlreadyCurrent: 100, WrittenSinceStart: 40, Gone: 10, RemainingEstimate: ptr[int64](3500)},
 		StartTime:  agoPtr(2 * time.Minute),
 	})
 	runningWithoutEstimate = newMigration("secrets-4hq9d", "", "secrets", 10*time.Minute, migrationv1alpha1.StorageVersionMigrationStatus{
 		Conditions: []migrationv1alpha1.MigrationCondition{cond(migrationv1alpha1.MigrationRunning, corev1.ConditionTrue, "Resumed", "", 50*time.Second)},
-		Progress:   migrationv1alpha1.MigrationProgress{Listed: 500, Rewritten: 480, Skipped: 20},
+		Progress:   migrationv1alpha1.MigrationProgress{Listed: 500, Restored: 480, WrittenSinceStart: 20},
 		StartTime:  agoPtr(50 * time.Second),
 	})
 	succeeded = newMigration("deployments.apps-x8v2m", "apps", "deployments", 90*time.Minute, migrationv1alpha1.StorageVersionMigrationStatus{
 		Conditions: []migrationv1alpha1.MigrationCondition{
 			cond(migrationv1alpha1.MigrationRunning, corev1.ConditionFalse, "Completed", "", 59*time.Minute),
-			cond(migrationv1alpha1.MigrationSucceeded, corev1.ConditionTrue, "AllObjectsRewritten", "118 objects rewritten, 2 skipped (written by others since the migration started)", 59*time.Minute),
+			cond(migrationv1alpha1.MigrationSucceeded, corev1.ConditionTrue, "AllObjectsRewritten", "118 objects migrated (118 re-stored, 0 already current), 2 written since the start, 0 gone, 0 failed", 59*time.Minute),
 		},
-		Progress:       migrationv1alpha1.MigrationProgress{Listed: 120, Rewritten: 118, Skipped: 2},
+		Progress:       migrationv1alpha1.MigrationProgress{Listed: 120, Restored: 118, WrittenSinceStart: 2},
 		StartTime:      agoPtr(time.Hour),
 		CompletionTime: agoPtr(59 * time.Minute),
 	})
@@ -96,7 +96,7 @@ var (
 					"ns-b/widget-00018: admission webhook \"deny.example.com\" denied the request: test policy denies ns-b/widget-00018; "+
 					"ns-c/widget-00019: admission webhook \"deny.example.com\" denied the request: test policy denies ns-c/widget-00019", 100*time.Minute),
 		},
-		Progress:       migrationv1alpha1.MigrationProgress{Listed: 2000, Rewritten: 1997, Failed: 3},
+		Progress:       migrationv1alpha1.MigrationProgress{Listed: 2000, Restored: 1997, Failed: 3},
 		StartTime:      agoPtr(110 * time.Minute),
 		CompletionTime: agoPtr(100 * time.Minute),
 	})
@@ -111,15 +111,15 @@ var (
 	retrying = newMigration("configmaps-2b7cd", "", "configmaps", 20*time.Minute, migrationv1alpha1.StorageVersionMigrationStatus{
 		Conditions: []migrationv1alpha1.MigrationCondition{cond(migrationv1alpha1.MigrationRunning, corev1.ConditionTrue, "Retrying",
 			"list configmaps:\n\tthe server is currently unable to handle the request (get configmaps)", time.Minute)},
-		Progress:  migrationv1alpha1.MigrationProgress{Listed: 1000, Rewritten: 600, RemainingEstimate: ptr[int64](400)},
+		Progress:  migrationv1alpha1.MigrationProgress{Listed: 1000, Restored: 600, RemainingEstimate: ptr[int64](400)},
 		StartTime: agoPtr(15 * time.Minute),
 	})
 	pending  = newMigration("flunders.wardle.example.com-initial", "wardle.example.com", "flunders", 10*time.Second, migrationv1alpha1.StorageVersionMigrationStatus{})
 	longName = newMigration("customresourcedefinitions.apiextensions.k8s.io-8fj2k", "apiextensions.k8s.io", "customresourcedefinitions", 3*24*time.Hour, migrationv1alpha1.StorageVersionMigrationStatus{
 		Conditions: []migrationv1alpha1.MigrationCondition{
-			cond(migrationv1alpha1.MigrationSucceeded, corev1.ConditionTrue, "AllObjectsRewritten", "12 objects rewritten, 0 skipped", 3*24*time.Hour),
+			cond(migrationv1alpha1.MigrationSucceeded, corev1.ConditionTrue, "AllObjectsRewritten", "12 objects migrated (0 re-stored, 12 already current), 0 written since the start, 0 gone, 0 failed", 3*24*time.Hour),
 		},
-		Progress:       migrationv1alpha1.MigrationProgress{Listed: 12, Rewritten: 12},
+		Progress:       migrationv1alpha1.MigrationProgress{Listed: 12, AlreadyCurrent: 12},
 		StartTime:      agoPtr(3 * 24 * time.Hour),
 		CompletionTime: agoPtr(3*24*time.Hour - 2*time.Second),
 	})
@@ -278,7 +278,7 @@ func TestStatusBuild(t *testing.T) {
 		want: Migration{
 			Name: "widgets.example.com-7xk2p", Source: SourceSVM, Group: "example.com", Resource: "widgets",
 			State: StateRunning, Reason: "Started", CreationTimestamp: ago(3 * time.Minute), StartTime: agoPtr(2 * time.Minute),
-			Progress:         &Progress{Listed: 1500, Rewritten: 1400, Skipped: 50, RemainingEstimate: ptr[int64](3500), Total: 5000, TotalKnown: true},
+			Progress:         &Progress{Listed: 1500, Migrated: 1400, Restored: 1300, AlreadyCurrent: 100, WrittenSinceStart: 40, Gone: 10, RemainingEstimate: ptr[int64](3500), Total: 5000, TotalKnown: true},
 			ObjectsPerSecond: ptr(12.08), ETASeconds: ptr[int64](294),
 		},
 	}, {
@@ -287,7 +287,7 @@ func TestStatusBuild(t *testing.T) {
 		want: Migration{
 			Name: "secrets-4hq9d", Source: SourceSVM, Resource: "secrets",
 			State: StateRunning, Reason: "Resumed", CreationTimestamp: ago(10 * time.Minute), StartTime: agoPtr(50 * time.Second),
-			Progress:         &Progress{Listed: 500, Rewritten: 480, Skipped: 20, Total: 500},
+			Progress:         &Progress{Listed: 500, Migrated: 480, Restored: 480, WrittenSinceStart: 20, Total: 500},
 			ObjectsPerSecond: ptr(10.0),
 		},
 	}, {
@@ -297,7 +297,7 @@ func TestStatusBuild(t *testing.T) {
 			Name: "configmaps-2b7cd", Source: SourceSVM, Resource: "configmaps",
 			State: StateRetrying, Reason: "Retrying", Message: retrying.Status.Conditions[0].Message,
 			CreationTimestamp: ago(20 * time.Minute), StartTime: agoPtr(15 * time.Minute),
-			Progress:         &Progress{Listed: 1000, Rewritten: 600, RemainingEstimate: ptr[int64](400), Total: 1400, TotalKnown: true},
+			Progress:         &Progress{Listed: 1000, Migrated: 600, Restored: 600, RemainingEstimate: ptr[int64](400), Total: 1400, TotalKnown: true},
 			ObjectsPerSecond: ptr(0.67),
 		},
 	}, {
@@ -308,7 +308,7 @@ func TestStatusBuild(t *testing.T) {
 			Name: "deployments.apps-x8v2m", Source: SourceSVM, Group: "apps", Resource: "deployments",
 			State: StateSucceeded, Reason: "AllObjectsRewritten", Message: succeeded.Status.Conditions[1].Message,
 			CreationTimestamp: ago(90 * time.Minute), StartTime: agoPtr(time.Hour), CompletionTime: agoPtr(59 * time.Minute),
-			Progress:         &Progress{Listed: 120, Rewritten: 118, Skipped: 2, Total: 120, TotalKnown: true},
+			Progress:         &Progress{Listed: 120, Migrated: 118, Restored: 118, WrittenSinceStart: 2, Total: 120, TotalKnown: true},
 			ObjectsPerSecond: ptr(2.0),
 		},
 	}, {

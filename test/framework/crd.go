@@ -110,10 +110,18 @@ func (e *Env) CreateWidgetCRD(t testing.TB, storageVersion string) {
 	e.createCRD(t, WidgetResource, storageVersion)
 }
 
+// CreateResourceWithShortNames creates r's CRD as CreateResource does, with
+// shortNames, and waits until it is served. Two resources given the same
+// short name (or plural, in two groups) make names that are ambiguous.
+func (e *Env) CreateResourceWithShortNames(t testing.TB, r Resource, shortNames ...string) {
+	t.Helper()
+	e.createCRD(t, r, "v1", shortNames...)
+}
+
 // createCRD creates r's CRD, served in v1 and v2 with the same schema
 // (every field survives conversion unchanged) and storageVersion stored,
 // and waits until it is served.
-func (e *Env) createCRD(t testing.TB, r Resource, storageVersion string) {
+func (e *Env) createCRD(t testing.TB, r Resource, storageVersion string, shortNames ...string) {
 	t.Helper()
 	schemaProps := &apiextensionsv1.CustomResourceValidation{
 		OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
@@ -128,7 +136,7 @@ func (e *Env) createCRD(t testing.TB, r Resource, storageVersion string) {
 		ObjectMeta: metav1.ObjectMeta{Name: r.CRDName()},
 		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
 			Group: r.Group,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: r.Plural, Singular: strings.ToLower(r.Kind), Kind: r.Kind, ListKind: r.Kind + "List"},
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: r.Plural, Singular: strings.ToLower(r.Kind), Kind: r.Kind, ListKind: r.Kind + "List", ShortNames: shortNames},
 			Scope: apiextensionsv1.NamespaceScoped,
 			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{
 				{Name: "v1", Served: true, Storage: storageVersion == "v1", Schema: schemaProps},

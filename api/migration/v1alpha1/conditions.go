@@ -16,3 +16,10 @@ func (m *StorageVersionMigration) HasCondition(t MigrationConditionType) bool {
 func (m *StorageVersionMigration) IsFinished() bool {
 	return m.HasCondition(MigrationSucceeded) || m.HasCondition(MigrationFailed)
 }
+
+// Migrated counts the objects in the current form because svm wrote them:
+// re-stored or already current.
+func (p MigrationProgress) Migrated() int64 { return p.Restored + p.AlreadyCurrent }
+
+// Skipped counts the objects svm did not need to write.
+func (p MigrationProgress) Skipped() int64 { return p.WrittenSinceStart + p.Gone }

@@ -85,25 +85,39 @@ type MigrationCondition struct {
 }
 
 // MigrationProgress counts the objects a migration has handled so far.
+// Every listed object is counted once, in one of restored,
+// alreadyCurrent, writtenSinceStart, gone and failed. The objects
+// migrated are restored plus alreadyCurrent.
 type MigrationProgress struct {
 	// Listed is the number of objects read from the API server.
 	// +optional
 	Listed int64 `json:"listed,omitempty"`
-	// Rewritten is the number of objects written back, and so re-encoded in
-	// the current storage version.
+	// Restored is the number of objects svm wrote and the API server
+	// stored anew (its answer carried a new resourceVersion): they were
+	// in an older storage version or under an older key, or needed
+	// re-encoding for another reason.
 	// +optional
-	Rewritten int64 `json:"rewritten,omitempty"`
-	// Skipped is the number of objects that needed no write: written,
-	// replaced or deleted by someone else since the migration started.
+	Restored int64 `json:"restored,omitempty"`
+	// AlreadyCurrent is the number of objects svm wrote that the API
+	// server left as they were (its answer carried the resourceVersion
+	// listed): their stored bytes were already what it would write.
 	// +optional
-	Skipped int64 `json:"skipped,omitempty"`
-	// SkippedWithoutWrite is the part of Skipped that cost no request:
-	// objects written or deleted after the migration started that svm
-	// knew of before writing them. The rest were found by a write
-	// answered with a conflict or not found.
+	AlreadyCurrent int64 `json:"alreadyCurrent,omitempty"`
+	// WrittenSinceStart is the number of objects svm did not need to
+	// write: written after the migration started, by another client or by
+	// this migration before it was interrupted, and so stored in the
+	// current form already.
+	// +optional
+	WrittenSinceStart int64 `json:"writtenSinceStart,omitempty"`
+	// Gone is the number of listed objects deleted before svm wrote them.
+	// +optional
+	Gone int64 `json:"gone,omitempty"`
+	// SkippedWithoutWrite is the part of writtenSinceStart and gone that
+	// cost no request: svm knew of the change before writing. The rest
+	// were found by a write answered with a conflict or not found.
 	// +optional
 	SkippedWithoutWrite int64 `json:"skippedWithoutWrite,omitempty"`
-	// Failed is the number of objects svm could not rewrite.
+	// Failed is the number of objects svm could not write.
 	// +optional
 	Failed int64 `json:"failed,omitempty"`
 	// RemainingEstimate is the API server's estimate of the objects still to
@@ -202,9 +216,11 @@ type StorageVersionMigrationStatus struct {
 // +kubebuilder:printcolumn:name="Resource",type=string,JSONPath=`.spec.resource.resource`
 // +kubebuilder:printcolumn:name="Group",type=string,JSONPath=`.spec.resource.group`
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.conditions[?(@.status=="True")].type`
-// +kubebuilder:printcolumn:name="Rewritten",type=integer,JSONPath=`.status.progress.rewritten`
-// +kubebuilder:printcolumn:name="Skipped",type=integer,JSONPath=`.status.progress.skipped`
+// +kubebuilder:printcolumn:name="Restored",type=integer,JSONPath=`.status.progress.restored`
+// +kubebuilder:printcolumn:name="Already Current",type=integer,JSONPath=`.status.progress.alreadyCurrent`
 // +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.progress.failed`
+// +kubebuilder:printcolumn:name="Written Since Start",type=integer,JSONPath=`.status.progress.writtenSinceStart`,priority=1
+// +kubebuilder:printcolumn:name="Gone",type=integer,JSONPath=`.status.progress.gone`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="In-Tree Migration",type=string,JSONPath=`.status.inTreeMigration`,priority=1
 type StorageVersionMigration struct {

@@ -354,7 +354,8 @@ func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVe
 		r.forget(m)
 		r.Metrics.MigrationFinished(gvr.GroupResource(), metrics.StatusSucceeded, took(status))
 		r.event(m, corev1.EventTypeNormal, ReasonAllObjectsRewritten, condition(status, migrationv1alpha1.MigrationSucceeded).Message)
-		log.Info("Migration succeeded", "rewritten", res.Progress.Rewritten, "skipped", res.Progress.Skipped, "inTreeMigration", status.InTreeMigration)
+		log.Info("Migration succeeded", "restored", res.Progress.Restored, "alreadyCurrent", res.Progress.AlreadyCurrent,
+			"writtenSinceStart", res.Progress.WrittenSinceStart, "gone", res.Progress.Gone, "inTreeMigration", status.InTreeMigration)
 	default:
 		r.forget(m)
 		r.Metrics.MigrationFinished(gvr.GroupResource(), metrics.StatusFailed, took(status))

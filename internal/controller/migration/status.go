@@ -75,10 +75,7 @@ func resumeState(m *migrationv1alpha1.StorageVersionMigration) *migrator.State {
 	s := &migrator.State{
 		ContinueToken: m.Spec.ContinueToken,
 		Checkpoint:    m.Status.ResourceVersionCheckpoint,
-		Progress: migrator.Progress{
-			Listed: m.Status.Progress.Listed, Rewritten: m.Status.Progress.Rewritten,
-			Skipped: m.Status.Progress.Skipped, SkippedWithoutWrite: m.Status.Progress.SkippedWithoutWrite, Failed: m.Status.Progress.Failed,
-		},
+		Progress:      progressFrom(m.Status.Progress),
 	}
 	for _, f := range m.Status.FailedObjects {
 		s.FailedObjects = append(s.FailedObjects, migrator.FailedObject{Namespace: f.Namespace, Name: f.Name, Reason: f.Reason})
@@ -92,14 +89,35 @@ func applyState(st *migrationv1alpha1.StorageVersionMigrationStatus, s migrator.
 	if hash != "" {
 		st.StorageVersionHash = hash
 	}
-	st.Progress = migrationv1alpha1.MigrationProgress{
-		Listed: s.Progress.Listed, Rewritten: s.Progress.Rewritten, Skipped: s.Progress.Skipped, SkippedWithoutWrite: s.Progress.SkippedWithoutWrite,
-		Failed: s.Progress.Failed, RemainingEstimate: s.Progress.RemainingEstimate,
-	}
+	st.Progress = progressOf(s.Progress)
 	st.FailedObjects = nil
 	for _, f := range s.FailedObjects {
 		st.FailedObjects = append(st.FailedObjects, migrationv1alpha1.FailedObject{Namespace: f.Namespace, Name: f.Name, Reason: f.Reason})
 	}
+}
+
+// progressOf is the engine's progress as the API keeps it.
+func progressOf(p migrator.Progress) migrationv1alpha1.MigrationProgress {
+	return migrationv1alpha1.MigrationProgress{
+		Listed: p.Listed, Restored: p.Restored, AlreadyCurrent: p.AlreadyCurrent, WrittenSinceStart: p.WrittenSinceStart,
+		Gone: p.Gone, SkippedWithoutWrite: p.SkippedWithoutWrite, Failed: p.Failed, RemainingEstimate: p.RemainingEstimate,
+	}
+}
+
+// progressFrom is the engine's progress saved in a migration's status,
+// without the estimate: the server is asked again on the next list.
+func progressFrom(p migrationv1alpha1.MigrationProgress) migrator.Progress {
+	return migrator.Progress{
+		Listed: p.Listed, Restored: p.Restored, AlreadyCurrent: p.AlreadyCurrent, WrittenSinceStart: p.WrittenSinceStart,
+		Gone: p.Gone, SkippedWithoutWrite: p.SkippedWithoutWrite, Failed: p.Failed,
+	}
+}
+
+// Summary says what a migration's counters mean, in the words svm uses
+// everywhere: the Succeeded condition, events, the CLI.
+func Summary(p migrator.Progress) string {
+	return fmt.Sprintf("%d objects migrated (%d re-stored, %d already current), %d written since the start, %d gone, %d failed",
+		p.Migrated(), p.Restored, p.AlreadyCurrent, p.WrittenSinceStart, p.Gone, p.Failed)
 }
 
 // outcome is how a finished run changes the status, and whether it should
@@ -117,7 +135,7 @@ func finish(st *migrationv1alpha1.StorageVersionMigrationStatus, res migrator.Re
 	switch {
 	case err == nil:
 		st.Conditions = setCondition(st.Conditions, migrationv1alpha1.MigrationRunning, corev1.ConditionFalse, ReasonCompleted, "", now)
-		msg := fmt.Sprintf("%d objects rewritten, %d skipped (written by others since the migration started)", res.Progress.Rewritten, res.Progress.Skipped)
+		msg := Summary(res.Progress)
 		if st.InTreeMigration != "" {
 			// svm counted nothing: kube-controller-manager wrote.
 			msg = "every object rewritten by kube-controller-manager's in-tree migration " + st.InTreeMigration

@@ -20,7 +20,7 @@ func TestSavedStateResumes(t *testing.T) {
 		ContinueToken: "token",
 		Checkpoint:    "1234",
 		Progress: migrator.Progress{
-			Listed: 100, Rewritten: 80, Skipped: 15, SkippedWithoutWrite: 12, Failed: 5, RemainingEstimate: &remaining,
+			Listed: 100, Restored: 70, AlreadyCurrent: 10, WrittenSinceStart: 13, Gone: 2, SkippedWithoutWrite: 12, Failed: 5, RemainingEstimate: &remaining,
 		},
 		FailedObjects: []migrator.FailedObject{{Namespace: "ns", Name: "w-1", Reason: "denied"}},
 	}
@@ -52,7 +52,7 @@ func TestFinishedStateIsConditionZero(t *testing.T) {
 		want     migrationv1alpha1.MigrationConditionType
 		wantText string
 	}{
-		{name: "succeeded", want: migrationv1alpha1.MigrationSucceeded, wantText: "3 objects rewritten, 1 skipped (written by others since the migration started)"},
+		{name: "succeeded", want: migrationv1alpha1.MigrationSucceeded, wantText: "3 objects migrated (2 re-stored, 1 already current), 1 written since the start, 0 gone, 0 failed"},
 		{name: "succeeded in-tree", inTree: "widgets-x", want: migrationv1alpha1.MigrationSucceeded, wantText: "every object rewritten by kube-controller-manager's in-tree migration widgets-x"},
 		{name: "objects failed", err: &migrator.ObjectsFailedError{Count: 1}, want: migrationv1alpha1.MigrationFailed},
 		{name: "terminal", err: &migrator.TerminalError{Reason: "Forbidden", Err: errors.New("no")}, want: migrationv1alpha1.MigrationFailed},
@@ -61,7 +61,7 @@ func TestFinishedStateIsConditionZero(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			st := &migrationv1alpha1.StorageVersionMigrationStatus{InTreeMigration: tt.inTree}
 			st.Conditions = setCondition(st.Conditions, migrationv1alpha1.MigrationRunning, "True", ReasonStarted, "", now)
-			res := migrator.Result{State: migrator.State{Progress: migrator.Progress{Listed: 4, Rewritten: 3, Skipped: 1}}}
+			res := migrator.Result{State: migrator.State{Progress: migrator.Progress{Listed: 4, Restored: 2, AlreadyCurrent: 1, WrittenSinceStart: 1}}}
 			finish(st, res, tt.err, now)
 			if len(st.Conditions) != 2 || st.Conditions[0].Type != tt.want || st.Conditions[0].Status != "True" ||
 				st.Conditions[1].Type != migrationv1alpha1.MigrationRunning || st.Conditions[1].Status != "False" {

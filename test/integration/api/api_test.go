@@ -161,14 +161,15 @@ func TestPrinterColumns(t *testing.T) {
 			{Type: migrationv1alpha1.MigrationRunning, Status: corev1.ConditionFalse, Reason: "Completed"},
 			{Type: migrationv1alpha1.MigrationSucceeded, Status: corev1.ConditionTrue, Reason: "AllObjectsRewritten"},
 		},
-		Progress: migrationv1alpha1.MigrationProgress{Listed: 12, Rewritten: 10, Skipped: 2},
+		Progress: migrationv1alpha1.MigrationProgress{Listed: 12, Restored: 7, AlreadyCurrent: 3, WrittenSinceStart: 1, Gone: 1},
 	}
 	if err := env.Client.Status().Update(ctx, m); err != nil {
 		t.Fatal(err)
 	}
 
 	row := tableRow(ctx, t, env.Config, migrationsGVR, m.Name)
-	want := map[string]any{"Resource": "widgets", "Group": "example.com", "State": "Succeeded", "Rewritten": float64(10), "Skipped": float64(2), "Failed": nil}
+	want := map[string]any{"Resource": "widgets", "Group": "example.com", "State": "Succeeded", "Restored": float64(7), "Already Current": float64(3), "Failed": nil,
+		"Written Since Start": float64(1), "Gone": float64(1)}
 	for col, v := range want {
 		if diff := cmp.Diff(v, row[col]); diff != "" {
 			t.Errorf("column %s (-want +got):\n%s", col, diff)

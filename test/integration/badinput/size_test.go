@@ -76,7 +76,7 @@ func (s *suite) largeObjects(t *testing.T) {
 		if err != nil {
 			t.Fatalf("migrate %s: %v", gvr.Resource, err)
 		}
-		if p := res.Progress; p.Rewritten != n || p.Failed != 0 {
+		if p := res.Progress; p.Migrated() != n || p.Failed != 0 {
 			t.Errorf("%s: progress %+v, want %d rewritten", gvr.Resource, p, n)
 		}
 	}

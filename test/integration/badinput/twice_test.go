@@ -49,7 +49,7 @@ func (s *suite) twoMigrations(t *testing.T) {
 		t.Error("never saw twice-2 pending while twice-1 ran")
 	}
 	first := s.migration(t, "twice-1")
-	if !isTrue(first, migrationv1alpha1.MigrationSucceeded) || first.Status.Progress.Rewritten != n {
+	if !isTrue(first, migrationv1alpha1.MigrationSucceeded) || first.Status.Progress.Migrated() != n {
 		t.Fatalf("twice-1: %+v, progress %+v; want Succeeded with %d rewritten", first.Status.Conditions, first.Status.Progress, n)
 	}
 	revisions := env.ModRevisions(t, r.EtcdPrefix())
@@ -70,6 +70,6 @@ func (s *suite) twoMigrations(t *testing.T) {
 	if writes != 2*n {
 		t.Errorf("%d write requests, want %d: one per object and migration", writes, 2*n)
 	}
-	t.Logf("twice-1 rewrote %d objects; twice-2 sent %d writes that changed no etcd revision", first.Status.Progress.Rewritten, second.Status.Progress.Rewritten+second.Status.Progress.Skipped)
+	t.Logf("twice-1 rewrote %d objects; twice-2 sent %d writes that changed no etcd revision", first.Status.Progress.Migrated(), second.Status.Progress.Migrated()+second.Status.Progress.Skipped())
 	framework.Scenario{Name: "two migrations of one resource", Objects: n, Writes: writes, Retries: s.retries(t, r), Verified: !t.Failed()}.Report(t)
 }

@@ -58,7 +58,7 @@ func (s *suite) crdDeletedAfterLastList(t *testing.T) {
 	if !isTrue(m, migrationv1alpha1.MigrationSucceeded) {
 		t.Fatalf("conditions %+v, want Succeeded: every object was listed, then found deleted", m.Status.Conditions)
 	}
-	if p := m.Status.Progress; p.Listed != n || p.Skipped != n || p.Rewritten != 0 || p.Failed != 0 {
+	if p := m.Status.Progress; p.Listed != n || p.Skipped() != n || p.Migrated() != 0 || p.Failed != 0 {
 		t.Errorf("progress %+v, want all %d listed and skipped as deleted", p, n)
 	}
 	if writes > n {
@@ -78,7 +78,7 @@ func (s *suite) crdDeletedBeforeListEnds(t *testing.T) {
 		t.Fatalf("conditions %+v, want Failed with ResourceNotFound and the server's message", m.Status.Conditions)
 	}
 	p := m.Status.Progress
-	if p.Listed == 0 || p.Listed >= n || p.Listed%chunkSize != 0 || p.Skipped != p.Listed || p.Rewritten != 0 || p.Failed != 0 {
+	if p.Listed == 0 || p.Listed >= n || p.Listed%chunkSize != 0 || p.Skipped() != p.Listed || p.Migrated() != 0 || p.Failed != 0 {
 		t.Errorf("progress %+v, want whole chunks, not all %d objects, listed and skipped as deleted", p, n)
 	}
 	if writes > int(p.Listed) {
@@ -193,7 +193,7 @@ func (s *suite) namespaceDeleted(t *testing.T) {
 		t.Fatalf("migration: %v", err)
 	}
 	p := res.Progress
-	if p.Listed != n || p.Rewritten != n-n/3 || p.Skipped != n/3 || p.Failed != 0 {
+	if p.Listed != n || p.Migrated() != n-n/3 || p.Skipped() != n/3 || p.Failed != 0 {
 		t.Errorf("progress %+v, want %d listed, %d rewritten and the deleted namespace's %d skipped", p, n, n-n/3, n/3)
 	}
 	env.ExpectStored(t, r.EtcdPrefix(), map[string]int{r.Group + "/v2": n - n/3})
@@ -292,7 +292,7 @@ func (s *suite) objectsBeingDeleted(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("svm migrate exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
-	if want := fmt.Sprintf("%s: rewritten %d, skipped 0, failed 0 in ", r.CRDName(), n); !strings.Contains(stdout, want) {
+	if want := fmt.Sprintf("%s: done: %d listed: migrated %d (re-stored %d, already current 0), written since the start 0, gone 0, failed 0 in ", r.CRDName(), n, n, n); !strings.Contains(stdout, want) {
 		t.Errorf("summary lacks %q:\n%s", want, stdout)
 	}
 	writes := env.ServerRequests(t, "PATCH", r.Plural) - patches

@@ -68,7 +68,7 @@ func (s *suite) webhookTimesOut(t *testing.T) {
 	if diff := cmp.Diff(slow, got); diff != "" {
 		t.Errorf("failed objects (-want +got):\n%s", diff)
 	}
-	if p := m.Status.Progress; p.Rewritten != n-2 || p.Failed != 2 {
+	if p := m.Status.Progress; p.Migrated() != n-2 || p.Failed != 2 {
 		t.Errorf("progress %+v, want %d rewritten and 2 failed", p, n-2)
 	}
 	env.ExpectStored(t, r.EtcdPrefix(), map[string]int{r.Group + "/v2": n - 2, r.Group + "/v1": 2})
@@ -121,7 +121,7 @@ func (s *suite) webhookMutates(t *testing.T) {
 	patches := env.ServerRequests(t, "PATCH", r.Plural)
 	s.createMigration(t, "mutate", r)
 	m := s.waitFinished(t, "mutate", 2*time.Minute)
-	if !isTrue(m, migrationv1alpha1.MigrationSucceeded) || m.Status.Progress.Rewritten != n || m.Status.Progress.Failed != 0 {
+	if !isTrue(m, migrationv1alpha1.MigrationSucceeded) || m.Status.Progress.Migrated() != n || m.Status.Progress.Failed != 0 {
 		t.Fatalf("conditions %+v, progress %+v: want Succeeded with %d rewritten", m.Status.Conditions, m.Status.Progress, n)
 	}
 	writes := env.ServerRequests(t, "PATCH", r.Plural) - patches

@@ -161,7 +161,7 @@ func svmKilledRepeatedly(t *testing.T, env *framework.Env, before framework.Snap
 		// in the saved progress as rewritten or (a repeat, answered 409)
 		// skipped, unless its chunk had not been saved when svm died.
 		writes := env.ServerRequests(t, "PATCH", "widgets") - writesBefore
-		unsaved := writes - int(m.Status.Progress.Rewritten+m.Status.Progress.Skipped) - wasted
+		unsaved := writes - int(m.Status.Progress.Migrated()+m.Status.Progress.Skipped()) - wasted
 		wasted += unsaved
 		saved = int(m.Status.Progress.Listed)
 		t.Logf("kill %d: %s %d saved objects; %d saved at the kill, %d writes so far, %d of them unsaved",
@@ -371,7 +371,7 @@ func verify(t *testing.T, env *framework.Env, s framework.Scenario, m *migration
 	if !succeeded(m) {
 		t.Fatalf("migration ended without success: %+v", m.Status.Conditions)
 	}
-	if p := m.Status.Progress; p.Failed != 0 || p.Rewritten+p.Skipped < objects || len(m.Status.FailedObjects) != 0 {
+	if p := m.Status.Progress; p.Failed != 0 || p.Migrated()+p.Skipped() < objects || len(m.Status.FailedObjects) != 0 {
 		t.Errorf("progress %+v, failed objects %v: want every object rewritten or skipped, none failed", p, m.Status.FailedObjects)
 	}
 	env.ExpectStored(t, widgetsPrefix, want)

@@ -37,7 +37,7 @@ func TestMigrateCustomResources(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("svm migrate exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
-	if want := "widgets.example.com: rewritten 2000, skipped 0, failed 0 in "; !strings.Contains(stdout, want) {
+	if want := "widgets.example.com: done: 2000 listed: migrated 2000 (re-stored 2000, already current 0), written since the start 0, gone 0, failed 0 in "; !strings.Contains(stdout, want) {
 		t.Errorf("summary missing %q in:\n%s", want, stdout)
 	}
 	prefix := framework.EtcdPrefix(framework.Widgets.GroupResource())
@@ -100,7 +100,8 @@ func TestMigrateAll(t *testing.T) {
 	}
 	// Custom, aggregated and built-in resources alike, each with its
 	// summary line.
-	for _, want := range []string{"widgets.example.com: rewritten 100,", "flunders.wardle.example.com: rewritten 20,", "namespaces: rewritten ", "customresourcedefinitions.apiextensions.k8s.io: rewritten 1,", "clusterroles.rbac.authorization.k8s.io: rewritten "} {
+	for _, want := range []string{"widgets.example.com: done: 100 listed: migrated 100 (re-stored 100,", "flunders.wardle.example.com: done: 20 listed: migrated 20 (re-stored 20,",
+		"namespaces: done: ", "customresourcedefinitions.apiextensions.k8s.io: done: 1 listed: migrated 1 ", "clusterroles.rbac.authorization.k8s.io: done: "} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, stdout)
 		}

@@ -79,7 +79,7 @@ func TestStatus(t *testing.T) {
 	started := metav1.NewTime(time.Now().Add(-100 * time.Second))
 	createMigration(t, env, "widgets-running", framework.Widgets, &migrationv1alpha1.StorageVersionMigrationStatus{
 		Conditions: []migrationv1alpha1.MigrationCondition{{Type: migrationv1alpha1.MigrationRunning, Status: corev1.ConditionTrue, Reason: "Started", LastUpdateTime: started}},
-		Progress:   migrationv1alpha1.MigrationProgress{Listed: 300, Rewritten: 250, Skipped: 10, RemainingEstimate: ptr[int64](700)},
+		Progress:   migrationv1alpha1.MigrationProgress{Listed: 300, Restored: 200, AlreadyCurrent: 50, WrittenSinceStart: 8, Gone: 2, RemainingEstimate: ptr[int64](700)},
 		StartTime:  &started,
 	})
 	createMigration(t, env, "secrets-retrying", secrets, &migrationv1alpha1.StorageVersionMigrationStatus{
@@ -87,7 +87,7 @@ func TestStatus(t *testing.T) {
 			Type: migrationv1alpha1.MigrationRunning, Status: corev1.ConditionTrue, Reason: "Retrying", LastUpdateTime: started,
 			Message: "list secrets: the server is currently unable to handle the request",
 		}},
-		Progress:  migrationv1alpha1.MigrationProgress{Listed: 50, Rewritten: 40},
+		Progress:  migrationv1alpha1.MigrationProgress{Listed: 50, Restored: 40},
 		StartTime: &started,
 	})
 	createMigration(t, env, "configmaps-pending", schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, nil)
@@ -172,8 +172,8 @@ func TestStatus(t *testing.T) {
 			t.Errorf("svm status --watch exited %d after SIGTERM\n%s", code, log)
 		}
 		for _, want := range []string{
-			"widgets-running [######..................] 260/1000 rewritten 250 skipped 10 failed 0, ",
-			"secrets-retrying 40 rewritten 40 skipped 0 failed 0, ",
+			"widgets-running [######..................] 260/1000 migrated 250 (re-stored 200) skipped 10 failed 0, ",
+			"secrets-retrying 40 migrated 40 (re-stored 40) skipped 0 failed 0, ",
 			" retrying: list secrets: the server is currently unable to handle the request\n",
 		} {
 			if !strings.Contains(log, want) {
@@ -263,7 +263,7 @@ func TestKubectlPlugin(t *testing.T) {
 	start, end := metav1.NewTime(time.Now().Add(-time.Hour)), metav1.NewTime(time.Now().Add(-time.Hour+20*time.Second))
 	createMigration(t, env, "secrets-done", secrets, &migrationv1alpha1.StorageVersionMigrationStatus{
 		Conditions:     []migrationv1alpha1.MigrationCondition{{Type: migrationv1alpha1.MigrationSucceeded, Status: corev1.ConditionTrue, Reason: "AllObjectsRewritten", LastUpdateTime: end}},
-		Progress:       migrationv1alpha1.MigrationProgress{Listed: 40, Rewritten: 38, Skipped: 2},
+		Progress:       migrationv1alpha1.MigrationProgress{Listed: 40, Restored: 38, WrittenSinceStart: 2},
 		StartTime:      &start,
 		CompletionTime: &end,
 	})
@@ -501,7 +501,9 @@ func checkReport(t *testing.T, r *status.Report, hash string) {
 	}
 	done := byName["widgets-done"]
 	// A finished migration says nothing remains (the last chunk's estimate).
-	if diff := cmp.Diff(&status.Progress{Listed: 30, Rewritten: 30, RemainingEstimate: ptr[int64](0), Total: 30, TotalKnown: true}, done.Progress); diff != "" {
+	// The widgets were never in another version: the API server kept
+	// every one as it was.
+	if diff := cmp.Diff(&status.Progress{Listed: 30, Migrated: 30, AlreadyCurrent: 30, RemainingEstimate: ptr[int64](0), Total: 30, TotalKnown: true}, done.Progress); diff != "" {
 		t.Errorf("progress of widgets-done (-want +got):\n%s", diff)
 	}
 	// 30 objects take well under a second, and the API's times have

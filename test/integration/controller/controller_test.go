@@ -104,7 +104,7 @@ func TestMigrationSucceeds(t *testing.T) {
 	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
 	env.ExpectUnchanged(t, framework.Widgets, before)
 	p := m.Status.Progress
-	if p.Listed != n || p.Rewritten != n || p.Skipped != 0 || p.Failed != 0 {
+	if p.Listed != n || p.Migrated() != n || p.Skipped() != 0 || p.Failed != 0 {
 		t.Errorf("progress %+v, want %d listed and rewritten", p, n)
 	}
 	if running := getCondition(m, migrationv1alpha1.MigrationRunning); running.Status != corev1.ConditionFalse {
@@ -148,7 +148,7 @@ func TestControllerKilledMidMigrationResumes(t *testing.T) {
 	if writes > n+2*chunk {
 		t.Errorf("%d writes to widgets, want at most N + 2 chunks = %d", writes, n+2*chunk)
 	}
-	if m.Status.Progress.Rewritten+m.Status.Progress.Skipped < n || m.Status.Progress.Failed != 0 {
+	if m.Status.Progress.Migrated()+m.Status.Progress.Skipped() < n || m.Status.Progress.Failed != 0 {
 		t.Errorf("progress %+v", m.Status.Progress)
 	}
 	t.Logf("%d objects, %d writes after a kill at %d listed", n, writes, killed.Status.Progress.Listed)
@@ -205,7 +205,7 @@ func TestWebhookDenialsFailTheMigrationNamingTheObjects(t *testing.T) {
 	if diff := cmp.Diff(denied, got); diff != "" {
 		t.Errorf("failed objects (-want +got):\n%s", diff)
 	}
-	if p := m.Status.Progress; p.Rewritten != n-3 || p.Failed != 3 {
+	if p := m.Status.Progress; p.Migrated() != n-3 || p.Failed != 3 {
 		t.Errorf("progress %+v, want %d rewritten and 3 failed", p, n-3)
 	}
 	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n - 3, "example.com/v1": 3})

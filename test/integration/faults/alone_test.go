@@ -35,7 +35,7 @@ func testFaultAlone(t *testing.T, f *fixture, fault framework.Fault, rate float6
 		t.Errorf("only %d of %d requests got fault %q", got, len(log), fault)
 	}
 	expectOneRepeatPerFailure(t, log, opts.RequestTimeout)
-	expectSkips(t, log, res.Progress.Skipped)
+	expectSkips(t, log, res.Progress.Skipped())
 	writes := f.serverWrites(t) - writesBefore
 	expectWrites(t, log, writes)
 	verified := f.expectMigrated(t, before)

@@ -98,7 +98,7 @@ func testControllerOutage(t *testing.T, f *fixture) {
 		t.Fatalf("the migration did not succeed after the outage: %v; status %+v", err, done.Status)
 	}
 	t.Logf("succeeded %s after the outage", time.Since(end).Round(time.Millisecond))
-	if p := done.Status.Progress; p.Rewritten+p.Skipped != int64(objects) || p.Failed != 0 {
+	if p := done.Status.Progress; p.Migrated()+p.Skipped() != int64(objects) || p.Failed != 0 {
 		t.Errorf("progress %+v: want %d rewritten or skipped, none failed", p, objects)
 	}
 

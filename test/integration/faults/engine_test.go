@@ -46,7 +46,7 @@ func testMixedFaults(t *testing.T, f *fixture) {
 	if limit := f.objects * 3 / 2; len(log) > limit {
 		t.Errorf("%d requests for %d objects, want at most %d", len(log), f.objects, limit)
 	}
-	expectSkips(t, log, res.Progress.Skipped)
+	expectSkips(t, log, res.Progress.Skipped())
 	writes := f.serverWrites(t) - writesBefore
 	expectWrites(t, log, writes)
 	verified := f.expectMigrated(t, before)

@@ -207,7 +207,7 @@ func expectWrites(t *testing.T, log framework.FaultLog, server int) {
 // expectProgress checks that every object was handled once and none failed.
 func expectProgress(t *testing.T, p migrator.Progress, objects int) {
 	t.Helper()
-	if p.Listed != int64(objects) || p.Rewritten+p.Skipped != int64(objects) || p.Failed != 0 {
+	if p.Listed != int64(objects) || p.Migrated()+p.Skipped() != int64(objects) || p.Failed != 0 {
 		t.Errorf("progress %+v: want %d listed, rewritten or skipped, none failed", p, objects)
 	}
 }

@@ -270,7 +270,7 @@ func TestAutoChoosesSVMWhenKubeControllerManagerDoesNotMigrate(t *testing.T) {
 	}
 	createSVMMigration(t, env, "widgets")
 	m := waitSucceeded(t, env, "widgets")
-	if m.Status.InTreeMigration != "" || m.Status.Progress.Rewritten != n {
+	if m.Status.InTreeMigration != "" || m.Status.Progress.Migrated() != n {
 		t.Errorf("inTreeMigration %q, progress %+v: want svm's engine to rewrite all %d", m.Status.InTreeMigration, m.Status.Progress, n)
 	}
 	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})

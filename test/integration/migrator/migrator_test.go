@@ -76,7 +76,8 @@ func TestRewritesEveryObjectWithoutChangingIt(t *testing.T) {
 	// Content, generation, uid and field managers are all unchanged: the
 	// write added no managedFields entry and bumped no generation.
 	env.ExpectUnchanged(t, framework.Widgets, before)
-	want := migrator.Progress{Listed: n, Rewritten: n}
+	// Every widget was in v1: every write stored new bytes.
+	want := migrator.Progress{Listed: n, Restored: n}
 	if diff := cmp.Diff(want, res.Progress, ignoreRemaining); diff != "" {
 		t.Errorf("progress (-want +got):\n%s", diff)
 	}
@@ -151,8 +152,8 @@ func TestResumesFromSavedState(t *testing.T) {
 	}
 	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
 	env.ExpectUnchanged(t, framework.Widgets, before)
-	if res.Progress.Rewritten != n || requests.Count("PATCH") != n {
-		t.Errorf("rewritten %d with %d patches, want %d: resuming must not redo finished chunks", res.Progress.Rewritten, requests.Count("PATCH"), n)
+	if res.Progress.Migrated() != n || requests.Count("PATCH") != n {
+		t.Errorf("rewritten %d with %d patches, want %d: resuming must not redo finished chunks", res.Progress.Migrated(), requests.Count("PATCH"), n)
 	}
 }
 
@@ -178,8 +179,8 @@ func TestExpiredContinueTokenRestartsWithoutRewritingAgain(t *testing.T) {
 	if got := requests.Count("PATCH"); got != n {
 		t.Errorf("%d patches, want %d (nothing rewritten twice)", got, n)
 	}
-	if res.Progress.Rewritten != n {
-		t.Errorf("rewritten %d, want %d", res.Progress.Rewritten, n)
+	if res.Progress.Migrated() != n {
+		t.Errorf("rewritten %d, want %d", res.Progress.Migrated(), n)
 	}
 }
 
@@ -228,7 +229,7 @@ func TestConcurrentWritersLoseNothing(t *testing.T) {
 	if out.err != nil {
 		t.Fatalf("migration failed: %v", out.err)
 	}
-	if got := out.res.Progress; got.Rewritten+got.Skipped != n || got.Failed != 0 {
+	if got := out.res.Progress; got.Migrated()+got.Skipped() != n || got.Failed != 0 {
 		t.Errorf("progress %+v: want rewritten+skipped = %d and no failures", got, n)
 	}
 	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n - len(deleted)})
@@ -401,7 +402,7 @@ func TestObjectsWrittenByOthersCostNoWrite(t *testing.T) {
 				t.Errorf("%d patches, want %d: %d objects were written or deleted by others", got, wantPatches, len(touched))
 			}
 			p := res.Progress
-			if p.Rewritten != int64(n-len(touched)) || p.Skipped != int64(len(touched)) || p.SkippedWithoutWrite != int64(wantNoWrite) {
+			if p.Migrated() != int64(n-len(touched)) || p.Skipped() != int64(len(touched)) || p.SkippedWithoutWrite != int64(wantNoWrite) {
 				t.Errorf("progress %+v: want %d rewritten, %d skipped, %d of them without a write", p, n-len(touched), len(touched), wantNoWrite)
 			}
 		})

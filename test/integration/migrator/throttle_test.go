@@ -33,8 +33,8 @@ func TestHonoursRetryAfter(t *testing.T) {
 	if err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	if res.Progress.Rewritten != n {
-		t.Errorf("rewritten %d, want %d", res.Progress.Rewritten, n)
+	if res.Progress.Migrated() != n {
+		t.Errorf("rewritten %d, want %d", res.Progress.Migrated(), n)
 	}
 	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
 	// Each throttled object was retried, and not before its Retry-After.

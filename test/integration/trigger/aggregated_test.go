@@ -72,7 +72,7 @@ func TestAggregatedResources(t *testing.T) {
 	if initial.Labels[trigger.CreatedByLabel] != trigger.InitializerValue {
 		t.Errorf("one-time migration labels %v, want %s=%s", initial.Labels, trigger.CreatedByLabel, trigger.InitializerValue)
 	}
-	if initial.Status.Progress.Rewritten != n {
+	if initial.Status.Progress.Migrated() != n {
 		t.Errorf("one-time migration progress %+v, want %d rewritten", initial.Status.Progress, n)
 	}
 	expectRewritten(t, env, prefix, revisions)
