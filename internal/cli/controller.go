@@ -3,16 +3,12 @@ package cli
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -20,7 +16,6 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controller/migration"
 	"github.com/svm-project/svm/internal/controller/storagestate"
 	"github.com/svm-project/svm/internal/health"
@@ -72,7 +67,7 @@ func newControllerCommand(configFlags *genericclioptions.ConfigFlags) *cobra.Com
 	fs.IntVar(&o.MaxParallel, "max-parallel", 1, "resources migrated at the same time")
 	fs.StringVar(&o.Executor, "executor", string(intree.ExecutorAuto), "who rewrites the objects of svm's migrations: svm (its own engine), in-tree (kube-controller-manager's in-tree migrator, storagemigration.k8s.io/v1), or auto: in-tree when that API is served, kube-controller-manager holds a live lease and runs a probe migration to its end, svm otherwise")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect a leader so that only one replica migrates")
-	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: the pod's namespace)")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: in a pod, the pod's namespace; elsewhere kubectl's: --namespace, else the kubeconfig context's, else default)")
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", ":8080", "address of the metrics endpoint; 0 turns it off")
 	fs.StringVar(&o.HealthAddress, "health-probe-bind-address", ":8081", "address of the health and readiness endpoints; 0 turns them off")
 	fs.BoolVar(&o.Trigger, "trigger", true, "keep StorageStates and start migrations when storage versions change")
@@ -117,7 +112,10 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = 50, 100
 	ctrl.SetLogger(klog.NewKlogr())
-	if err := requireCRDs(cfg); err != nil {
+	if err := requireCRDs(ctx, cfg); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting for the CRDs, as asked: nothing started, nothing to drain
+		}
 		return err
 	}
 	if err := requireAccess(ctx, cfg); err != nil {
@@ -139,16 +137,12 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 		GracefulShutdownTimeout:       ptr(30 * time.Second),
 	}
 	if o.LeaderElect {
-		lock, err := leaseLock(cfg, o.LeaderElectionNamespace)
+		lock, err := o.electionLock(ctx, cfg)
 		if err != nil {
 			return err
 		}
-		// The elector would retry a lease it may not read every two
-		// seconds, forever; say so once instead.
-		if _, _, err := lock.Get(ctx); apierrors.IsForbidden(err) {
-			return fmt.Errorf("leader election: %w; svm controller needs the Role svm-leader-election (config/rbac) bound to this user in the lease's namespace", err)
-		}
-		opts.LeaderElectionResourceLockInterface = tracker.WrapLock(lock)
+		opts.LeaderElectionNamespace = lock.namespace
+		opts.LeaderElectionResourceLockInterface = tracker.WrapLock(lock.Interface)
 	}
 	mgr, err := ctrl.NewManager(cfg, opts)
 	if err != nil {
@@ -262,46 +256,6 @@ func startUntilStopped(ctx context.Context, start func(context.Context) error, g
 	case <-timer.C:
 		return fmt.Errorf("did not stop within %s of being asked to; the API server may forbid svm to list or watch its own objects (see the log)", grace)
 	}
-}
-
-// requireCRDs fails with a plain message when svm's CRDs are missing,
-// rather than with the discovery error the manager would give.
-func requireCRDs(cfg *rest.Config) error {
-	disc, err := resources.NewDiscoveryClient(cfg)
-	if err != nil {
-		return err
-	}
-	list, err := disc.ServerResourcesForGroupVersion(migrationv1alpha1.GroupVersion.String())
-	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("the server does not serve %s: install svm's CRDs first (kubectl apply -k config/crd)", migrationv1alpha1.GroupVersion)
-	}
-	if err != nil {
-		return fmt.Errorf("discover %s: %w", migrationv1alpha1.GroupVersion, err)
-	}
-	for _, want := range []string{"storageversionmigrations", "storagestates"} {
-		if !slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == want }) {
-			return fmt.Errorf("the server does not serve %s.%s: install svm's CRDs first (kubectl apply -k config/crd)", want, migrationv1alpha1.GroupVersion.Group)
-		}
-	}
-	return nil
-}
-
-// requireAccess fails with the API server's own words when svm may not list
-// its migrations: the manager's cache would otherwise retry that list
-// forever, logging each refusal, and the controller would never start.
-func requireAccess(ctx context.Context, cfg *rest.Config) error {
-	md, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	_, err = md.Resource(migrationsResource).List(ctx, metav1.ListOptions{Limit: 1})
-	if apierrors.IsForbidden(err) {
-		return fmt.Errorf("%w; svm controller needs the ClusterRole svm-controller (config/rbac) bound to this user", err)
-	}
-	if err != nil {
-		return fmt.Errorf("list %s.%s: %w", migrationsResource.Resource, migrationsResource.Group, err)
-	}
-	return nil
 }
 
 func ptr[T any](v T) *T { return &v }
