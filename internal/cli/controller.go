@@ -211,6 +211,13 @@ func (o *ControllerOptions) setUpExecutors(cfg *rest.Config, mgr ctrl.Manager, m
 	if err != nil {
 		return nil, false, err
 	}
+	if served {
+		// The controller watches in-tree migrations where they are served;
+		// a cache it may not fill would retry forever. Say so once.
+		if err := requireList(context.Background(), cfg, inTreeMigrationsResource); err != nil {
+			return nil, false, err
+		}
+	}
 	crds, err := apiextensionsclient.NewForConfig(cfg)
 	if err != nil {
 		return nil, false, err

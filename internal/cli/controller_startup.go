@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery"
@@ -370,16 +371,22 @@ func notServedBecause(crd *apiextensionsv1.CustomResourceDefinition) string {
 // its migrations: the manager's cache would otherwise retry that list
 // forever, logging each refusal, and the controller would never start.
 func requireAccess(ctx context.Context, cfg *rest.Config) error {
+	return requireList(ctx, cfg, migrationsResource)
+}
+
+// requireList fails with the API server's own words, and the role to bind,
+// when svm may not list gvr.
+func requireList(ctx context.Context, cfg *rest.Config, gvr schema.GroupVersionResource) error {
 	md, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
-	_, err = md.Resource(migrationsResource).List(ctx, metav1.ListOptions{Limit: 1})
+	_, err = md.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
 	if apierrors.IsForbidden(err) {
 		return fmt.Errorf("%w; svm controller needs the ClusterRole svm-controller (config/rbac) bound to this user", err)
 	}
 	if err != nil {
-		return fmt.Errorf("list %s.%s: %w", migrationsResource.Resource, migrationsResource.Group, err)
+		return fmt.Errorf("list %s.%s: %w", gvr.Resource, gvr.Group, err)
 	}
 	return nil
 }

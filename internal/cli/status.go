@@ -55,6 +55,8 @@ var statusOutputs = []string{"table", "json", "yaml"}
 var (
 	migrationsResource    = migrationv1alpha1.GroupVersion.WithResource("storageversionmigrations")
 	storageStatesResource = migrationv1alpha1.GroupVersion.WithResource("storagestates")
+	// inTreeMigrationsResource is the in-tree migrator's API.
+	inTreeMigrationsResource = storagemigrationv1.SchemeGroupVersion.WithResource("storageversionmigrations")
 )
 
 func newStatusCommand(configFlags *genericclioptions.ConfigFlags, out, errOut io.Writer) *cobra.Command {

@@ -153,10 +153,10 @@ func TestControllerWithoutItsRoles(t *testing.T) {
 	// refusedStart runs svm and expects it to exit non-zero within seconds
 	// with one line that carries the API server's refusal and names the
 	// role to bind, having sent a handful of requests.
-	refusedStart := func(t *testing.T, role string) {
+	refusedStart := func(t *testing.T, role string, args ...string) {
 		t.Helper()
 		sent := len(audit.Requests(t, controllerUser))
-		svm := framework.StartSVMWithKubeconfig(t, kubeconfig, controllerArgs()...)
+		svm := framework.StartSVMWithKubeconfig(t, kubeconfig, controllerArgs(args...)...)
 		if code := exitWithin(t, svm, 30*time.Second); code == 0 {
 			t.Fatalf("svm controller exited 0 without its roles")
 		}
@@ -178,6 +178,26 @@ func TestControllerWithoutItsRoles(t *testing.T) {
 		bind(t, env, "svm-controller", controllerSA)
 		deleteObject(t, env, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: installNamespace, Name: "svm-leader-election"}})
 		refusedStart(t, "Role svm-leader-election")
+	})
+	t.Run("without access to in-tree migrations", func(t *testing.T) {
+		// An svm-controller role from before svm worked with the in-tree
+		// migrator: no wildcard (which lists everything) and no rule for
+		// storagemigration.k8s.io. The cluster serves that API, so svm
+		// would watch it: it says at once that it may not.
+		narrow := clusterRole(t, objs, "svm-controller").DeepCopy()
+		narrow.Name = "svm-controller-without-in-tree"
+		narrow.Rules = slices.DeleteFunc(narrow.Rules, func(r rbacv1.PolicyRule) bool {
+			return slices.Contains(r.Resources, "*") || slices.Contains(r.APIGroups, "storagemigration.k8s.io")
+		})
+		if err := env.Client.Create(ctx(t), narrow); err != nil {
+			t.Fatal(err)
+		}
+		deleteObject(t, env, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: controllerSA + "-svm-controller"}})
+		bind(t, env, narrow.Name, controllerSA)
+		// The leader election RoleBinding is gone (above): no election.
+		refusedStart(t, "ClusterRole svm-controller", "--leader-elect=false")
+		deleteObject(t, env, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: controllerSA + "-" + narrow.Name}})
+		bind(t, env, "svm-controller", controllerSA)
 	})
 	t.Run("without access to the migrated resource", func(t *testing.T) {
 		// svm-controller without its one wildcard rule: svm's own objects
