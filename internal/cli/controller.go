@@ -223,12 +223,13 @@ func (o *ControllerOptions) setUpExecutors(cfg *rest.Config, mgr ctrl.Manager, m
 		return nil, false, err
 	}
 	choice := &migration.Choice{}
+	engine := migration.EngineExecutor{Migrator: m, CRDs: &migration.CRDMarker{
+		Reader: mgr.GetAPIReader(), CRDs: crds.ApiextensionsV1().CustomResourceDefinitions()}}
 	chooser := &migration.Chooser{
 		Asked: o.executor, Served: served, Choice: choice, Metrics: svmMetrics,
 		Prober: intree.Prober{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()},
-		Engine: migration.EngineExecutor{Migrator: m, CRDs: &migration.CRDMarker{
-			Reader: mgr.GetAPIReader(), CRDs: crds.ApiextensionsV1().CustomResourceDefinitions()}},
-		InTree: migration.InTreeExecutor{Client: mgr.GetClient(), Reader: mgr.GetClient(), Lookup: m.Lookup},
+		Engine: engine,
+		InTree: migration.InTreeExecutor{Client: mgr.GetClient(), Reader: mgr.GetClient(), Lookup: m.Lookup, Fallback: engine},
 	}
 	if _, _, err := intree.Choose(o.executor, served, &intree.Verdict{}); err != nil {
 		return nil, false, err // --executor=in-tree where it is not served: say so now

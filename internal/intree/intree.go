@@ -112,6 +112,22 @@ func Holder(ms []storagemigrationv1.StorageVersionMigration, gr schema.GroupReso
 	return nil
 }
 
+// gcIgnored are the resources kube-controller-manager's garbage collector
+// never watches (its ignoredResources), so its migrator cannot migrate
+// them: their in-tree migrations stay Running for ever.
+var gcIgnored = map[schema.GroupResource]bool{
+	{Resource: "events"}:                         true,
+	{Group: "events.k8s.io", Resource: "events"}: true,
+}
+
+// CanExecute reports whether kube-controller-manager's migrator can migrate
+// the resource gr, whose discovery lists verbs: it reads objects only from
+// its garbage collector's caches, which hold the resources that can be
+// deleted, listed and watched, less the ones the collector ignores.
+func CanExecute(gr schema.GroupResource, verbs []string) bool {
+	return !gcIgnored[gr] && hasVerbs(verbs, "delete", "list", "watch")
+}
+
 // Executor names who rewrites the objects of svm's migrations.
 type Executor string
 

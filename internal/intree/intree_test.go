@@ -144,3 +144,27 @@ func TestHolderAndEnded(t *testing.T) {
 		t.Errorf("Message = %q, want the Failed condition's", msg)
 	}
 }
+
+func TestCanExecute(t *testing.T) {
+	all := []string{"create", "delete", "get", "list", "patch", "update", "watch"}
+	tests := []struct {
+		gr    schema.GroupResource
+		verbs []string
+		want  bool
+	}{
+		{schema.GroupResource{Group: "example.com", Resource: "widgets"}, all, true},
+		{schema.GroupResource{Resource: "secrets"}, all, true},
+		// Its garbage collector ignores events: an in-tree migration of
+		// them never ends.
+		{schema.GroupResource{Resource: "events"}, all, false},
+		{schema.GroupResource{Group: "events.k8s.io", Resource: "events"}, all, false},
+		// Not deletable, or not watchable: not in the collector's caches.
+		{schema.GroupResource{Group: "example.com", Resource: "gadgets"}, []string{"get", "list", "patch", "watch"}, false},
+		{schema.GroupResource{Group: "example.com", Resource: "gizmos"}, []string{"delete", "get", "list", "patch"}, false},
+	}
+	for _, tt := range tests {
+		if got := CanExecute(tt.gr, tt.verbs); got != tt.want {
+			t.Errorf("CanExecute(%s, %v) = %v, want %v", tt.gr, tt.verbs, got, tt.want)
+		}
+	}
+}

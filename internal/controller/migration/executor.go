@@ -175,6 +175,9 @@ type InTreeExecutor struct {
 	// Lookup finds the resource in discovery, with its storage version
 	// hash, and refuses what cannot be migrated, as the engine does.
 	Lookup func(context.Context, schema.GroupVersionResource) (*metav1.APIResource, error)
+	// Fallback executes the resources kube-controller-manager cannot
+	// (intree.CanExecute): svm's engine.
+	Fallback Executor
 	Clock  clock.Clock
 	// Interval between reads of the in-tree migration. Default 1 second.
 	Interval time.Duration
@@ -186,6 +189,12 @@ func (e InTreeExecutor) Execute(ctx context.Context, run Run) (migrator.Result, 
 	info, err := e.Lookup(ctx, run.Resource)
 	if err != nil {
 		return res, err
+	}
+	if !intree.CanExecute(run.Resource.GroupResource(), info.Verbs) {
+		// Handed over, it would stay Running for ever and hold the
+		// resource: kube-controller-manager's migrator reads objects from
+		// its garbage collector, which does not watch this resource.
+		return e.Fallback.Execute(ctx, run)
 	}
 	res.StorageVersionHash = info.StorageVersionHash
 	m := run.Migration

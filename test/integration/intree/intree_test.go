@@ -180,6 +180,21 @@ func TestTriggerHandsMigrationsToKubeControllerManager(t *testing.T) {
 	if delegated != 1 {
 		t.Errorf("%d svm migrations of widgets to v2, want 1", delegated)
 	}
+	// kube-controller-manager cannot migrate events (its garbage collector
+	// ignores them: an in-tree migration of them never ends), so svm's
+	// engine did, and events are migrated like the rest.
+	waitFor(t, "events migrated by svm's engine", time.Minute, func(ctx context.Context) (bool, error) {
+		s := &migrationv1alpha1.StorageState{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: "events"}, s); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return len(s.Status.PersistedStorageVersionHashes) == 1 && s.Status.PersistedStorageVersionHashes[0] == s.Status.CurrentStorageVersionHash, nil
+	})
+	for _, m := range svms.Items {
+		if m.Spec.Resource.Resource == "events" && m.Status.InTreeMigration != "" {
+			t.Errorf("svm migration %s of events was handed to kube-controller-manager (%s), which cannot migrate events", m.Name, m.Status.InTreeMigration)
+		}
+	}
 	// The probe cleans up after itself.
 	for _, it := range inTreeMigrations(t, env) {
 		if it.Labels[intree.CreatedByLabel] == intree.CreatedByProbe {
