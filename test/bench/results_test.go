@@ -46,7 +46,8 @@ func (r result) serverCPU() float64 {
 	return r.perObject(func(p passFigures) float64 { return ms(p.serverCPU) })
 }
 
-// svmCPU is the median svm CPU per object, in milliseconds.
+// svmCPU is the median CPU per object of the migrating process (svm, or
+// kube-controller-manager during an in-tree pass), in milliseconds.
 func (r result) svmCPU() float64 {
 	return r.perObject(func(p passFigures) float64 { return ms(p.usage.cpu) })
 }
@@ -73,7 +74,8 @@ func (r result) perObject(f func(passFigures) float64) float64 {
 	return median(out)
 }
 
-// peakRSS is the highest peak resident set of svm over the passes.
+// peakRSS is the highest peak resident set of the migrating process over
+// the passes.
 func (r result) peakRSS() int64 {
 	var peak int64
 	for _, p := range r.passes {
@@ -93,6 +95,9 @@ func (r result) skipped() int {
 }
 
 func (r result) process() bool { return len(r.passes) > 0 && r.passes[0].usage.process }
+
+// counted says the migrator reported the objects it skipped.
+func (r result) counted() bool { return len(r.passes) > 0 && r.passes[0].usage.counted }
 
 func median(v []float64) float64 {
 	if len(v) == 0 {
@@ -125,7 +130,7 @@ func writeResults(b *testing.B, results []result, notes []string, targets []targ
 	ceiling, naive1 := baselines(results)
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "Run of %s on %s.\n\n", time.Now().UTC().Format("2006-01-02"), machine())
-	sb.WriteString("| workload | strategy | objects | objects/s (median) | of ceiling | x naive (1 worker) | API server CPU ms/object | svm CPU ms/object | svm peak RSS | requests/object | found rewritten by others | objects/s of each pass |\n")
+	sb.WriteString("| workload | strategy | objects | objects/s (median) | of ceiling | x naive (1 worker) | API server CPU ms/object | migrator CPU ms/object | migrator peak RSS | requests/object | found rewritten by others | objects/s of each pass |\n")
 	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		ofCeiling, xNaive, svmCPU, rss, skipped := "", "", "", "", ""
@@ -138,6 +143,8 @@ func writeResults(b *testing.B, results []result, notes []string, targets []targ
 		if r.process() {
 			svmCPU = fmt.Sprintf("%.3f", r.svmCPU())
 			rss = fmt.Sprintf("%.0f MB", float64(r.peakRSS())/1e6)
+		}
+		if r.counted() {
 			skipped = fmt.Sprint(r.skipped())
 		}
 		each := make([]string, 0, len(r.passes))
@@ -248,6 +255,6 @@ func machine() string {
 			mem = fmt.Sprintf(", %.0f GiB of memory", float64(kb)/(1<<20))
 		}
 	}
-	return fmt.Sprintf("%d cores (%s)%s, %s/%s, %s; the API server, etcd, svm and the benchmark share them",
+	return fmt.Sprintf("%d cores (%s)%s, %s/%s, %s; the API server, etcd, svm (or kube-controller-manager) and the benchmark share them",
 		runtime.NumCPU(), model, mem, runtime.GOOS, runtime.GOARCH, runtime.Version())
 }

@@ -48,9 +48,16 @@ type workload struct {
 // strategy rewrites every object of a workload once.
 type strategy struct {
 	name string
+	// prepare, if set, readies what the strategy needs that is not part of
+	// its work (kube-controller-manager, started and synced), before the
+	// pass waits for a quiet server and is timed. The cleanup it returns
+	// runs once the pass is measured and verified, and may add to the
+	// pass's figures; prefix is where the workload's objects are in etcd.
+	prepare func(b *testing.B, w *workload) (cleanup func(b *testing.B, prefix string, u *usage))
 	// run rewrites w's objects; it returns the rewriting process's CPU
-	// time and peak RSS when it ran as a process (svm), zero otherwise,
-	// and how many objects it found already rewritten by someone else.
+	// time and peak RSS when it ran as a process (svm, or
+	// kube-controller-manager), zero otherwise, and how many objects it
+	// found already rewritten by someone else.
 	run func(ctx context.Context, w *workload) (usage, error)
 }
 
@@ -58,7 +65,12 @@ type usage struct {
 	cpu     time.Duration
 	peakRSS int64 // bytes
 	skipped int
+	// counted says skipped was read from svm's summary: the in-tree
+	// migrator reports no counts.
+	counted bool
 	process bool
+	// inTree is set by the in-tree migrator's passes.
+	inTree *inTreeFigures
 }
 
 // maxSettings are svm's largest settings: as many workers as the ceiling
@@ -77,10 +89,11 @@ const unthrottledName = "svm (unthrottled: --workers 256 --adaptive-pacing=false
 // BenchmarkSuite measures, in one run and on the same data, svm (defaults,
 // largest settings paced, and unthrottled, as the `svm` process an
 // operator runs), the naive baseline (full list and unmodified Update, 1
-// and 8 workers) and the ceiling (the highest rate the API server
-// sustains: the cheapest rewrite at rising concurrency), on custom
-// resources after a storage flip, Secrets after an encryption key rotation,
-// and custom resources being updated during the migration. Every pass is
+// and 8 workers), the ceiling (the highest rate the API server sustains:
+// the cheapest rewrite at rising concurrency) and kube-controller-manager's
+// in-tree migrator, on custom resources after a storage flip and Secrets
+// after an encryption key rotation, and svm and the naive baseline on
+// custom resources being updated during the migration. Every pass is
 // verified in etcd. The compared strategies run SVM_BENCH_ROUNDS times
 // (default 3), interleaved, and the table shows medians. The table goes
 // to $SVM_BENCH_RESULTS (default _output/benchmarks.md at the repository
@@ -100,7 +113,7 @@ func BenchmarkSuite(b *testing.B) {
 		env := framework.Start(b, benchControlPlane())
 		env.CreateWidgetCRD(b, "v1")
 		w := widgetsWorkload(b, env, "custom resources after a storage flip", n)
-		results = append(results, runAll(b, w, rounds)...)
+		results = append(results, runAll(b, w, rounds, inTree())...)
 	})
 	b.Run("secrets", func(b *testing.B) {
 		results = append(results, secretsSuite(b, n, rounds)...)
@@ -161,6 +174,7 @@ func BenchmarkSuite(b *testing.B) {
 			met:      off >= -5 && off <= 5,
 		})
 	})
+	notes = append(notes, inTreeNotes(results)...)
 	writeResults(b, results, notes, append(speedTargets(results), targets...))
 }
 
@@ -175,10 +189,11 @@ func ceilingName(workers int) string {
 }
 
 // runAll runs the comparison on w, in rounds: the ceiling search (svm's
-// engine, the cheapest rewrite there is, unpaced at rising concurrency)
-// and every strategy. One unmeasured pass warms the server up first: the
-// first pass after the objects were made is the slowest of any.
-func runAll(b *testing.B, w *workload, rounds int) []result {
+// engine, the cheapest rewrite there is, unpaced at rising concurrency),
+// svm and the naive baseline, and then others (the in-tree migrator). One
+// unmeasured pass warms the server up first: the first pass after the
+// objects were made is the slowest of any.
+func runAll(b *testing.B, w *workload, rounds int, others ...strategy) []result {
 	pass(b, w, engine(64))
 	var strategies []strategy
 	for _, workers := range ceilingLevels {
@@ -188,7 +203,7 @@ func runAll(b *testing.B, w *workload, rounds int) []result {
 	}
 	strategies = append(strategies, svmProcess("svm (defaults)"), svmProcess(maxSettingsName, maxSettings...),
 		svmProcess(unthrottledName, unthrottled...), naive(1), naive(8))
-	return compare(b, w, rounds, strategies...)
+	return compare(b, w, rounds, append(strategies, others...)...)
 }
 
 // compare runs every strategy on w rounds times, one after another in
@@ -222,6 +237,13 @@ func pass(b *testing.B, w *workload, s strategy) result {
 	b.Helper()
 	prefix, want := w.stale(b)
 	w.env.CompactEtcd(b)
+	var cleanup func(b *testing.B, prefix string, u *usage)
+	if s.prepare != nil {
+		cleanup = s.prepare(b, w)
+	} else if w.env.CP.ControllerManagerRunning() {
+		// Its garbage collector would process every write of the pass.
+		b.Fatalf("kube-controller-manager is running during %s", s.name)
+	}
 	pid := w.env.CP.APIServerPID()
 	// Every pass starts on a quiet server: what the last pass and the
 	// storage flip left to do would otherwise slow this one's start by a
@@ -269,10 +291,18 @@ func pass(b *testing.B, w *workload, s strategy) result {
 	if got := w.env.StoredVersions(b, prefix); !equalCounts(got, want) {
 		b.Fatalf("after %s on %s: etcd holds %v, want %v", s.name, w.name, got, want)
 	}
-	p := passFigures{wall: wall, serverCPU: busy, usage: u, requests: requests(b, w) - before - churned, churned: churned}
+	requested := requests(b, w) - before - churned
+	if cleanup != nil {
+		cleanup(b, prefix, &u)
+	}
+	p := passFigures{wall: wall, serverCPU: busy, usage: u, requests: requested, churned: churned}
 	r := result{workload: w.name, strategy: s.name, objects: w.objects, passes: []passFigures{p}}
-	b.Logf("%-45s %-55s %8.0f objects/s  server %.2f ms/object  %d requests  (settled %.0fs before, %.0fs after; idle %.3f cores)",
-		w.name, s.name, r.rate(), ms(busy)/float64(w.objects), p.requests, waited.Seconds(), tail.Seconds(), meter.idleRate)
+	migrator := ""
+	if u.process {
+		migrator = fmt.Sprintf("  migrator %.3f ms/object, peak RSS %.0f MB", ms(u.cpu)/float64(w.objects), float64(u.peakRSS)/1e6)
+	}
+	b.Logf("%-45s %-55s %8.0f objects/s  server %.2f ms/object  %d requests%s  (settled %.0fs before, %.0fs after; idle %.3f cores)",
+		w.name, s.name, r.rate(), ms(busy)/float64(w.objects), p.requests, migrator, waited.Seconds(), tail.Seconds(), meter.idleRate)
 	return r
 }
 
@@ -353,7 +383,7 @@ func secretsSuite(b *testing.B, n, rounds int) []result {
 			return "/registry/secrets/bench/", map[string]int{"encrypted:aescbc:" + keys[current].Name: n}
 		},
 	}
-	return runAll(b, w, rounds)
+	return runAll(b, w, rounds, inTree())
 }
 
 func createSecrets(b *testing.B, env *framework.Env, n int) {
@@ -456,6 +486,7 @@ func svmProcessAs(name, kubeconfig string, args ...string) strategy {
 		u := usage{
 			cpu:     time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
 			peakRSS: peak.Load(),
+			counted: true,
 			process: true,
 		}
 		// The summary: "<resource>: rewritten R, skipped S, failed F in T",
