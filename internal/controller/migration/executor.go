@@ -178,7 +178,7 @@ type InTreeExecutor struct {
 	// Fallback executes the resources kube-controller-manager cannot
 	// (intree.CanExecute): svm's engine.
 	Fallback Executor
-	Clock  clock.Clock
+	Clock    clock.Clock
 	// Interval between reads of the in-tree migration. Default 1 second.
 	Interval time.Duration
 }
