@@ -118,6 +118,7 @@ func (o *MigrateOptions) migrateOne(ctx context.Context, gvr schema.GroupVersion
 	res, err := o.migrator.Run(ctx, migrator.Request{Resource: gvr, OnProgress: progress.update})
 	progress.done()
 	printSummary(o.Out, name, res, err, time.Since(start))
+	printFailure(o.ErrOut, name, res, err)
 	return err
 }
 
@@ -139,10 +140,10 @@ func outcomeOf(err error) string {
 
 // printSummary tells what a migration did, in the words svm uses
 // everywhere (see migration.Summary): how it ended, then every listed
-// object under exactly one outcome, then what went wrong. A run that
-// stopped says so in its first word and in its last line, and its
-// counters are those of its last completed chunk: nothing more is claimed
-// than what is known to be stored.
+// object under exactly one outcome, then the objects that failed. A run
+// that stopped says so in its first word (and printFailure says why), and
+// its counters are those of its last completed chunk: nothing more is
+// claimed than what is known to be stored.
 func printSummary(out io.Writer, name string, res migrator.Result, err error, took time.Duration) {
 	p := res.Progress
 	fmt.Fprintf(out, "%s: %s: %d listed: migrated %d (re-stored %d, already current %d), written since the start %d, gone %d, failed %d in %s\n",
@@ -157,17 +158,22 @@ func printSummary(out io.Writer, name string, res migrator.Result, err error, to
 	if p.Failed > int64(len(res.FailedObjects)) {
 		fmt.Fprintf(out, "  ... and %d more\n", p.Failed-int64(len(res.FailedObjects)))
 	}
+}
+
+// printFailure says, on the error output, why a migration stopped or
+// failed; failed objects are named in the summary.
+func printFailure(errOut io.Writer, name string, res migrator.Result, err error) {
 	var partial *migrator.ObjectsFailedError
 	switch {
 	case err == nil || errors.As(err, &partial):
 	case outcomeOf(err) == "stopped":
 		left := "the objects not listed yet"
-		if p.RemainingEstimate != nil {
-			left = fmt.Sprintf("about %d objects not listed yet", *p.RemainingEstimate)
+		if r := res.Progress.RemainingEstimate; r != nil {
+			left = fmt.Sprintf("about %d objects not listed yet", *r)
 		}
-		fmt.Fprintf(out, "  stopped before the end, %s not migrated: %v; run it again to finish\n", left, err)
+		fmt.Fprintf(errOut, "%s: stopped before the end, %s not migrated: %v; run it again to finish\n", name, left, err)
 	default:
-		fmt.Fprintf(out, "  %v\n", err)
+		fmt.Fprintf(errOut, "%s: %v\n", name, err)
 	}
 }
 

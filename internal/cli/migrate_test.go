@@ -14,10 +14,11 @@ import (
 func TestPrintSummary(t *testing.T) {
 	remaining := int64(500)
 	tests := []struct {
-		name string
-		res  migrator.Result
-		err  error
-		want string
+		name    string
+		res     migrator.Result
+		err     error
+		want    string
+		wantErr string
 	}{
 		{
 			name: "every object re-stored",
@@ -49,22 +50,27 @@ func TestPrintSummary(t *testing.T) {
 			name: "stopped by an outage: says so first and last, counts what is known",
 			res:  migrator.Result{State: migrator.State{Progress: migrator.Progress{Listed: 500, Restored: 500, RemainingEstimate: &remaining}}},
 			err:  errors.New("rewrite widgets ns/w-501: conversion webhook for example.com/v1, Kind=Widget failed: connection refused"),
-			want: "widgets.example.com: stopped: 500 listed: migrated 500 (re-stored 500, already current 0), written since the start 0, gone 0, failed 0 in 1.5s\n" +
-				"  stopped before the end, about 500 objects not listed yet not migrated: rewrite widgets ns/w-501: conversion webhook for example.com/v1, Kind=Widget failed: connection refused; run it again to finish\n",
+			want: "widgets.example.com: stopped: 500 listed: migrated 500 (re-stored 500, already current 0), written since the start 0, gone 0, failed 0 in 1.5s\n",
+			wantErr: "widgets.example.com: stopped before the end, about 500 objects not listed yet not migrated: " +
+				"rewrite widgets ns/w-501: conversion webhook for example.com/v1, Kind=Widget failed: connection refused; run it again to finish\n",
 		},
 		{
-			name: "failed at once",
-			err:  &migrator.TerminalError{Reason: "ResourceNotFound", Err: errors.New("the server does not serve example.com/v1")},
-			want: "widgets.example.com: failed: ResourceNotFound: 0 listed: migrated 0 (re-stored 0, already current 0), written since the start 0, gone 0, failed 0 in 1.5s\n" +
-				"  the server does not serve example.com/v1\n",
+			name:    "failed at once",
+			err:     &migrator.TerminalError{Reason: "ResourceNotFound", Err: errors.New("the server does not serve example.com/v1")},
+			want:    "widgets.example.com: failed: ResourceNotFound: 0 listed: migrated 0 (re-stored 0, already current 0), written since the start 0, gone 0, failed 0 in 1.5s\n",
+			wantErr: "widgets.example.com: the server does not serve example.com/v1\n",
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var out bytes.Buffer
+			var out, errOut bytes.Buffer
 			printSummary(&out, "widgets.example.com", tt.res, tt.err, 1500*time.Millisecond)
+			printFailure(&errOut, "widgets.example.com", tt.res, tt.err)
 			if diff := cmp.Diff(tt.want, out.String()); diff != "" {
 				t.Errorf("summary (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantErr, errOut.String()); diff != "" {
+				t.Errorf("error output (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -32,7 +32,7 @@ import (
 // StatusOptions are the options of `svm status`.
 type StatusOptions struct {
 	ConfigFlags *genericclioptions.ConfigFlags
-	// Output is table, json or yaml.
+	// Output is table, wide, json or yaml.
 	Output   string
 	Watch    bool
 	Interval time.Duration
@@ -50,7 +50,7 @@ type StatusOptions struct {
 	noted string
 }
 
-var statusOutputs = []string{"table", "json", "yaml"}
+var statusOutputs = []string{"table", "wide", "json", "yaml"}
 
 var (
 	migrationsResource    = migrationv1alpha1.GroupVersion.WithResource("storageversionmigrations")
@@ -110,7 +110,7 @@ func (o *StatusOptions) Validate() error {
 	if !slices.Contains(statusOutputs, o.Output) {
 		return fmt.Errorf("--output must be one of %s, got %q", strings.Join(statusOutputs, ", "), o.Output)
 	}
-	if o.Watch && o.Output != "table" {
+	if o.Watch && o.Output != "table" && o.Output != "wide" {
 		return fmt.Errorf("--watch shows progress lines and cannot be combined with --output %s", o.Output)
 	}
 	if o.Interval <= 0 {
@@ -133,6 +133,8 @@ func (o *StatusOptions) Run(ctx context.Context) error {
 		return status.WriteJSON(o.Out, r)
 	case "yaml":
 		return status.WriteYAML(o.Out, r)
+	case "wide":
+		return status.WriteWideTable(o.Out, r)
 	default:
 		return status.WriteTable(o.Out, r)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -43,7 +45,7 @@ const (
 	TableWidth         = 120
 	maxIDWidth         = 40
 	minNameWidth       = 20
-	minResourceWidth   = 14
+	minResourceWidth   = 16
 	minMessageWidth    = 20
 	stateResourceWidth = 46
 	maxHashes          = 2
@@ -55,8 +57,20 @@ const (
 // states, separated by a blank line. Without svm's API there are no storage
 // states and the second table is left out.
 func WriteTable(w io.Writer, r *Report) error {
+	return writeTables(w, r, false)
+}
+
+// WriteWideTable is WriteTable with a column for each outcome of the
+// objects (re-stored, already current, written since the start, gone,
+// failed) after MIGRATED, as kubectl's -o wide adds columns. LAST ERROR
+// keeps the room it has in the narrow table.
+func WriteWideTable(w io.Writer, r *Report) error {
+	return writeTables(w, r, true)
+}
+
+func writeTables(w io.Writer, r *Report, wide bool) error {
 	var b strings.Builder
-	writeMigrations(&b, r)
+	writeMigrations(&b, r, wide)
 	if r.SVMAPIServed {
 		b.WriteString("\n")
 		writeStorageStates(&b, r)
@@ -65,26 +79,33 @@ func WriteTable(w io.Writer, r *Report) error {
 	return err
 }
 
-func writeMigrations(b *strings.Builder, r *Report) {
+func writeMigrations(b *strings.Builder, r *Report, wide bool) {
 	if len(r.Migrations) == 0 {
 		b.WriteString("No migrations found.\n")
 		return
 	}
 	now := r.Time.Time
-	rows := [][]string{{"NAME", "RESOURCE", "SOURCE", "STATE", "MIGRATED", "RESTORED", "RATE", "ETA", "AGE"}}
+	header := []string{"NAME", "RESOURCE", "SOURCE", "STATE", "MIGRATED", "RATE", "ETA", "AGE"}
+	if wide {
+		header = slices.Insert(header, 5, wideColumns...)
+	}
+	rows := [][]string{header}
 	messages := []string{"LAST ERROR"}
 	for _, m := range r.Migrations {
-		rows = append(rows, []string{
+		row := []string{
 			oneLine(m.Name),
 			oneLine(groupResource(m.Group, m.Resource)),
 			string(m.Source),
 			string(m.State),
 			progressCell(m.Progress, m.StartTime != nil),
-			restoredCell(m.Progress, m.StartTime != nil),
 			rateCell(m.ObjectsPerSecond),
 			etaCell(m.ETASeconds),
 			age(now, &m.CreationTimestamp),
-		})
+		}
+		if wide {
+			row = slices.Insert(row, 5, outcomeCells(m.Progress, m.StartTime != nil)...)
+		}
+		rows = append(rows, row)
 		messages = append(messages, lastError(m))
 	}
 	widths := make([]int, len(rows[0]))
@@ -109,12 +130,19 @@ func writeMigrations(b *strings.Builder, r *Report) {
 	for _, msg := range messages {
 		reserve = max(reserve, min(minMessageWidth, utf8.RuneCountInString(msg)))
 	}
-	if over := used() + reserve - TableWidth; over > 0 {
+	width := TableWidth
+	if wide {
+		// The outcome columns come on top: LAST ERROR keeps its room.
+		for col := 5; col < 5+len(wideColumns); col++ {
+			width += widths[col] + columnPadding
+		}
+	}
+	if over := used() + reserve - width; over > 0 {
 		cut := min(over, max(0, widths[1]-minResourceWidth))
 		widths[1] -= cut
 		widths[0] -= min(over-cut, max(0, widths[0]-minNameWidth))
 	}
-	room := max(minMessageWidth, TableWidth-used())
+	room := max(minMessageWidth, width-used())
 	tw := tabwriter.NewWriter(b, 0, 0, columnPadding, ' ', 0)
 	for i, row := range rows {
 		row[0], row[1] = cutMiddle(row[0], widths[0]), cutEnd(row[1], widths[1])
@@ -185,13 +213,21 @@ func progressCell(p *Progress, started bool) string {
 	return fmt.Sprintf("%d/%d%s", p.Migrated, p.Total, more)
 }
 
-// restoredCell is how many of the migrated objects the API server stored
-// anew: the ones that were in an old form. The rest were already current.
-func restoredCell(p *Progress, started bool) string {
+// wideColumns are the outcome columns of WriteWideTable.
+var wideColumns = []string{"RESTORED", "ALREADY-CURRENT", "WRITTEN-SINCE-START", "GONE", "FAILED"}
+
+// outcomeCells are the objects under each outcome (wideColumns), or dashes
+// where there are no counters. RESTORED says how many objects were in an
+// old form: the API server stored them anew.
+func outcomeCells(p *Progress, started bool) []string {
 	if p == nil || !started && p.Listed == 0 && p.handled() == 0 {
-		return "-"
+		return []string{"-", "-", "-", "-", "-"}
 	}
-	return fmt.Sprintf("%d", p.Restored)
+	out := make([]string, 0, len(wideColumns))
+	for _, n := range []int64{p.Restored, p.AlreadyCurrent, p.WrittenSinceStart, p.Gone, p.Failed} {
+		out = append(out, strconv.FormatInt(n, 10))
+	}
+	return out
 }
 
 func rateCell(rate *float64) string {

@@ -211,6 +211,12 @@ func TestStatusGolden(t *testing.T) {
 			golden(t, tt.name+".txt", table.Bytes())
 			golden(t, tt.name+".json", js.Bytes())
 			if tt.yaml {
+				// -o wide, for the same case: a column per outcome.
+				var wide bytes.Buffer
+				if err := WriteWideTable(&wide, r); err != nil {
+					t.Fatal(err)
+				}
+				golden(t, tt.name+"-wide.txt", wide.Bytes())
 				var y bytes.Buffer
 				if err := WriteYAML(&y, r); err != nil {
 					t.Fatal(err)

@@ -111,7 +111,7 @@ func TestMigrateAll(t *testing.T) {
 	// Every resource once; events and events.events.k8s.io share storage.
 	seen := map[string]int{}
 	for _, line := range strings.Split(stdout, "\n") {
-		if name, _, ok := strings.Cut(line, ": rewritten "); ok {
+		if name, _, ok := strings.Cut(line, ": done: "); ok {
 			seen[name]++
 		}
 	}

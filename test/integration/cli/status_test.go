@@ -95,6 +95,19 @@ func TestStatus(t *testing.T) {
 	createStorageState(t, env, "example.com", "widgets", hash, []string{hash})
 	createStorageState(t, env, "", "secrets", "k6S1K8hGv1A=", []string{migrationv1alpha1.UnknownStorageVersionHash})
 
+	t.Run("wide", func(t *testing.T) {
+		code, stdout, stderr := svm(t, "status", "--kubeconfig", kubeconfig, "-o", "wide")
+		if code != 0 || stderr != "" {
+			t.Fatalf("svm status -o wide exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		rows := tableRows(t, stdout)
+		// MIGRATED, then re-stored, already current, written since the
+		// start, gone, failed. The widgets migrated for real were never in
+		// another version: the API server kept every one as it was.
+		expectRow(t, rows, "widgets-running", "widgets.example.com", "svm", "Running", "250/1000", "200", "50", "8", "2", "0")
+		expectRow(t, rows, "widgets-done", "widgets.example.com", "svm", "Succeeded", "30/30", "0", "30", "0", "0", "0")
+		expectRow(t, rows, "intree-secrets", "secrets", "in-tree", "Pending", "-", "-", "-", "-", "-", "-")
+	})
 	t.Run("table", func(t *testing.T) {
 		code, stdout, stderr := svm(t, "status", "--kubeconfig", kubeconfig)
 		if code != 0 || stderr != "" {
@@ -191,7 +204,7 @@ func TestStatus(t *testing.T) {
 			args    []string
 			wantErr string
 		}{
-			{[]string{"-o", "xml"}, `svm: --output must be one of table, json, yaml, got "xml"` + "\n"},
+			{[]string{"-o", "xml"}, `svm: --output must be one of table, wide, json, yaml, got "xml"` + "\n"},
 			{[]string{"--watch", "-o", "json"}, "svm: --watch shows progress lines and cannot be combined with --output json\n"},
 			{[]string{"--watch", "--interval", "0s"}, "svm: --interval must be positive, got 0s\n"},
 		} {

@@ -106,7 +106,7 @@ func TestCLIRoles(t *testing.T) {
 			// were not migrated, as after any failure.
 			errLines := lines(stderr)
 			if code == 0 || len(errLines) != 2 || !refusal(errLines[0], tc.user, "widgets") ||
-				errLines[1] != "svm: 1 of 1 resources were not fully migrated" {
+				errLines[1] != "svm: 1 of 1 resources were not fully migrated: widgets.example.com (failed: Forbidden)" {
 				t.Errorf("svm migrate as %s: exit %d, want a failure with one line naming the refusal\nstdout:\n%s\nstderr:\n%s", tc.user, code, stdout, stderr)
 			}
 			t.Logf("stderr: %s", strings.TrimSpace(errLines[0]))
