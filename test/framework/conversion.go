@@ -2,11 +2,9 @@ package framework
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
 	"sync"
 	"testing"
@@ -16,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -135,14 +132,6 @@ const conversionProbe = "conversion-probe"
 // ends.
 func (e *Env) StartConversionWebhook(t testing.TB, r Resource) *ConversionWebhook {
 	t.Helper()
-	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
 	w := &ConversionWebhook{reviews: map[Direction]int{}, objects: map[Direction]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/convert", func(rw http.ResponseWriter, req *http.Request) {
@@ -160,15 +149,9 @@ func (e *Env) StartConversionWebhook(t testing.TB, r Resource) *ConversionWebhoo
 		rw.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(rw).Encode(&review)
 	})
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
+	base, certPEM := serveTLS(t, mux)
 
-	url := "https://" + ln.Addr().String() + "/convert"
+	url := base + "/convert"
 	e.setConversion(t, r.CRDName(), &apiextensionsv1.CustomResourceConversion{
 		Strategy: apiextensionsv1.WebhookConverter,
 		Webhook: &apiextensionsv1.WebhookConversion{
@@ -191,7 +174,7 @@ func (e *Env) StartConversionWebhook(t testing.TB, r Resource) *ConversionWebhoo
 	if _, err := probe.Create(ctx, r.Object("v1", conversionProbe, 0), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create conversion probe: %v", err)
 	}
-	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		_, err := e.Dynamic.Resource(r.GVR("v2")).Namespace("default").Get(ctx, conversionProbe, metav1.GetOptions{})
 		return err == nil && w.Conversions().TotalReviews() > 0, nil
 	})

@@ -80,14 +80,6 @@ const webhookProbe = "webhook-probe"
 // Webhook counts the calls by namespace/name.
 func StartAdmissionWebhook(t testing.TB, e *Env, hook AdmissionHook) *Webhook {
 	t.Helper()
-	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
 	w := &Webhook{calls: map[string]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/review", func(rw http.ResponseWriter, r *http.Request) {
@@ -108,15 +100,9 @@ func StartAdmissionWebhook(t testing.TB, e *Env, hook AdmissionHook) *Webhook {
 		review.Response, review.Request = resp, nil
 		_ = json.NewEncoder(rw).Encode(&review)
 	})
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
+	base, certPEM := serveTLS(t, mux)
 
-	url := "https://" + ln.Addr().String() + "/review"
+	url := base + "/review"
 	failurePolicy := hook.FailurePolicy
 	if failurePolicy == "" {
 		failurePolicy = admissionregistrationv1.Fail
@@ -197,4 +183,27 @@ func (w *Webhook) TotalCalls() int {
 		}
 	}
 	return total
+}
+
+// serveTLS serves handler on a loopback port over TLS with a certificate
+// made for it, until the test ends, and returns its https base URL and the
+// certificate to trust (a webhook's caBundle).
+func serveTLS(t testing.TB, handler http.Handler) (baseURL string, caBundle []byte) {
+	t.Helper()
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "https://" + ln.Addr().String(), certPEM
 }
