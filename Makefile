@@ -101,6 +101,12 @@ vet: ## go vet both modules.
 test: controlplane kubectl verify-generated fmt-check vet test-race ## Build the control plane and kubectl, check generated code, and run every test.
 	SVM_BIN_DIR=$(BIN) go test $(GO_TEST_FLAGS) ./...
 
+.PHONY: test-short
+test-short: controlplane ## For inner loops: vet, the unit tests and one smoke test on a real control plane (a few minutes warm). make test (and CI) runs everything.
+	go vet ./...
+	go test -count=1 ./internal/... ./test/docs/
+	SVM_BIN_DIR=$(BIN) go test -count=1 -run '^TestMigrateSaysWhatEtcdSaw$$' ./test/integration/cli/
+
 .PHONY: test-race
 test-race: ## Run the unit tests (and the fuzz tests' seed corpora) with the race detector.
 	go test -race -count=1 ./internal/...
