@@ -139,15 +139,14 @@ func outcomeOf(err error) string {
 }
 
 // printSummary tells what a migration did, in the words svm uses
-// everywhere (see migration.Summary): how it ended, then every listed
+// everywhere (migrator.Progress.Outcomes): how it ended, then every listed
 // object under exactly one outcome, then the objects that failed. A run
 // that stopped says so in its first word (and printFailure says why), and
 // its counters are those of its last completed chunk: nothing more is
 // claimed than what is known to be stored.
 func printSummary(out io.Writer, name string, res migrator.Result, err error, took time.Duration) {
 	p := res.Progress
-	fmt.Fprintf(out, "%s: %s: %d listed: migrated %d (re-stored %d, already current %d), written since the start %d, gone %d, failed %d in %s\n",
-		name, outcomeOf(err), p.Listed, p.Migrated(), p.Restored, p.AlreadyCurrent, p.WrittenSinceStart, p.Gone, p.Failed, took.Round(time.Millisecond))
+	fmt.Fprintf(out, "%s: %s: %d listed: %s in %s\n", name, outcomeOf(err), p.Listed, p.Outcomes(), took.Round(time.Millisecond))
 	if p.Skipped() > 0 {
 		// How objects others wrote were found tells what that cost.
 		fmt.Fprintf(out, "  not written, known beforehand: %d; found by a conflict or not found: %d\n", p.SkippedWithoutWrite, p.Skipped()-p.SkippedWithoutWrite)

@@ -95,8 +95,8 @@ func Message(m *storagemigrationv1.StorageVersionMigration) string {
 	return ""
 }
 
-// GroupResource is the resource m migrates.
-func GroupResource(m *storagemigrationv1.StorageVersionMigration) schema.GroupResource {
+// groupResource is the resource m migrates.
+func groupResource(m *storagemigrationv1.StorageVersionMigration) schema.GroupResource {
 	return schema.GroupResource{Group: m.Spec.Resource.Group, Resource: m.Spec.Resource.Resource}
 }
 
@@ -105,7 +105,7 @@ func GroupResource(m *storagemigrationv1.StorageVersionMigration) schema.GroupRe
 func Holder(ms []storagemigrationv1.StorageVersionMigration, gr schema.GroupResource, self string) *storagemigrationv1.StorageVersionMigration {
 	for i := range ms {
 		m := &ms[i]
-		if GroupResource(m) == gr && IsRunning(m) && (self == "" || m.Annotations[ForMigrationAnnotation] != self) {
+		if groupResource(m) == gr && IsRunning(m) && (self == "" || m.Annotations[ForMigrationAnnotation] != self) {
 			return m
 		}
 	}

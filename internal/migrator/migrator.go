@@ -166,6 +166,13 @@ func (p Progress) Skipped() int64 { return p.WrittenSinceStart + p.Gone }
 // Handled counts the listed objects whose outcome is known.
 func (p Progress) Handled() int64 { return p.Migrated() + p.Skipped() + p.Failed }
 
+// Outcomes says where the objects went, in the words svm uses for them
+// everywhere: the CLI's summary, the Succeeded condition and its event.
+func (p Progress) Outcomes() string {
+	return fmt.Sprintf("migrated %d (re-stored %d, already current %d), written since the start %d, gone %d, failed %d",
+		p.Migrated(), p.Restored, p.AlreadyCurrent, p.WrittenSinceStart, p.Gone, p.Failed)
+}
+
 // FailedObject is an object that could not be rewritten.
 type FailedObject struct {
 	Namespace, Name, Reason string

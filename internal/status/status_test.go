@@ -82,7 +82,7 @@ var (
 	succeeded = newMigration("deployments.apps-x8v2m", "apps", "deployments", 90*time.Minute, migrationv1alpha1.StorageVersionMigrationStatus{
 		Conditions: []migrationv1alpha1.MigrationCondition{
 			cond(migrationv1alpha1.MigrationRunning, corev1.ConditionFalse, "Completed", "", 59*time.Minute),
-			cond(migrationv1alpha1.MigrationSucceeded, corev1.ConditionTrue, "AllObjectsRewritten", "118 objects migrated (118 re-stored, 0 already current), 2 written since the start, 0 gone, 0 failed", 59*time.Minute),
+			cond(migrationv1alpha1.MigrationSucceeded, corev1.ConditionTrue, "AllObjectsRewritten", "migrated 118 (re-stored 118, already current 0), written since the start 2, gone 0, failed 0", 59*time.Minute),
 		},
 		Progress:       migrationv1alpha1.MigrationProgress{Listed: 120, Restored: 118, WrittenSinceStart: 2},
 		StartTime:      agoPtr(time.Hour),
@@ -117,7 +117,7 @@ var (
 	pending  = newMigration("flunders.wardle.example.com-initial", "wardle.example.com", "flunders", 10*time.Second, migrationv1alpha1.StorageVersionMigrationStatus{})
 	longName = newMigration("customresourcedefinitions.apiextensions.k8s.io-8fj2k", "apiextensions.k8s.io", "customresourcedefinitions", 3*24*time.Hour, migrationv1alpha1.StorageVersionMigrationStatus{
 		Conditions: []migrationv1alpha1.MigrationCondition{
-			cond(migrationv1alpha1.MigrationSucceeded, corev1.ConditionTrue, "AllObjectsRewritten", "12 objects migrated (0 re-stored, 12 already current), 0 written since the start, 0 gone, 0 failed", 3*24*time.Hour),
+			cond(migrationv1alpha1.MigrationSucceeded, corev1.ConditionTrue, "AllObjectsRewritten", "migrated 12 (re-stored 0, already current 12), written since the start 0, gone 0, failed 0", 3*24*time.Hour),
 		},
 		Progress:       migrationv1alpha1.MigrationProgress{Listed: 12, AlreadyCurrent: 12},
 		StartTime:      agoPtr(3 * 24 * time.Hour),

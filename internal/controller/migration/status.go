@@ -113,13 +113,6 @@ func progressFrom(p migrationv1alpha1.MigrationProgress) migrator.Progress {
 	}
 }
 
-// Summary says what a migration's counters mean, in the words svm uses
-// everywhere: the Succeeded condition, events, the CLI.
-func Summary(p migrator.Progress) string {
-	return fmt.Sprintf("%d objects migrated (%d re-stored, %d already current), %d written since the start, %d gone, %d failed",
-		p.Migrated(), p.Restored, p.AlreadyCurrent, p.WrittenSinceStart, p.Gone, p.Failed)
-}
-
 // outcome is how a finished run changes the status, and whether it should
 // be retried later.
 type outcome struct {
@@ -135,7 +128,7 @@ func finish(st *migrationv1alpha1.StorageVersionMigrationStatus, res migrator.Re
 	switch {
 	case err == nil:
 		st.Conditions = setCondition(st.Conditions, migrationv1alpha1.MigrationRunning, corev1.ConditionFalse, ReasonCompleted, "", now)
-		msg := Summary(res.Progress)
+		msg := res.Progress.Outcomes()
 		if st.InTreeMigration != "" {
 			// svm counted nothing: kube-controller-manager wrote.
 			msg = "every object rewritten by kube-controller-manager's in-tree migration " + st.InTreeMigration

@@ -52,7 +52,7 @@ func TestFinishedStateIsConditionZero(t *testing.T) {
 		want     migrationv1alpha1.MigrationConditionType
 		wantText string
 	}{
-		{name: "succeeded", want: migrationv1alpha1.MigrationSucceeded, wantText: "3 objects migrated (2 re-stored, 1 already current), 1 written since the start, 0 gone, 0 failed"},
+		{name: "succeeded", want: migrationv1alpha1.MigrationSucceeded, wantText: "migrated 3 (re-stored 2, already current 1), written since the start 1, gone 0, failed 0"},
 		{name: "succeeded in-tree", inTree: "widgets-x", want: migrationv1alpha1.MigrationSucceeded, wantText: "every object rewritten by kube-controller-manager's in-tree migration widgets-x"},
 		{name: "objects failed", err: &migrator.ObjectsFailedError{Count: 1}, want: migrationv1alpha1.MigrationFailed},
 		{name: "terminal", err: &migrator.TerminalError{Reason: "Forbidden", Err: errors.New("no")}, want: migrationv1alpha1.MigrationFailed},
