@@ -23,9 +23,10 @@ KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 
 TOOLS_MOD := hack/tools/go.mod hack/tools/go.sum
 
-# Integration tests share two cores with a real API server; keep the package
-# parallelism low so they do not starve each other.
-GO_TEST_FLAGS ?= -p 2 -count=1 -timeout 30m
+# Two packages at a time, and up to four of a package's tests side by side:
+# an integration test spends most of its time waiting on its API server, so
+# two cores stay busy only when several run at once.
+GO_TEST_FLAGS ?= -p 2 -parallel 4 -count=1 -timeout 30m
 
 .PHONY: all
 all: build
@@ -106,6 +107,10 @@ test-short: controlplane ## For inner loops: vet, the unit tests and one smoke t
 	go vet ./...
 	go test -count=1 ./internal/... ./test/docs/
 	SVM_BIN_DIR=$(BIN) go test -count=1 -run '^TestMigrateSaysWhatEtcdSaw$$' ./test/integration/cli/
+
+.PHONY: test-census
+test-census: ## Count the integration tests, their subtests and their checks (a change to the suites must not drop any).
+	@hack/test-census.sh
 
 .PHONY: test-race
 test-race: ## Run the unit tests (and the fuzz tests' seed corpora) with the race detector.

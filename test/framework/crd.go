@@ -17,44 +17,66 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+
+	"github.com/svm-project/svm/internal/resources"
 )
 
 // InstallCRDs creates every CRD in dir's YAML files and waits until each is
 // established.
 func (e *Env) InstallCRDs(t testing.TB, dir string) []*apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
-	ctx := Context(t, time.Minute)
+	crds, err := e.installCRDs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return crds
+}
+
+func (e *Env) installCRDs(dir string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		t.Fatalf("read %s: %v", dir, err)
+		return nil, fmt.Errorf("read %s: %w", dir, err)
 	}
 	var crds []*apiextensionsv1.CustomResourceDefinition
 	for _, entry := range entries {
 		if !strings.HasSuffix(entry.Name(), ".yaml") {
 			continue
 		}
+		data, err := os.ReadFile(filepath.Join(dir, entry.Name()))
+		if err != nil {
+			return nil, err
+		}
 		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := yaml.UnmarshalStrict(MustReadFile(t, filepath.Join(dir, entry.Name())), crd); err != nil {
-			t.Fatalf("decode %s: %v", entry.Name(), err)
+		if err := yaml.UnmarshalStrict(data, crd); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", entry.Name(), err)
 		}
 		if err := e.Client.Create(ctx, crd); err != nil {
-			t.Fatalf("create CRD %s: %v", crd.Name, err)
+			return nil, fmt.Errorf("create CRD %s: %w", crd.Name, err)
 		}
-		e.WaitEstablished(t, crd.Name)
+		if err := e.waitEstablished(ctx, crd.Name); err != nil {
+			return nil, err
+		}
 		crds = append(crds, crd)
 	}
 	if len(crds) == 0 {
-		t.Fatalf("no CRDs in %s", dir)
+		return nil, fmt.Errorf("no CRDs in %s", dir)
 	}
-	return crds
+	return crds, nil
 }
 
 // WaitEstablished waits until the named CRD is established and served.
 func (e *Env) WaitEstablished(t testing.TB, name string) {
 	t.Helper()
-	ctx := Context(t, time.Minute)
+	if err := e.waitEstablished(Context(t, time.Minute), name); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *Env) waitEstablished(ctx context.Context, name string) error {
+	crd := &apiextensionsv1.CustomResourceDefinition{}
 	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		crd := &apiextensionsv1.CustomResourceDefinition{}
 		if err := e.Client.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
 			return false, err
 		}
@@ -66,14 +88,10 @@ func (e *Env) WaitEstablished(t testing.TB, name string) {
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("CRD %s not established: %v", name, err)
+		return fmt.Errorf("CRD %s not established: %w", name, err)
 	}
 	// Established is set before the resource is in discovery; wait for that
 	// too, or the first request may be a 404.
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := e.Client.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
-		t.Fatal(err)
-	}
 	gv := schema.GroupVersion{Group: crd.Spec.Group, Version: crd.Spec.Versions[0].Name}.String()
 	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		list, err := e.Discovery.ServerResourcesForGroupVersion(gv)
@@ -88,8 +106,70 @@ func (e *Env) WaitEstablished(t testing.TB, name string) {
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("CRD %s not in discovery: %v", name, err)
+		return fmt.Errorf("CRD %s not in discovery: %w", name, err)
 	}
+	return nil
+}
+
+// Resource is a two-version custom resource like Widgets, under a group,
+// plural and kind of the test's choosing, so that scenarios sharing one
+// control plane never touch each other's objects, and the API server's
+// request counts (which name the plural only) tell them apart.
+type Resource struct {
+	Group, Plural, Kind string
+}
+
+// GVR is the resource in version ("v1" or "v2").
+func (r Resource) GVR(version string) schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: r.Group, Version: version, Resource: r.Plural}
+}
+
+// CRDName is the name of the resource's CRD.
+func (r Resource) CRDName() string { return r.Plural + "." + r.Group }
+
+// EtcdPrefix is where the API server keeps the resource's objects.
+func (r Resource) EtcdPrefix() string { return EtcdPrefix(r.GVR("v1").GroupResource()) }
+
+// CreateResource creates r's CRD, served in v1 and v2 with v1 stored, and
+// waits until it is served.
+func (e *Env) CreateResource(t testing.TB, r Resource) {
+	t.Helper()
+	e.createCRD(t, r, "v1")
+}
+
+// FlipStorage makes the version of r that is not stored (v2 after
+// CreateResource) the storage version, waits until discovery says so, so
+// that every object created before needs a migration, and returns it.
+func (e *Env) FlipStorage(t testing.TB, r Resource) string {
+	t.Helper()
+	to := "v2"
+	if e.StorageVersionHash(t, r.GVR("v1")) == resources.StorageVersionHash(r.Group, "v2", r.Kind) {
+		to = "v1"
+	}
+	e.SetStorage(t, r, to)
+	return to
+}
+
+// SetStorage makes version the storage version of r, unless it is, and
+// waits until discovery's storageVersionHash says so.
+func (e *Env) SetStorage(t testing.TB, r Resource, version string) {
+	t.Helper()
+	hash := e.StorageVersionHash(t, r.GVR("v1"))
+	if hash == resources.StorageVersionHash(r.Group, version, r.Kind) {
+		return
+	}
+	e.SetCRDStorageVersion(t, r.CRDName(), version)
+	e.WaitStorageVersionHashChange(t, r.GVR("v1"), hash)
+}
+
+// CRDStoredVersions is the named CRD's status.storedVersions.
+func (e *Env) CRDStoredVersions(t testing.TB, name string) []string {
+	t.Helper()
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := e.Client.Get(Context(t, time.Minute), client.ObjectKey{Name: name}, crd); err != nil {
+		t.Fatalf("get CRD %s: %v", name, err)
+	}
+	return crd.Status.StoredVersions
 }
 
 // Widgets is the test custom resource: widgets.example.com, served in v1 and

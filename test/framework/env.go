@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -42,30 +43,41 @@ var logOnce sync.Once
 // Codecs serialize the types in Scheme.
 var Codecs = serializer.NewCodecFactory(Scheme)
 
-// Start starts a control plane for t and builds clients for it.
+// Start starts a control plane of t's own and builds clients for it; it
+// stops when t ends. Tests that restart or break the control plane, or
+// watch every object of a kind, need one of their own; the others share
+// one with Shared.
 func Start(t testing.TB, opts controlplane.Options) *Env {
 	t.Helper()
-	// The clients log nothing the tests read; say so once, or
-	// controller-runtime complains on first use.
-	logOnce.Do(func() { log.SetLogger(logr.Discard()) })
-	cp := controlplane.ForTest(t, opts)
-	env := &Env{CP: cp, Config: cp.RESTConfig()}
-	var err error
-	if env.Client, err = client.New(env.Config, client.Options{Scheme: Scheme}); err != nil {
-		t.Fatalf("build client: %v", err)
-	}
-	if env.Kube, err = kubernetes.NewForConfig(env.Config); err != nil {
-		t.Fatalf("build clientset: %v", err)
-	}
-	if env.Dynamic, err = dynamic.NewForConfig(env.Config); err != nil {
-		t.Fatalf("build dynamic client: %v", err)
-	}
-	env.Discovery = env.Kube.Discovery()
-	if env.Etcd, err = cp.EtcdClient(); err != nil {
-		t.Fatalf("%v", err)
+	env, err := newEnv(controlplane.ForTest(t, opts))
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { env.Etcd.Close() })
 	return env
+}
+
+// newEnv builds the clients of a running control plane.
+func newEnv(cp *controlplane.ControlPlane) (*Env, error) {
+	// The clients log nothing the tests read; say so once, or
+	// controller-runtime complains on first use.
+	logOnce.Do(func() { log.SetLogger(logr.Discard()) })
+	env := &Env{CP: cp, Config: cp.RESTConfig()}
+	var err error
+	if env.Client, err = client.New(env.Config, client.Options{Scheme: Scheme}); err != nil {
+		return nil, fmt.Errorf("build client: %w", err)
+	}
+	if env.Kube, err = kubernetes.NewForConfig(env.Config); err != nil {
+		return nil, fmt.Errorf("build clientset: %w", err)
+	}
+	if env.Dynamic, err = dynamic.NewForConfig(env.Config); err != nil {
+		return nil, fmt.Errorf("build dynamic client: %w", err)
+	}
+	env.Discovery = env.Kube.Discovery()
+	if env.Etcd, err = cp.EtcdClient(); err != nil {
+		return nil, err
+	}
+	return env, nil
 }
 
 // Context returns a context that ends with the test or after d.

@@ -78,3 +78,18 @@ func (e *Env) ExpectStored(t testing.TB, prefix string, want map[string]int) {
 		t.Errorf("stored versions under %s (-want +got):\n%s", prefix, diff)
 	}
 }
+
+// ModRevisions is the etcd revision at which every key under prefix was
+// last written: what changes if and only if etcd stored a new value.
+func (e *Env) ModRevisions(t testing.TB, prefix string) map[string]int64 {
+	t.Helper()
+	resp, err := e.Etcd.Get(Context(t, time.Minute), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatalf("read etcd %s: %v", prefix, err)
+	}
+	out := make(map[string]int64, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		out[string(kv.Key)] = kv.ModRevision
+	}
+	return out
+}

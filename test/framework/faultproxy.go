@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
-	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -213,16 +212,9 @@ type FaultProxy struct {
 // of the test.
 func (e *Env) StartFaultProxy(t testing.TB, opts FaultOptions) *FaultProxy {
 	t.Helper()
-	transport, err := rest.TransportFor(e.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	target, err := url.Parse(e.Config.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
 	seed := opts.Seed
 	if s := os.Getenv("SVM_FAULT_SEED"); s != "" {
+		var err error
 		if seed, err = strconv.ParseInt(s, 10, 64); err != nil {
 			t.Fatalf("SVM_FAULT_SEED: %v", err)
 		}
@@ -232,7 +224,7 @@ func (e *Env) StartFaultProxy(t testing.TB, opts FaultOptions) *FaultProxy {
 	}
 	p := &FaultProxy{
 		Seed:       seed,
-		forward:    httputil.NewSingleHostReverseProxy(target),
+		forward:    e.reverseProxy(t),
 		retryAfter: max(opts.RetryAfter.Round(time.Second), time.Second),
 		delay:      opts.Delay,
 		maxStall:   opts.MaxStall,
@@ -241,7 +233,6 @@ func (e *Env) StartFaultProxy(t testing.TB, opts FaultOptions) *FaultProxy {
 		inFlight:   map[int]bool{},
 		rng:        rand.New(rand.NewPCG(uint64(seed), 0)),
 	}
-	p.forward.Transport = transport
 	// The reverse proxy logs every request its client gave up on, which
 	// is what faults are for; the records say all that matters.
 	p.forward.ErrorLog = log.New(io.Discard, "", 0)

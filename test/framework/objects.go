@@ -1,14 +1,18 @@
 package framework
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/uuid"
 )
 
 // CreateWidgets creates n widgets spread over the given namespaces (created
@@ -16,22 +20,44 @@ import (
 // any change to content is visible. It uses a few parallel writers.
 func (e *Env) CreateWidgets(t testing.TB, version string, namespaces []string, n int) {
 	t.Helper()
-	ctx := Context(t, 10*time.Minute)
+	e.createObjects(t, WidgetResource, version, "widget", namespaces, n)
+}
+
+// CreateObjects creates n objects of r in v1, named obj-00000 on, spread
+// over namespaces (created if missing), with a few parallel writers.
+func (e *Env) CreateObjects(t testing.TB, r Resource, namespaces []string, n int) {
+	t.Helper()
+	e.createObjects(t, r, "v1", "obj", namespaces, n)
+}
+
+// StoredInOldVersion creates n objects of r (whose CRD stores v1, as
+// CreateResource and NewResource leave it) over namespaces, snapshots
+// them, and makes v2 the storage version: every object then needs a
+// migration. It returns the snapshot, for ExpectUnchanged.
+func (e *Env) StoredInOldVersion(t testing.TB, r Resource, namespaces []string, n int) Snapshot {
+	t.Helper()
+	e.CreateObjects(t, r, namespaces, n)
+	before := e.TakeSnapshot(t, r.GVR("v1"))
+	e.SetStorage(t, r, "v2")
+	return before
+}
+
+func (e *Env) createObjects(t testing.TB, r Resource, version, prefix string, namespaces []string, n int) {
+	t.Helper()
 	for _, ns := range namespaces {
 		e.CreateNamespace(t, ns)
 	}
-	gvr := schema.GroupVersionResource{Group: Widgets.Group, Version: version, Resource: Widgets.Resource}
-	g, ctx := errgroup.WithContext(ctx)
+	g, ctx := errgroup.WithContext(Context(t, 10*time.Minute))
 	g.SetLimit(8)
 	for i := range n {
 		ns := namespaces[i%len(namespaces)]
 		g.Go(func() error {
-			_, err := e.Dynamic.Resource(gvr).Namespace(ns).Create(ctx, Widget(version, fmt.Sprintf("widget-%05d", i), i), metav1.CreateOptions{})
+			_, err := e.Dynamic.Resource(r.GVR(version)).Namespace(ns).Create(ctx, r.Object(version, fmt.Sprintf("%s-%05d", prefix, i), i), metav1.CreateOptions{})
 			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
-		t.Fatalf("create widgets: %v", err)
+		t.Fatalf("create %s: %v", r.Plural, err)
 	}
 }
 
@@ -48,6 +74,15 @@ func Widget(version, name string, i int) *unstructured.Unstructured {
 		"spec": map[string]any{"size": int64(i), "color": []any{"red", "green", "blue"}[i%3], "tags": []any{"a", fmt.Sprint(i)}},
 		"data": map[string]any{"payload": fmt.Sprintf("%0128d", i)},
 	}}
+}
+
+// Object is object number i of the resource, named name, in version, with
+// the distinct content of Widget.
+func (r Resource) Object(version, name string, i int) *unstructured.Unstructured {
+	obj := Widget(version, name, i)
+	obj.SetAPIVersion(r.Group + "/" + version)
+	obj.SetKind(r.Kind)
+	return obj
 }
 
 // CreateNamespace creates a namespace unless it exists.
@@ -68,4 +103,69 @@ func (e *Env) List(t testing.TB, gvr schema.GroupVersionResource) []unstructured
 		t.Fatalf("list %s: %v", gvr, err)
 	}
 	return list.Items
+}
+
+// SeedWidgets makes n widgets in version, spread over namespaces as
+// CreateWidgets spreads them and with the same contents, but writes all but
+// the first straight into etcd. Creating tens of thousands of objects
+// through the API costs minutes of API server CPU on a shared two-core
+// machine, and a migration only needs them stored: the first widget is
+// created through the API, and its stored form (creationTimestamp,
+// generation and managedFields included) is the model for the others, which
+// differ only in name, uid and content. kube-apiserver then serves them like
+// any other object; a consistent list sees them at once.
+func (e *Env) SeedWidgets(t testing.TB, version string, namespaces []string, n int) {
+	t.Helper()
+	start := time.Now()
+	for _, ns := range namespaces {
+		e.CreateNamespace(t, ns)
+	}
+	ctx := Context(t, 5*time.Minute)
+	gvr := schema.GroupVersionResource{Group: Widgets.Group, Version: version, Resource: Widgets.Resource}
+	first := Widget(version, "widget-00000", 0)
+	if _, err := e.Dynamic.Resource(gvr).Namespace(namespaces[0]).Create(ctx, first, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create the model widget: %v", err)
+	}
+	prefix := EtcdPrefix(Widgets.GroupResource())
+	resp, err := e.Etcd.Get(ctx, prefix+namespaces[0]+"/widget-00000")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("read the model widget from etcd: %v (%d values)", err, len(resp.Kvs))
+	}
+	var model struct {
+		Metadata map[string]any `json:"metadata"`
+	}
+	if err := json.Unmarshal(resp.Kvs[0].Value, &model); err != nil {
+		t.Fatalf("decode the model widget: %v", err)
+	}
+
+	// etcd takes at most 128 operations per transaction by default.
+	const batch = 128
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(4)
+	for from := 1; from < n; from += batch {
+		g.Go(func() error {
+			var ops []clientv3.Op
+			for i := from; i < min(from+batch, n); i++ {
+				ns, name := namespaces[i%len(namespaces)], fmt.Sprintf("widget-%05d", i)
+				obj := Widget(version, name, i).Object
+				meta := maps.Clone(model.Metadata)
+				for _, k := range []string{"name", "labels", "annotations"} {
+					meta[k] = obj["metadata"].(map[string]any)[k]
+				}
+				meta["namespace"], meta["uid"] = ns, string(uuid.NewUUID())
+				obj["metadata"] = meta
+				data, err := json.Marshal(obj)
+				if err != nil {
+					return err
+				}
+				ops = append(ops, clientv3.OpPut(prefix+ns+"/"+name, string(data)+"\n"))
+			}
+			_, err := e.Etcd.Txn(ctx).Then(ops...).Commit()
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatalf("write widgets into etcd: %v", err)
+	}
+	t.Logf("made %d widgets in %s", n, time.Since(start).Round(time.Millisecond))
 }

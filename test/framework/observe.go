@@ -151,3 +151,26 @@ func EventReasons(events []eventsv1.Event) map[string]int {
 	}
 	return out
 }
+
+// Sum is the sum of the counter or gauge name over every series that has
+// labels (a subset of its labels, as name, value, ...), such as a counter
+// over all its reasons.
+func (m Metrics) Sum(name string, labels ...string) float64 {
+	family := m[name]
+	if family == nil {
+		return 0
+	}
+	total := 0.0
+	for _, metric := range family.Metric {
+		if !hasLabels(metric, labels) {
+			continue
+		}
+		switch {
+		case metric.Counter != nil:
+			total += metric.Counter.GetValue()
+		case metric.Gauge != nil:
+			total += metric.Gauge.GetValue()
+		}
+	}
+	return total
+}

@@ -7,6 +7,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -40,16 +41,7 @@ type ProxyEvent struct {
 // StartProxy starts a proxy to e's API server for the duration of the test.
 func (e *Env) StartProxy(t testing.TB) *Proxy {
 	t.Helper()
-	transport, err := rest.TransportFor(e.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	target, err := url.Parse(e.Config.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp := httputil.NewSingleHostReverseProxy(target)
-	rp.Transport = transport
+	rp := e.reverseProxy(t)
 	p := &Proxy{}
 	rp.ModifyResponse = func(r *http.Response) error {
 		p.mu.Lock()
@@ -148,4 +140,57 @@ var statusReasons = map[int]metav1.StatusReason{
 	http.StatusTooManyRequests:     metav1.StatusReasonTooManyRequests,
 	http.StatusInternalServerError: metav1.StatusReasonInternalError,
 	http.StatusServiceUnavailable:  metav1.StatusReasonServiceUnavailable,
+}
+
+// reverseProxy forwards to e's API server with the admin's credentials,
+// whatever credentials the client sent.
+func (e *Env) reverseProxy(t testing.TB) *httputil.ReverseProxy {
+	t.Helper()
+	transport, err := rest.TransportFor(e.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, err := url.Parse(e.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.Transport = transport
+	return rp
+}
+
+// Requests counts the requests with method (GET, PATCH, ...) to objects of
+// resource (not to their subresources) that reached the proxy, whether the
+// API server answered them or not: what the client sent. Unlike the API
+// server's own counters, this count survives the API server's restarts.
+func (p *Proxy) Requests(method, resource string) int {
+	n := 0
+	for _, ev := range p.Events() {
+		if ev.Method == method && objectResource(ev.Path) == resource {
+			n++
+		}
+	}
+	return n
+}
+
+// objectResource is the resource an API path addresses, "" for a path to
+// a subresource or to no resource at all.
+func objectResource(path string) string {
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(segs) > 2 && segs[0] == "api":
+		segs = segs[2:]
+	case len(segs) > 3 && segs[0] == "apis":
+		segs = segs[3:]
+	default:
+		return ""
+	}
+	// namespaces/<ns>/<resource>/...; namespaces/<ns> alone is a namespace.
+	if len(segs) > 2 && segs[0] == "namespaces" {
+		segs = segs[2:]
+	}
+	if len(segs) > 2 {
+		return ""
+	}
+	return segs[0]
 }

@@ -1,41 +1,73 @@
 package framework
 
 import (
+	"bufio"
+	"bytes"
+	"io"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
 
 	"k8s.io/client-go/rest"
 )
 
-// RequestCounter counts the HTTP requests a client sends, by method.
-type RequestCounter struct {
+// tally counts events by key, safely from many goroutines.
+type tally struct {
 	mu     sync.Mutex
 	counts map[string]int
 }
 
-// Count returns the number of requests sent with method ("" for all).
-func (c *RequestCounter) Count(method string) int {
+func (c *tally) add(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if method != "" {
-		return c.counts[method]
+	if c.counts == nil {
+		c.counts = map[string]int{}
 	}
+	c.counts[key]++
+}
+
+func (c *tally) get(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.counts[key]
+}
+
+// totalBut sums the counts of every key but those in except.
+func (c *tally) totalBut(except ...string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	total := 0
-	for _, n := range c.counts {
-		total += n
+	for key, n := range c.counts {
+		if !slices.Contains(except, key) {
+			total += n
+		}
 	}
 	return total
 }
 
+// RequestCounter counts the HTTP requests a client sends, by method.
+type RequestCounter struct{ tally }
+
+// Count returns the number of requests sent with method ("" for all).
+func (c *RequestCounter) Count(method string) int {
+	if method != "" {
+		return c.get(method)
+	}
+	return c.totalBut()
+}
+
 // Counting returns a copy of cfg whose requests are counted.
 func Counting(cfg *rest.Config) (*rest.Config, *RequestCounter) {
-	counter := &RequestCounter{counts: map[string]int{}}
+	counter := &RequestCounter{}
 	c := rest.CopyConfig(cfg)
 	c.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-			counter.mu.Lock()
-			counter.counts[req.Method]++
-			counter.mu.Unlock()
+			counter.add(req.Method)
 			return rt.RoundTrip(req)
 		})
 	})
@@ -45,3 +77,78 @@ func Counting(cfg *rest.Config) (*rest.Config, *RequestCounter) {
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// ServerMetric sums the API server's own samples of the counter or gauge
+// name whose labels contain every one of labels (written as `key="value"`).
+func (e *Env) ServerMetric(t testing.TB, name string, labels ...string) float64 {
+	t.Helper()
+	return e.sumServerMetric(t, name, func(line string) bool {
+		for _, l := range labels {
+			if !strings.Contains(line, l) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// sumServerMetric sums the API server's samples of name on the lines keep
+// accepts.
+func (e *Env) sumServerMetric(t testing.TB, name string, keep func(line string) bool) float64 {
+	t.Helper()
+	raw, err := e.Kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(Context(t, time.Minute))
+	if err != nil {
+		t.Fatalf("read API server metrics: %v", err)
+	}
+	total := 0.0
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") || !keep(line) {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			t.Fatalf("parse metric line %q: %v", line, err)
+		}
+		total += v
+	}
+	return total
+}
+
+// ByteCounter counts the bytes of the response bodies a client reads.
+type ByteCounter struct {
+	received atomic.Int64
+}
+
+// Received is the number of response body bytes read so far.
+func (c *ByteCounter) Received() int64 { return c.received.Load() }
+
+// CountingBytes returns a copy of cfg whose response bodies are counted,
+// after decompression: what the client really has to hold.
+func CountingBytes(cfg *rest.Config) (*rest.Config, *ByteCounter) {
+	counter := &ByteCounter{}
+	c := rest.CopyConfig(cfg)
+	c.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(req)
+			if resp != nil && resp.Body != nil {
+				resp.Body = &countingBody{ReadCloser: resp.Body, n: &counter.received}
+			}
+			return resp, err
+		})
+	})
+	return c, counter
+}
+
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
+}

@@ -2,8 +2,10 @@ package framework
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -62,6 +64,37 @@ func (s Snapshot) Without(keys ...string) Snapshot {
 func (e *Env) ExpectUnchanged(t testing.TB, gvr schema.GroupVersionResource, before Snapshot) {
 	t.Helper()
 	if diff := before.Diff(e.TakeSnapshot(t, gvr)); diff != "" {
+		t.Errorf("objects of %s changed (-before +after):\n%s", gvr.Resource, diff)
+	}
+}
+
+// TakeSnapshotInPages is TakeSnapshot listing in pages, as a client of a
+// big resource should: one list of tens of thousands of objects can outlast
+// the API server's request timeout on a busy machine. The pages are read at
+// one resourceVersion, so the snapshot is as consistent as one list.
+func (e *Env) TakeSnapshotInPages(t testing.TB, gvr schema.GroupVersionResource) Snapshot {
+	t.Helper()
+	ctx := Context(t, 5*time.Minute)
+	snap := Snapshot{}
+	opts := metav1.ListOptions{Limit: 1000}
+	for {
+		list, err := e.Dynamic.Resource(gvr).List(ctx, opts)
+		if err != nil {
+			t.Fatalf("list %s: %v", gvr, err)
+		}
+		for _, item := range list.Items {
+			snap[item.GetNamespace()+"/"+item.GetName()] = normalize(item)
+		}
+		if opts.Continue = list.GetContinue(); opts.Continue == "" {
+			return snap
+		}
+	}
+}
+
+// ExpectUnchangedInPages is ExpectUnchanged with a snapshot taken in pages.
+func (e *Env) ExpectUnchangedInPages(t testing.TB, gvr schema.GroupVersionResource, before Snapshot) {
+	t.Helper()
+	if diff := before.Diff(e.TakeSnapshotInPages(t, gvr)); diff != "" {
 		t.Errorf("objects of %s changed (-before +after):\n%s", gvr.Resource, diff)
 	}
 }

@@ -1,12 +1,10 @@
 package framework
 
 import (
-	"bufio"
 	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -143,25 +141,18 @@ func tail(data []byte, lines int) string {
 // whatever the clients believe they sent.
 func (e *Env) ServerRequests(t testing.TB, verb, resource string) int {
 	t.Helper()
-	raw, err := e.Kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(Context(t, time.Minute))
-	if err != nil {
-		t.Fatalf("read API server metrics: %v", err)
+	return int(e.sumServerMetric(t, "apiserver_request_total", func(line string) bool {
+		return strings.Contains(line, `resource="`+resource+`"`) && strings.Contains(line, `verb="`+verb+`"`) &&
+			(!strings.Contains(line, `subresource="`) || strings.Contains(line, `subresource=""`))
+	}))
+}
+
+// Running reports whether the process has not exited.
+func (p *Process) Running() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
 	}
-	total := 0
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "apiserver_request_total{") ||
-			!strings.Contains(line, `resource="`+resource+`"`) || !strings.Contains(line, `verb="`+verb+`"`) ||
-			strings.Contains(line, `subresource="`) && !strings.Contains(line, `subresource=""`) {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err != nil {
-			t.Fatalf("parse metric line %q: %v", line, err)
-		}
-		total += int(v)
-	}
-	return total
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,17 +20,10 @@ import (
 
 // Webhook is a real admission webhook served by the test on loopback,
 // which counts its calls.
-type Webhook struct {
-	mu    sync.Mutex
-	calls map[string]int
-}
+type Webhook struct{ calls tally }
 
 // Calls is how often the webhook was asked about namespace/name.
-func (w *Webhook) Calls(key string) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.calls[key]
-}
+func (w *Webhook) Calls(key string) int { return w.calls.get(key) }
 
 // StartDenyingWebhook registers a validating webhook that denies every
 // UPDATE of the objects of r named in deny (as namespace/name) and allows
@@ -80,7 +72,7 @@ const webhookProbe = "webhook-probe"
 // Webhook counts the calls by namespace/name.
 func StartAdmissionWebhook(t testing.TB, e *Env, hook AdmissionHook) *Webhook {
 	t.Helper()
-	w := &Webhook{calls: map[string]int{}}
+	w := &Webhook{}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/review", func(rw http.ResponseWriter, r *http.Request) {
 		var review admissionv1.AdmissionReview
@@ -89,9 +81,7 @@ func StartAdmissionWebhook(t testing.TB, e *Env, hook AdmissionHook) *Webhook {
 			return
 		}
 		req := review.Request
-		w.mu.Lock()
-		w.calls[req.Namespace+"/"+req.Name]++
-		w.mu.Unlock()
+		w.calls.add(req.Namespace + "/" + req.Name)
 		resp := &admissionv1.AdmissionResponse{Allowed: true}
 		if req.Name != webhookProbe {
 			resp = hook.Review(r.Context(), req)
@@ -173,17 +163,7 @@ func StartAdmissionWebhook(t testing.TB, e *Env, hook AdmissionHook) *Webhook {
 
 // TotalCalls is how often the webhook was asked about anything but its
 // probe.
-func (w *Webhook) TotalCalls() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	total := 0
-	for key, n := range w.calls {
-		if key != "default/"+webhookProbe {
-			total += n
-		}
-	}
-	return total
-}
+func (w *Webhook) TotalCalls() int { return w.calls.totalBut("default/" + webhookProbe) }
 
 // serveTLS serves handler on a loopback port over TLS with a certificate
 // made for it, until the test ends, and returns its https base URL and the

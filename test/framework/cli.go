@@ -1,0 +1,36 @@
+package framework
+
+import (
+	"testing"
+	"time"
+
+	storagemigrationv1 "k8s.io/api/storagemigration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+)
+
+// WriteMigrationStatus writes st as the status of m (as CreateMigration
+// returned it), as the controller would have: a test shows a migration in
+// a state, say Running mid-way, without running the controller.
+func (e *Env) WriteMigrationStatus(t testing.TB, m *migrationv1alpha1.StorageVersionMigration, st migrationv1alpha1.StorageVersionMigrationStatus) {
+	t.Helper()
+	m.Status = st
+	if err := e.Client.Status().Update(Context(t, time.Minute), m); err != nil {
+		t.Fatalf("write the status of migration %s: %v", m.Name, err)
+	}
+}
+
+// CreateInTreeMigration creates an in-tree (storagemigration.k8s.io/v1)
+// StorageVersionMigration of gr named name. Without a
+// kube-controller-manager running its migrator, it stays pending.
+func (e *Env) CreateInTreeMigration(t testing.TB, name string, gr metav1.GroupResource) {
+	t.Helper()
+	m := &storagemigrationv1.StorageVersionMigration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       storagemigrationv1.StorageVersionMigrationSpec{Resource: gr},
+	}
+	if _, err := e.Kube.StoragemigrationV1().StorageVersionMigrations().Create(Context(t, time.Minute), m, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create in-tree migration %s: %v", name, err)
+	}
+}
