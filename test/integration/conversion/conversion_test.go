@@ -3,16 +3,15 @@
 package conversion_test
 
 import (
-	"fmt"
+	"context"
 	"slices"
 	"testing"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/metadata"
 
 	"github.com/svm-project/svm/internal/controlplane"
 	"github.com/svm-project/svm/internal/migrator"
@@ -36,19 +35,15 @@ const objects = 1000
 // storage flip from v1 to v2, what remains is the API server's own work,
 // which no request of svm's can avoid (see docs/design.md, Conversion
 // webhooks).
+//
+// The two cases run side by side, each on a control plane of its own, so
+// that neither API server also serves the other case's requests while its
+// webhook calls are counted.
 func TestConversionWebhookCalls(t *testing.T) {
-	env := framework.Start(t, controlplane.Options{})
-	md, err := metadata.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	disc, err := resources.NewDiscoveryClient(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := migrator.New(md, disc, migrator.Options{})
-
+	t.Parallel()
 	t.Run("preferred version is not the storage version", func(t *testing.T) {
+		t.Parallel()
+		env, m, disc := start(t)
 		// Two resources in the same state: one migrated as svm's callers
 		// choose today, one in its storage version.
 		preferred := framework.Resource{Group: "example.com", Plural: "gadgets", Kind: "Gadget"}
@@ -89,6 +84,8 @@ func TestConversionWebhookCalls(t *testing.T) {
 	})
 
 	t.Run("preferred version is the storage version", func(t *testing.T) {
+		t.Parallel()
+		env, m, disc := start(t)
 		// The usual case: written and stored in v1, then v2 is stored.
 		r := framework.Resource{Group: "example.com", Plural: "widgets", Kind: "Widget"}
 		hook := prepare(t, env, r, "v1", "v2")
@@ -118,6 +115,19 @@ func TestConversionWebhookCalls(t *testing.T) {
 	})
 }
 
+// start starts a control plane for one case, and returns it, svm's engine
+// on it, and a discovery client as svm's trigger uses.
+func start(t *testing.T) (*framework.Env, *migrator.Migrator, *discovery.DiscoveryClient) {
+	t.Helper()
+	env := framework.Start(t, controlplane.Options{})
+	disc, err := resources.NewDiscoveryClient(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := framework.NewMigrator(t, env.Config, migrator.Options{})
+	return env, m, disc
+}
+
 // slack is what a few writes retried by svm or the API server may add, per
 // object: the counts are exact when nothing is retried.
 const slack = 0.05
@@ -132,53 +142,31 @@ var v1ToV2 = framework.Direction{From: "example.com/v1", To: "example.com/v2"}
 func prepare(t *testing.T, env *framework.Env, r framework.Resource, created, stored string) *framework.ConversionWebhook {
 	t.Helper()
 	env.CreateResource(t, r)
-	setStorage(t, env, r, created)
-	createObjects(t, env, r, objects)
+	env.SetStorage(t, r, created)
+	env.CreateObjects(t, r, []string{"ns-a", "ns-b", "ns-c", "ns-d"}, objects)
 	hook := env.StartConversionWebhook(t, r)
-	setStorage(t, env, r, stored)
+	flipped := hook.Conversions()
+	env.SetStorage(t, r, stored)
 	// The first request after a CRD changes builds its storage: a watch
-	// cache per served version, each filled from etcd. A list on a cache
-	// not ready yet is served from etcd instead, converting each object
-	// of the chunk; a cluster's own watchers of the resource rebuild the
-	// caches at once, before any migration.
-	ctx := framework.Context(t, time.Minute)
-	if _, err := env.Dynamic.Resource(r.GVR(stored)).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
-		t.Fatalf("list %s: %v", r.Plural, err)
+	// cache per served version, each filled from etcd, which converts each
+	// object once. A list on a cache not ready yet is served from etcd
+	// instead, converting each object of the chunk; a cluster's own
+	// watchers of the resource rebuild the caches at once, before any
+	// migration. Discovery shows the new storage version before the API
+	// server has swapped in the new storage, so a list may still reach the
+	// old one: list until the webhook has converted every object, then let
+	// the build finish.
+	var lastErr error
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, lastErr = env.Dynamic.Resource(r.GVR(stored)).List(ctx, metav1.ListOptions{Limit: 1})
+		return lastErr == nil && hook.Conversions().Sub(flipped).TotalObjects() >= objects, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: the API server did not build its caches for the new storage within a minute (last list error: %v); the webhook converted %s", r.Plural, lastErr, hook.Conversions().Sub(flipped))
 	}
 	built := hook.Quiet(t)
 	t.Logf("%s: the API server's caches after the storage change: %s", r.Plural, built)
 	return hook
-}
-
-func setStorage(t *testing.T, env *framework.Env, r framework.Resource, version string) {
-	t.Helper()
-	hash := env.StorageVersionHash(t, r.GVR("v1"))
-	if hash == resources.StorageVersionHash(r.Group, version, r.Kind) {
-		return
-	}
-	env.SetCRDStorageVersion(t, r.CRDName(), version)
-	env.WaitStorageVersionHashChange(t, r.GVR("v1"), hash)
-}
-
-// createObjects creates n objects of r in v1 over four namespaces.
-func createObjects(t *testing.T, env *framework.Env, r framework.Resource, n int) {
-	t.Helper()
-	namespaces := []string{"ns-a", "ns-b", "ns-c", "ns-d"}
-	for _, ns := range namespaces {
-		env.CreateNamespace(t, ns)
-	}
-	g, ctx := errgroup.WithContext(framework.Context(t, 5*time.Minute))
-	g.SetLimit(8)
-	for i := range n {
-		g.Go(func() error {
-			ns := namespaces[i%len(namespaces)]
-			_, err := env.Dynamic.Resource(r.GVR("v1")).Namespace(ns).Create(ctx, r.Object("v1", fmt.Sprintf("obj-%05d", i), i), metav1.CreateOptions{})
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		t.Fatalf("create %s: %v", r.Plural, err)
-	}
 }
 
 // migrate runs a migration of gvr and returns the conversions it cost,
