@@ -9,7 +9,7 @@
 package chaos_test
 
 import (
-	"context"
+	"fmt"
 	"io"
 	"log"
 	"math/rand/v2"
@@ -20,12 +20,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controlplane"
@@ -45,7 +39,7 @@ const (
 	attempts = 10
 	// within bounds every wait for a migration's progress or end: 20,000
 	// writes have taken up to four minutes on two cores shared with other
-	// tests.
+	// tests (the scenarios' own among them: they run side by side).
 	within = 8 * time.Minute
 	// retries is svm's counter of requests repeated after a transient error.
 	retries = "storage_migrator_core_migrator_retries_total"
@@ -56,24 +50,18 @@ var (
 	namespaces    = []string{"ns-a", "ns-b", "ns-c", "ns-d"}
 )
 
-// TestChaos runs the scenarios one after another on one control plane and
-// one set of widgets, to keep the suite within minutes on two cores: each
-// scenario flips the storage version, so each migrates every object again,
-// and each compares every object with the snapshot taken before the first.
+// TestChaos runs the scenarios side by side, each on a control plane of its
+// own with its own 20,000 widgets and its own snapshot of them: each breaks
+// its control plane (or the svm controller, which acts on every migration in
+// the cluster) on purpose, and each counts every write to widgets. Seeding
+// goes straight into etcd and takes seconds, and much of a scenario's time
+// is spent waiting (on a kill point, an outage, a restart), so side by side
+// they take little longer than the slowest alone.
 func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the chaos suite takes minutes; run it without -short: go test ./test/integration/chaos/")
 	}
 	seed := framework.ChaosSeed(t)
-	env := framework.Start(t, controlplane.Options{})
-	env.InstallCRDs(t, framework.CRDBasesDir())
-	env.CreateWidgetCRD(t, "v1")
-	env.SeedWidgets(t, "v1", namespaces, objects)
-	before := env.TakeSnapshotInPages(t, framework.Widgets)
-	if len(before) != objects {
-		t.Fatalf("%d widgets, want %d", len(before), objects)
-	}
-
 	for _, s := range []struct {
 		name string
 		run  func(*testing.T, *framework.Env, framework.Snapshot, *rand.Rand)
@@ -82,8 +70,27 @@ func TestChaos(t *testing.T) {
 		{"kube-apiserver-killed", apiServerKilled},
 		{"etcd-stopped", etcdStopped},
 	} {
-		t.Run(s.name, func(t *testing.T) { s.run(t, env, before, framework.ChaosRand(seed, s.name)) })
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			env, before := seeded(t)
+			s.run(t, env, before, framework.ChaosRand(seed, s.name))
+		})
 	}
+}
+
+// seeded starts a control plane for one scenario with svm's CRDs and
+// 20,000 widgets stored in v1, and returns it with a snapshot of them.
+func seeded(t *testing.T) (*framework.Env, framework.Snapshot) {
+	t.Helper()
+	env := framework.Start(t, controlplane.Options{})
+	env.InstallCRDs(t, framework.CRDBasesDir())
+	env.CreateWidgetCRD(t, "v1")
+	env.SeedWidgets(t, "v1", namespaces, objects)
+	before := env.TakeSnapshotInPages(t, framework.Widgets)
+	if len(before) != objects {
+		t.Fatalf("%d widgets, want %d", len(before), objects)
+	}
+	return env, before
 }
 
 // svmKilledRepeatedly kills `svm controller` with SIGKILL five times at
@@ -125,7 +132,7 @@ func svmKilledRepeatedly(t *testing.T, env *framework.Env, before framework.Snap
 		// same code with or without it.
 		return controllerArgs(metricsAddr, "--leader-elect=false", "--qps", strconv.Itoa(qps))
 	}
-	createMigration(t, env, "svm-killed")
+	env.CreateMigration(t, "svm-killed", framework.Widgets)
 	retried, wasted, saved := 0, 0, 0
 	for i, point := range points {
 		metricsAddr := framework.FreeAddress(t)
@@ -133,9 +140,7 @@ func svmKilledRepeatedly(t *testing.T, env *framework.Env, before framework.Snap
 		// Each run saves at least one chunk of its own before it is
 		// killed, whatever the previous run managed after its kill point.
 		target := max(point*chunkSize, saved+chunkSize)
-		waitMigration(t, env, "svm-killed", within, func(m *migrationv1alpha1.StorageVersionMigration) bool {
-			return m.Status.Progress.Listed >= int64(target)
-		})
+		env.WaitMigration(t, "svm-killed", within, fmt.Sprintf("past %d listed objects", target), listed(target))
 		// Retries are counted by each process, and are lost with it.
 		scrape := func() {
 			retried += int(framework.Scrape(t, metricsAddr).Sum(retries, "resource", "widgets.example.com"))
@@ -153,8 +158,8 @@ func svmKilledRepeatedly(t *testing.T, env *framework.Env, before framework.Snap
 			svm.Kill()
 		}
 
-		m := getMigration(t, env, "svm-killed")
-		if finished(m) {
+		m := env.GetMigration(t, "svm-killed")
+		if framework.Finished(m) {
 			t.Fatalf("kill %d: the migration had finished (%+v); the kill proves nothing", i+1, m.Status.Conditions)
 		}
 		// Nobody else writes widgets, so every write svm made is counted
@@ -170,7 +175,7 @@ func svmKilledRepeatedly(t *testing.T, env *framework.Env, before framework.Snap
 
 	metricsAddr := framework.FreeAddress(t)
 	proxy.StartSVM(t, args(metricsAddr)...)
-	m := waitMigration(t, env, "svm-killed", within, succeeded)
+	m := env.WaitMigration(t, "svm-killed", within, "finished", framework.Finished)
 	retried += int(framework.Scrape(t, metricsAddr).Sum(retries, "resource", "widgets.example.com"))
 	writes := env.ServerRequests(t, "PATCH", "widgets") - writesBefore
 	// A run resumes from the last saved continue token: at most the chunk
@@ -229,14 +234,33 @@ func (h *saveHolder) holdNext(t *testing.T) (release func()) {
 	}
 }
 
+// quiet counts the scenarios running with a quiet proxy: the standard
+// logger is silenced while any of them runs, and only the last to end
+// gives it back its output.
+var quiet struct {
+	sync.Mutex
+	proxies int
+}
+
 // quietProxy starts a proxy to the API server for the scenario.
 func quietProxy(t *testing.T, env *framework.Env) *framework.Proxy {
 	t.Helper()
 	proxy := env.StartProxy(t)
 	// The proxy logs every request whose client or server went away: many
-	// lines that say only what the test did on purpose.
-	log.SetOutput(io.Discard)
-	t.Cleanup(func() { log.SetOutput(os.Stderr) })
+	// lines that say only what the test did on purpose. The logger is the
+	// process's, shared by the scenarios running side by side.
+	quiet.Lock()
+	if quiet.proxies++; quiet.proxies == 1 {
+		log.SetOutput(io.Discard)
+	}
+	quiet.Unlock()
+	t.Cleanup(func() {
+		quiet.Lock()
+		if quiet.proxies--; quiet.proxies == 0 {
+			log.SetOutput(os.Stderr)
+		}
+		quiet.Unlock()
+	})
 	return proxy
 }
 
@@ -260,10 +284,8 @@ func apiServerKilled(t *testing.T, env *framework.Env, before framework.Snapshot
 	// the kubelet restarts it; that path is the svm-killed scenario. Here
 	// the same process must ride out the outage.
 	svm := proxy.StartSVM(t, controllerArgs(metricsAddr, "--leader-elect=false", "--qps", strconv.Itoa(qps))...)
-	createMigration(t, env, "apiserver-killed")
-	waitMigration(t, env, "apiserver-killed", within, func(m *migrationv1alpha1.StorageVersionMigration) bool {
-		return m.Status.Progress.Listed >= int64(point)
-	})
+	env.CreateMigration(t, "apiserver-killed", framework.Widgets)
+	env.WaitMigration(t, "apiserver-killed", within, fmt.Sprintf("past %d listed objects", point), listed(point))
 	time.Sleep(delay)
 	if err := env.CP.KillAPIServer(); err != nil {
 		t.Fatalf("kill kube-apiserver: %v", err)
@@ -280,7 +302,7 @@ func apiServerKilled(t *testing.T, env *framework.Env, before framework.Snapshot
 	}
 	t.Logf("kube-apiserver ready again %s after its start", time.Since(start).Round(time.Millisecond))
 
-	m := waitMigration(t, env, "apiserver-killed", within, succeeded)
+	m := env.WaitMigration(t, "apiserver-killed", within, "finished", framework.Finished)
 	if !svm.Running() {
 		t.Error("svm controller exited during the outage")
 	}
@@ -309,10 +331,8 @@ func etcdStopped(t *testing.T, env *framework.Env, before framework.Snapshot, rn
 	// Without leader election, as with the API server killed: the lease
 	// cannot be renewed without etcd either.
 	svm := env.StartSVM(t, controllerArgs(metricsAddr, "--leader-elect=false", "--qps", strconv.Itoa(qps))...)
-	createMigration(t, env, "etcd-stopped")
-	waitMigration(t, env, "etcd-stopped", within, func(m *migrationv1alpha1.StorageVersionMigration) bool {
-		return m.Status.Progress.Listed >= int64(point)
-	})
+	env.CreateMigration(t, "etcd-stopped", framework.Widgets)
+	env.WaitMigration(t, "etcd-stopped", within, fmt.Sprintf("past %d listed objects", point), listed(point))
 	time.Sleep(delay)
 	if err := env.CP.StopEtcd(); err != nil {
 		t.Fatalf("stop etcd: %v", err)
@@ -327,7 +347,7 @@ func etcdStopped(t *testing.T, env *framework.Env, before framework.Snapshot, rn
 		t.Fatalf("start etcd again: %v", err)
 	}
 
-	m := waitMigration(t, env, "etcd-stopped", within, succeeded)
+	m := env.WaitMigration(t, "etcd-stopped", within, "finished", framework.Finished)
 	if !svm.Running() || !env.CP.APIServerRunning() {
 		t.Errorf("svm running: %v, kube-apiserver running: %v; both should have ridden out the outage", svm.Running(), env.CP.APIServerRunning())
 	}
@@ -340,23 +360,12 @@ func etcdStopped(t *testing.T, env *framework.Env, before framework.Snapshot, rn
 	verify(t, env, framework.Scenario{Name: "etcd stopped", Writes: writes, Retries: retried}, m, before, want, bound)
 }
 
-// flip makes the other of widgets' two versions the storage version, waits
-// until discovery says so, and returns the stored versions a migration must
-// leave. Each scenario flips from wherever the previous one left off, so any
-// of them can run alone (go test -run TestChaos/<name>).
+// flip makes the version of widgets that is not stored (v2, as seeded) the
+// storage version, waits until discovery says so, and returns the stored
+// versions a migration must leave.
 func flip(t *testing.T, env *framework.Env) map[string]int {
 	t.Helper()
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := env.Client.Get(framework.Context(t, time.Minute), client.ObjectKey{Name: framework.WidgetsCRDName}, crd); err != nil {
-		t.Fatalf("get the widgets CRD: %v", err)
-	}
-	version := "v2"
-	if slices.ContainsFunc(crd.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool { return v.Storage && v.Name == "v2" }) {
-		version = "v1"
-	}
-	hash := env.StorageVersionHash(t, framework.Widgets)
-	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, version)
-	env.WaitStorageVersionHashChange(t, framework.Widgets, hash)
+	version := env.FlipStorage(t, framework.WidgetResource)
 	t.Logf("storage version of widgets flipped to %s", version)
 	return map[string]int{"example.com/" + version: objects}
 }
@@ -368,7 +377,7 @@ func flip(t *testing.T, env *framework.Env) map[string]int {
 func verify(t *testing.T, env *framework.Env, s framework.Scenario, m *migrationv1alpha1.StorageVersionMigration, before framework.Snapshot, want map[string]int, bound int) {
 	t.Helper()
 	s.Objects = objects
-	if !succeeded(m) {
+	if !framework.Succeeded(m) {
 		t.Fatalf("migration ended without success: %+v", m.Status.Conditions)
 	}
 	if p := m.Status.Progress; p.Failed != 0 || p.Migrated()+p.Skipped() < objects || len(m.Status.FailedObjects) != 0 {
@@ -392,85 +401,16 @@ func controllerArgs(metricsAddr string, extra ...string) []string {
 		"--chunk-size", strconv.Itoa(chunkSize), "--workers", strconv.Itoa(workers)}, extra...)
 }
 
-// createMigration creates a migration of widgets, and deletes it when the
-// scenario ends, so that a scenario that failed leaves no running migration
-// to hold up the next one.
-func createMigration(t *testing.T, env *framework.Env, name string) {
-	t.Helper()
-	m := &migrationv1alpha1.StorageVersionMigration{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: migrationv1alpha1.StorageVersionMigrationSpec{
-			Resource: migrationv1alpha1.GroupVersionResource{Group: framework.Widgets.Group, Version: framework.Widgets.Version, Resource: framework.Widgets.Resource},
-		},
+// listed holds once the migration has listed n objects, or has finished:
+// a scenario that waits to break something at that point then sees at once
+// that it came too late.
+func listed(n int) func(*migrationv1alpha1.StorageVersionMigration) bool {
+	return func(m *migrationv1alpha1.StorageVersionMigration) bool {
+		return m.Status.Progress.Listed >= int64(n) || framework.Finished(m)
 	}
-	if err := env.Client.Create(framework.Context(t, time.Minute), m); err != nil {
-		t.Fatalf("create migration: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := env.Client.Delete(ctx, m); err != nil && !apierrors.IsNotFound(err) {
-			t.Logf("delete migration %s: %v", name, err)
-		}
-	})
-}
-
-func getMigration(t *testing.T, env *framework.Env, name string) *migrationv1alpha1.StorageVersionMigration {
-	t.Helper()
-	m := &migrationv1alpha1.StorageVersionMigration{}
-	if err := env.Client.Get(framework.Context(t, time.Minute), client.ObjectKey{Name: name}, m); err != nil {
-		t.Fatalf("get migration %s: %v", name, err)
-	}
-	return m
-}
-
-// waitMigration polls the migration every 20ms (a kill should land close
-// to the moment it is aimed at) until cond holds or the migration has
-// finished, at most timeout. Errors count as "not yet": while a server is
-// away nothing answers.
-func waitMigration(t *testing.T, env *framework.Env, name string, timeout time.Duration, cond func(*migrationv1alpha1.StorageVersionMigration) bool) *migrationv1alpha1.StorageVersionMigration {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var m *migrationv1alpha1.StorageVersionMigration
-	var lastErr error
-	for time.Now().Before(deadline) {
-		got := &migrationv1alpha1.StorageVersionMigration{}
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		lastErr = env.Client.Get(ctx, client.ObjectKey{Name: name}, got)
-		cancel()
-		if lastErr == nil {
-			m = got
-			if cond(m) || finished(m) {
-				return m
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if m == nil {
-		t.Fatalf("migration %s not read within %s: %v", name, timeout, lastErr)
-	}
-	t.Fatalf("migration %s: not there within %s (last error: %v); progress %+v, conditions %+v", name, timeout, lastErr, m.Status.Progress, m.Status.Conditions)
-	return nil
 }
 
 // upTo is a random duration in [0, d).
 func upTo(rnd *rand.Rand, d time.Duration) time.Duration {
 	return time.Duration(rnd.Int64N(int64(d)))
-}
-
-func succeeded(m *migrationv1alpha1.StorageVersionMigration) bool {
-	return hasCondition(m, migrationv1alpha1.MigrationSucceeded)
-}
-
-func finished(m *migrationv1alpha1.StorageVersionMigration) bool {
-	return succeeded(m) || hasCondition(m, migrationv1alpha1.MigrationFailed)
-}
-
-func hasCondition(m *migrationv1alpha1.StorageVersionMigration, t migrationv1alpha1.MigrationConditionType) bool {
-	for _, c := range m.Status.Conditions {
-		if c.Type == t && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
 }

@@ -8,9 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/test/framework"
@@ -49,19 +47,10 @@ func testControllerOutage(t *testing.T, f *fixture) {
 	proxy := f.env.StartFaultProxy(t, framework.FaultOptions{})
 	// --qps makes the migration last about 8s, so that the outage catches
 	// it in the middle; during the outage svm sends far less than that.
-	proxy.StartSVM(t, "controller", "--trigger=false", "--leader-elect=false",
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0",
-		"--chunk-size", "200", "--qps", fmt.Sprint(max(20, objects/8)))
+	proxy.StartSVM(t, framework.ControllerArgs("--trigger=false", "--leader-elect=false",
+		"--chunk-size", "200", "--qps", fmt.Sprint(max(20, objects/8)))...)
 	writesBefore := f.serverWrites(t)
-	m := &migrationv1alpha1.StorageVersionMigration{
-		ObjectMeta: metav1.ObjectMeta{Name: "widgets"},
-		Spec: migrationv1alpha1.StorageVersionMigrationSpec{
-			Resource: migrationv1alpha1.GroupVersionResource{Group: framework.Widgets.Group, Version: framework.Widgets.Version, Resource: framework.Widgets.Resource},
-		},
-	}
-	if err := f.env.Client.Create(framework.Context(t, time.Minute), m); err != nil {
-		t.Fatalf("create migration: %v", err)
-	}
+	m := f.env.CreateMigration(t, "widgets", framework.Widgets)
 	widgetWrites := func() int { return proxy.Requests().Filter(isWidgets).Writes() }
 	err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 		return widgetWrites() >= objects/6, nil
@@ -75,11 +64,11 @@ func testControllerOutage(t *testing.T, f *fixture) {
 	for _, fault := range []framework.Fault{framework.InternalError, framework.Reset} {
 		proxy.FailAll(fault)
 		for end := time.Now().Add(phase); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
-			got := getMigration(t, f.env, m.Name)
-			if c := condition(got, migrationv1alpha1.MigrationFailed); c.Status == corev1.ConditionTrue {
+			got := f.env.GetMigration(t, m.Name)
+			if c := framework.Condition(got, migrationv1alpha1.MigrationFailed); c.Status == corev1.ConditionTrue {
 				t.Fatalf("the migration failed during the outage: %s: %s", c.Reason, c.Message)
 			}
-			if c := condition(got, migrationv1alpha1.MigrationRunning); !slices.Contains(seen, c.Reason) {
+			if c := framework.Condition(got, migrationv1alpha1.MigrationRunning); !slices.Contains(seen, c.Reason) {
 				seen = append(seen, c.Reason)
 			}
 		}
@@ -88,14 +77,9 @@ func testControllerOutage(t *testing.T, f *fixture) {
 	end := time.Now()
 	t.Logf("the Running condition's reasons during the outage: %q", seen)
 
-	var done *migrationv1alpha1.StorageVersionMigration
-	err = wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
-		done = getMigration(t, f.env, m.Name)
-		return condition(done, migrationv1alpha1.MigrationSucceeded).Status == corev1.ConditionTrue ||
-			condition(done, migrationv1alpha1.MigrationFailed).Status == corev1.ConditionTrue, nil
-	})
-	if err != nil || condition(done, migrationv1alpha1.MigrationSucceeded).Status != corev1.ConditionTrue {
-		t.Fatalf("the migration did not succeed after the outage: %v; status %+v", err, done.Status)
+	done := f.env.WaitMigration(t, m.Name, 3*time.Minute, "finished after the outage", framework.Finished)
+	if !framework.Succeeded(done) {
+		t.Fatalf("the migration did not succeed after the outage: status %+v", done.Status)
 	}
 	t.Logf("succeeded %s after the outage", time.Since(end).Round(time.Millisecond))
 	if p := done.Status.Progress; p.Migrated()+p.Skipped() != int64(objects) || p.Failed != 0 {
@@ -140,22 +124,4 @@ func peakPerSecond(log framework.FaultLog) int {
 		peak = max(peak, j-i)
 	}
 	return peak
-}
-
-func getMigration(t *testing.T, env *framework.Env, name string) *migrationv1alpha1.StorageVersionMigration {
-	t.Helper()
-	m := &migrationv1alpha1.StorageVersionMigration{}
-	if err := env.Client.Get(framework.Context(t, time.Minute), client.ObjectKey{Name: name}, m); err != nil {
-		t.Fatalf("get migration %s: %v", name, err)
-	}
-	return m
-}
-
-func condition(m *migrationv1alpha1.StorageVersionMigration, t migrationv1alpha1.MigrationConditionType) migrationv1alpha1.MigrationCondition {
-	for _, c := range m.Status.Conditions {
-		if c.Type == t {
-			return c
-		}
-	}
-	return migrationv1alpha1.MigrationCondition{}
 }

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,34 +41,89 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestMigrationsRideOutFaults runs every scenario on one control plane,
-// each after a storage version flip that leaves every widget to be
-// rewritten again: svm's engine, in the test process, against each fault
-// alone, long Retry-After waits and an outage that outlasts its retries;
-// `svm controller`, as a process, through an outage; and last, with more
-// widgets, the engine against all faults at once.
+// TestMigrationsRideOutFaults runs every scenario after a storage version
+// flip that leaves every widget to be rewritten: svm's engine, in the test
+// process, against each fault alone, long Retry-After waits and an outage
+// that outlasts its retries; `svm controller`, as a process, through an
+// outage; and, with more widgets, the engine against all faults at once and
+// against a slowdown.
+//
+// Most of a scenario's time is spent waiting out the faults it injects, so
+// the scenarios run side by side, each on a control plane of its own, and
+// the package takes about as long as its slowest scenario. Starting a
+// control plane costs seconds of CPU, so the scenarios that take seconds
+// share one in turn, as all of them once did: each flips the storage
+// version again, so every widget needs a rewrite again.
+//
+// go test runs at most -parallel subtests at once, and starts the waiting
+// ones in no fixed order, except that a subtest's own subtests wait until
+// it has started. So the three slowest scenarios are direct subtests, and
+// the others are subtests of "shorter": they start only once the slowest
+// have, which would otherwise start last as often as not.
 func TestMigrationsRideOutFaults(t *testing.T) {
-	f := newFixture(t, 150)
-	t.Run("alone", func(t *testing.T) {
-		for _, fault := range framework.Faults {
-			t.Run("30% "+string(fault), func(t *testing.T) { testFaultAlone(t, f, fault, 0.3) })
-		}
+	for _, fault := range slowFaults {
+		// Named as a subtest of "alone" (go test -run splits names at
+		// slashes), like the quick ones.
+		t.Run("alone/30% "+string(fault), func(t *testing.T) {
+			t.Parallel()
+			testFaultAlone(t, newFixture(t, 150), fault, 0.3)
+		})
+	}
+	t.Run("controller outage", func(t *testing.T) {
+		t.Parallel()
+		testControllerOutage(t, newFixture(t, 150))
 	})
-	t.Run("long Retry-After", func(t *testing.T) { testLongRetryAfter(t, f) })
-	t.Run("engine outage", func(t *testing.T) { testOutageLongerThanRetries(t, f) })
-	t.Run("controller outage", func(t *testing.T) { testControllerOutage(t, f) })
-	t.Run("mixed faults", func(t *testing.T) {
-		f.grow(t, 1000)
-		testMixedFaults(t, f)
+	t.Run("shorter", func(t *testing.T) {
+		t.Parallel()
+		t.Run("alone", func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, 150)
+			for _, fault := range framework.Faults {
+				if !slices.Contains(slowFaults, fault) {
+					t.Run("30% "+string(fault), func(t *testing.T) { testFaultAlone(t, f, fault, 0.3) })
+				}
+			}
+		})
+		t.Run("long Retry-After", func(t *testing.T) {
+			t.Parallel()
+			testLongRetryAfter(t, newFixture(t, 150))
+		})
+		t.Run("engine outage", func(t *testing.T) {
+			t.Parallel()
+			testOutageLongerThanRetries(t, newFixture(t, 150))
+		})
+		// All faults at once must each hit some request, and the slowdown
+		// must come after 200 writes and well before the last: both need
+		// more widgets, and they share them.
+		t.Run("1000 widgets", func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, 150)
+			t.Run("mixed faults", func(t *testing.T) {
+				f.grow(t, 1000)
+				testMixedFaults(t, f)
+			})
+			t.Run("adaptive pacing", func(t *testing.T) {
+				// Nothing to add after the mixed faults; this lets the
+				// scenario run alone (go test -run).
+				f.grow(t, 1000)
+				testAdaptivePacing(t, f)
+			})
+		})
 	})
-	t.Run("adaptive pacing", func(t *testing.T) { testAdaptivePacing(t, f) })
 }
+
+// slowFaults cost a scenario tens of seconds, each broken request a wait
+// of seconds (a Retry-After, a request timeout): each gets a control plane
+// of its own, so as not to hold up the quick ones.
+var slowFaults = []framework.Fault{framework.Throttle, framework.Stall}
 
 var widgetsPrefix = framework.EtcdPrefix(framework.Widgets.GroupResource())
 
-// fixture is a control plane with widgets that scenarios migrate one after
-// another: each flips the storage version, so every widget needs a rewrite
-// again, and one control plane serves several scenarios.
+// fixture is a control plane with widgets that one scenario, or a few in
+// turn, migrate: each flips the storage version, so every widget needs a
+// rewrite again. It is not a shared control plane (framework.Shared):
+// the scenarios count every write to widgets on the API server and run
+// `svm controller`, which acts on every migration in the cluster.
 type fixture struct {
 	env     *framework.Env
 	objects int
@@ -88,10 +144,7 @@ func newFixture(t *testing.T, objects int) *fixture {
 func (f *fixture) flip(t *testing.T) framework.Snapshot {
 	t.Helper()
 	before := f.env.TakeSnapshot(t, framework.Widgets)
-	hash := f.env.StorageVersionHash(t, framework.Widgets)
-	f.storage = map[string]string{"v1": "v2", "v2": "v1"}[f.storage]
-	f.env.SetCRDStorageVersion(t, framework.WidgetsCRDName, f.storage)
-	f.env.WaitStorageVersionHashChange(t, framework.Widgets, hash)
+	f.storage = f.env.FlipStorage(t, framework.WidgetResource)
 	return before
 }
 
