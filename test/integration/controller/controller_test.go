@@ -1,10 +1,12 @@
 // Package controller_test runs `svm controller` as a real process against a
 // real control plane: migrations complete, survive SIGKILL, and fail with a
-// reason when they cannot complete.
+// reason when they cannot complete. Every test runs the controller with
+// --trigger=false (it creates its migrations itself) on a control plane of
+// its own, since the controller acts on every migration in the cluster;
+// so the tests run side by side.
 package controller_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -12,9 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controlplane"
@@ -23,91 +23,33 @@ import (
 
 var widgetsPrefix = framework.EtcdPrefix(framework.Widgets.GroupResource())
 
-// controllerArgs run the migration controller alone (these tests create
-// their migrations themselves) with its endpoints off, so parallel tests
-// never fight over ports.
-func controllerArgs(extra ...string) []string {
-	return append([]string{"controller", "--trigger=false", "--leader-election-namespace", "default",
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, extra...)
-}
-
+// setup starts a control plane of the test's own (every test here runs
+// `svm controller`, which acts on every migration in the cluster) with
+// svm's CRDs, and n widgets, named obj-NNNNN, over three namespaces,
+// stored in v1 after the storage moved to v2. It returns their snapshot.
 func setup(t *testing.T, n int) (*framework.Env, framework.Snapshot) {
 	t.Helper()
 	env := framework.Start(t, controlplane.Options{})
 	env.InstallCRDs(t, framework.CRDBasesDir())
 	env.CreateWidgetCRD(t, "v1")
-	env.CreateWidgets(t, "v1", []string{"ns-a", "ns-b", "ns-c"}, n)
-	before := env.TakeSnapshot(t, framework.Widgets)
-	hash := env.StorageVersionHash(t, framework.Widgets)
-	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")
-	env.WaitStorageVersionHashChange(t, framework.Widgets, hash)
-	return env, before
-}
-
-func createMigration(t *testing.T, env *framework.Env, name, group, version, resource string) *migrationv1alpha1.StorageVersionMigration {
-	t.Helper()
-	m := &migrationv1alpha1.StorageVersionMigration{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: migrationv1alpha1.StorageVersionMigrationSpec{
-			Resource: migrationv1alpha1.GroupVersionResource{Group: group, Version: version, Resource: resource},
-		},
-	}
-	if err := env.Client.Create(framework.Context(t, time.Minute), m); err != nil {
-		t.Fatalf("create migration: %v", err)
-	}
-	return m
-}
-
-// waitFor polls the migration until cond holds, as `kubectl wait` would.
-func waitFor(t *testing.T, env *framework.Env, name string, timeout time.Duration, cond func(*migrationv1alpha1.StorageVersionMigration) bool) *migrationv1alpha1.StorageVersionMigration {
-	t.Helper()
-	m := &migrationv1alpha1.StorageVersionMigration{}
-	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, m); err != nil {
-			return false, err
-		}
-		return cond(m), nil
-	})
-	if err != nil {
-		t.Fatalf("migration %s: %v; status %+v", name, err, m.Status)
-	}
-	return m
-}
-
-func condition(t migrationv1alpha1.MigrationConditionType) func(*migrationv1alpha1.StorageVersionMigration) bool {
-	return func(m *migrationv1alpha1.StorageVersionMigration) bool {
-		for _, c := range m.Status.Conditions {
-			if c.Type == t && c.Status == corev1.ConditionTrue {
-				return true
-			}
-		}
-		return false
-	}
-}
-
-func getCondition(m *migrationv1alpha1.StorageVersionMigration, t migrationv1alpha1.MigrationConditionType) migrationv1alpha1.MigrationCondition {
-	for _, c := range m.Status.Conditions {
-		if c.Type == t {
-			return c
-		}
-	}
-	return migrationv1alpha1.MigrationCondition{}
+	return env, env.StoredInOldVersion(t, framework.WidgetResource, []string{"ns-a", "ns-b", "ns-c"}, n)
 }
 
 func TestMigrationSucceeds(t *testing.T) {
+	t.Parallel()
 	const n = 2000
 	env, before := setup(t, n)
-	env.StartSVM(t, controllerArgs()...)
-	createMigration(t, env, "widgets", "example.com", "v1", "widgets")
+	env.StartSVM(t, framework.ControllerArgs("--trigger=false")...)
+	env.CreateMigration(t, "widgets", framework.Widgets)
 
-	m := waitFor(t, env, "widgets", 3*time.Minute, condition(migrationv1alpha1.MigrationSucceeded))
+	m := env.WaitMigrationSucceeded(t, "widgets", 3*time.Minute)
 	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
 	env.ExpectUnchanged(t, framework.Widgets, before)
 	p := m.Status.Progress
 	if p.Listed != n || p.Migrated() != n || p.Skipped() != 0 || p.Failed != 0 {
 		t.Errorf("progress %+v, want %d listed and rewritten", p, n)
 	}
-	if running := getCondition(m, migrationv1alpha1.MigrationRunning); running.Status != corev1.ConditionFalse {
+	if running := framework.Condition(m, migrationv1alpha1.MigrationRunning); running.Status != corev1.ConditionFalse {
 		t.Errorf("Running condition %+v, want False", running)
 	}
 	if m.Status.StartTime == nil || m.Status.CompletionTime == nil || m.Status.ResourceVersionCheckpoint == "" ||
@@ -117,20 +59,21 @@ func TestMigrationSucceeds(t *testing.T) {
 }
 
 func TestControllerKilledMidMigrationResumes(t *testing.T) {
+	t.Parallel()
 	const n, chunk = 3000, 500
 	env, before := setup(t, n)
-	args := controllerArgs("--qps", "300", "--chunk-size", fmt.Sprint(chunk))
+	args := framework.ControllerArgs("--trigger=false", "--qps", "300", "--chunk-size", fmt.Sprint(chunk))
 	svm := env.StartSVM(t, args...)
-	createMigration(t, env, "widgets", "example.com", "v1", "widgets")
+	env.CreateMigration(t, "widgets", framework.Widgets)
 
 	// Kill it once two chunks are saved and a third is under way.
-	waitFor(t, env, "widgets", 2*time.Minute, func(m *migrationv1alpha1.StorageVersionMigration) bool {
+	env.WaitMigration(t, "widgets", 2*time.Minute, "two chunks saved", func(m *migrationv1alpha1.StorageVersionMigration) bool {
 		return m.Status.Progress.Listed >= 2*chunk && m.Spec.ContinueToken != ""
 	})
 	time.Sleep(500 * time.Millisecond)
 	svm.Kill()
-	killed := waitFor(t, env, "widgets", time.Second, func(*migrationv1alpha1.StorageVersionMigration) bool { return true })
-	if !condition(migrationv1alpha1.MigrationRunning)(killed) || condition(migrationv1alpha1.MigrationSucceeded)(killed) {
+	killed := env.GetMigration(t, "widgets")
+	if !killed.HasCondition(migrationv1alpha1.MigrationRunning) || framework.Succeeded(killed) {
 		t.Fatalf("after the kill: %+v, want still Running", killed.Status.Conditions)
 	}
 	versions := env.StoredVersions(t, widgetsPrefix)
@@ -139,7 +82,7 @@ func TestControllerKilledMidMigrationResumes(t *testing.T) {
 	}
 
 	env.StartSVM(t, args...)
-	m := waitFor(t, env, "widgets", 3*time.Minute, condition(migrationv1alpha1.MigrationSucceeded))
+	m := env.WaitMigrationSucceeded(t, "widgets", 3*time.Minute)
 	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
 	env.ExpectUnchanged(t, framework.Widgets, before)
 	// It resumed from the saved token: at most the unsaved chunk was
@@ -155,15 +98,16 @@ func TestControllerKilledMidMigrationResumes(t *testing.T) {
 }
 
 func TestImpossibleMigrationsFailFast(t *testing.T) {
+	t.Parallel()
 	env := framework.Start(t, controlplane.Options{})
 	env.InstallCRDs(t, framework.CRDBasesDir())
-	env.StartSVM(t, controllerArgs("--max-parallel", "3")...)
-	createMigration(t, env, "gadgets", "example.com", "v1", "gadgets")
-	createMigration(t, env, "reviews", "authorization.k8s.io", "v1", "selfsubjectaccessreviews")
+	env.StartSVM(t, framework.ControllerArgs("--trigger=false", "--max-parallel", "3")...)
+	env.CreateMigration(t, "gadgets", schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"})
+	env.CreateMigration(t, "reviews", schema.GroupVersionResource{Group: "authorization.k8s.io", Version: "v1", Resource: "selfsubjectaccessreviews"})
 	for name, wantReason := range map[string]string{"gadgets": "ResourceNotFound", "reviews": "NotMigratable"} {
 		start := time.Now()
-		m := waitFor(t, env, name, 30*time.Second, condition(migrationv1alpha1.MigrationFailed))
-		failed := getCondition(m, migrationv1alpha1.MigrationFailed)
+		m := env.WaitMigration(t, name, 30*time.Second, "failed", framework.Failed)
+		failed := framework.Condition(m, migrationv1alpha1.MigrationFailed)
 		if failed.Reason != wantReason || failed.Message == "" {
 			t.Errorf("%s: Failed condition %+v, want reason %s and a message", name, failed, wantReason)
 		}
@@ -179,16 +123,17 @@ func TestImpossibleMigrationsFailFast(t *testing.T) {
 }
 
 func TestWebhookDenialsFailTheMigrationNamingTheObjects(t *testing.T) {
+	t.Parallel()
 	const n = 300
 	env, _ := setup(t, n)
-	denied := map[string]bool{"ns-a/widget-00003": true, "ns-b/widget-00100": true, "ns-c/widget-00299": true}
+	denied := map[string]bool{"ns-a/obj-00003": true, "ns-b/obj-00100": true, "ns-c/obj-00299": true}
 	hook := framework.StartDenyingWebhook(t, env, framework.WidgetResource, denied)
 
-	env.StartSVM(t, controllerArgs()...)
-	createMigration(t, env, "widgets", "example.com", "v1", "widgets")
-	m := waitFor(t, env, "widgets", 2*time.Minute, condition(migrationv1alpha1.MigrationFailed))
+	env.StartSVM(t, framework.ControllerArgs("--trigger=false")...)
+	env.CreateMigration(t, "widgets", framework.Widgets)
+	m := env.WaitMigration(t, "widgets", 2*time.Minute, "failed", framework.Failed)
 
-	failed := getCondition(m, migrationv1alpha1.MigrationFailed)
+	failed := framework.Condition(m, migrationv1alpha1.MigrationFailed)
 	if failed.Reason != "ObjectsFailed" {
 		t.Errorf("reason %q, want ObjectsFailed", failed.Reason)
 	}
@@ -218,8 +163,9 @@ func TestWebhookDenialsFailTheMigrationNamingTheObjects(t *testing.T) {
 }
 
 func TestControllerWithoutCRDsSaysSo(t *testing.T) {
+	t.Parallel()
 	env := framework.Start(t, controlplane.Options{})
-	svm := env.StartSVM(t, controllerArgs()...)
+	svm := env.StartSVM(t, framework.ControllerArgs("--trigger=false")...)
 	if code := svm.ExitCode(); code != 1 {
 		t.Errorf("exit code %d, want 1", code)
 	}

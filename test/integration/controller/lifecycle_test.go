@@ -10,11 +10,12 @@ import (
 )
 
 func TestDeletingAMigrationStopsItsWork(t *testing.T) {
+	t.Parallel()
 	const n = 3000
 	env, _ := setup(t, n)
-	env.StartSVM(t, controllerArgs("--qps", "200")...)
-	m := createMigration(t, env, "widgets", "example.com", "v1", "widgets")
-	waitFor(t, env, "widgets", time.Minute, func(m *migrationv1alpha1.StorageVersionMigration) bool { return m.Status.Progress.Listed >= 500 })
+	env.StartSVM(t, framework.ControllerArgs("--trigger=false", "--qps", "200")...)
+	m := env.CreateMigration(t, "widgets", framework.Widgets)
+	env.WaitMigration(t, "widgets", time.Minute, "500 listed", func(m *migrationv1alpha1.StorageVersionMigration) bool { return m.Status.Progress.Listed >= 500 })
 
 	if err := env.Client.Delete(framework.Context(t, time.Minute), m); err != nil {
 		t.Fatal(err)
@@ -30,18 +31,24 @@ func TestDeletingAMigrationStopsItsWork(t *testing.T) {
 		t.Fatalf("migration finished (%d writes) before it was deleted; the test proves nothing", stoppedAt)
 	}
 	// The resource is free again: a new migration completes it.
-	createMigration(t, env, "widgets-again", "example.com", "v1", "widgets")
-	waitFor(t, env, "widgets-again", 2*time.Minute, condition(migrationv1alpha1.MigrationSucceeded))
+	env.CreateMigration(t, "widgets-again", framework.Widgets)
+	env.WaitMigrationSucceeded(t, "widgets-again", 2*time.Minute)
 	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
 }
 
 func TestSIGTERMDrainsAndTheNextControllerResumes(t *testing.T) {
+	t.Parallel()
 	const n, chunk = 3000, 500
 	env, before := setup(t, n)
-	args := controllerArgs("--qps", "300")
+	args := framework.ControllerArgs("--trigger=false", "--qps", "300")
 	svm := env.StartSVM(t, args...)
-	createMigration(t, env, "widgets", "example.com", "v1", "widgets")
-	waitFor(t, env, "widgets", time.Minute, func(m *migrationv1alpha1.StorageVersionMigration) bool { return m.Status.Progress.Listed >= chunk })
+	env.CreateMigration(t, "widgets", framework.Widgets)
+	// A chunk is saved in two writes, its counters and then its token
+	// (see the controller's OnChunk): wait for both, or a SIGTERM between
+	// them leaves no token to resume from and the check below fails.
+	env.WaitMigration(t, "widgets", time.Minute, "a chunk saved", func(m *migrationv1alpha1.StorageVersionMigration) bool {
+		return m.Status.Progress.Listed >= chunk && m.Spec.ContinueToken != ""
+	})
 
 	start := time.Now()
 	if !svm.Stop(15 * time.Second) {
@@ -51,13 +58,13 @@ func TestSIGTERMDrainsAndTheNextControllerResumes(t *testing.T) {
 		t.Errorf("exit code %d after SIGTERM, want 0", code)
 	}
 	t.Logf("drained in %s", time.Since(start).Round(time.Millisecond))
-	stopped := waitFor(t, env, "widgets", time.Second, func(*migrationv1alpha1.StorageVersionMigration) bool { return true })
-	if !condition(migrationv1alpha1.MigrationRunning)(stopped) || stopped.Spec.ContinueToken == "" {
+	stopped := env.GetMigration(t, "widgets")
+	if !stopped.HasCondition(migrationv1alpha1.MigrationRunning) || stopped.Spec.ContinueToken == "" {
 		t.Fatalf("after SIGTERM: conditions %+v, token %q; want Running with a saved token", stopped.Status.Conditions, stopped.Spec.ContinueToken)
 	}
 
 	env.StartSVM(t, args...)
-	waitFor(t, env, "widgets", 3*time.Minute, condition(migrationv1alpha1.MigrationSucceeded))
+	env.WaitMigrationSucceeded(t, "widgets", 3*time.Minute)
 	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
 	env.ExpectUnchanged(t, framework.Widgets, before)
 	if writes := env.ServerRequests(t, "PATCH", "widgets"); writes > n+chunk {
@@ -66,12 +73,13 @@ func TestSIGTERMDrainsAndTheNextControllerResumes(t *testing.T) {
 }
 
 func TestOnlyTheLeaderMigrates(t *testing.T) {
+	t.Parallel()
 	const n = 1000
 	env, _ := setup(t, n)
-	first := env.StartSVM(t, controllerArgs()...)
-	second := env.StartSVM(t, controllerArgs()...)
-	createMigration(t, env, "widgets", "example.com", "v1", "widgets")
-	waitFor(t, env, "widgets", 2*time.Minute, condition(migrationv1alpha1.MigrationSucceeded))
+	first := env.StartSVM(t, framework.ControllerArgs("--trigger=false")...)
+	second := env.StartSVM(t, framework.ControllerArgs("--trigger=false")...)
+	env.CreateMigration(t, "widgets", framework.Widgets)
+	env.WaitMigrationSucceeded(t, "widgets", 2*time.Minute)
 
 	started := 0
 	for _, p := range []*framework.Process{first, second} {

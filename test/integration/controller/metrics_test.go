@@ -9,9 +9,9 @@ import (
 	"time"
 
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
@@ -29,10 +29,11 @@ const (
 )
 
 // endpointArgs run the controller with its metrics and probes on free
-// loopback ports, electing its leader in namespace default.
+// loopback ports: they follow framework.ControllerArgs' "0"s, and the last
+// value of a flag wins.
 func endpointArgs(metricsAddr, healthAddr string, extra ...string) []string {
-	return append([]string{"controller", "--trigger=false", "--leader-election-namespace", "default",
-		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", healthAddr}, extra...)
+	return framework.ControllerArgs(append([]string{"--trigger=false",
+		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", healthAddr}, extra...)...)
 }
 
 // waitStatus polls http://addr/path until it answers want.
@@ -52,6 +53,7 @@ func waitStatus(t *testing.T, addr, path string, want int, timeout time.Duration
 // TestMetricsEventsAndProbes follows one migration through the controller's
 // metrics (scraped while it runs and after), its events, and its probes.
 func TestMetricsEventsAndProbes(t *testing.T) {
+	t.Parallel()
 	const n, chunk = 3000, 500
 	env, _ := setup(t, n)
 	metricsAddr, healthAddr := framework.FreeAddress(t), framework.FreeAddress(t)
@@ -60,7 +62,7 @@ func TestMetricsEventsAndProbes(t *testing.T) {
 	waitStatus(t, healthAddr, "/readyz", http.StatusOK, 2*time.Minute)
 	waitStatus(t, healthAddr, "/healthz", http.StatusOK, 10*time.Second)
 
-	createMigration(t, env, "widgets", "example.com", "v1", "widgets")
+	env.CreateMigration(t, "widgets", framework.Widgets)
 
 	// While it runs: objects are rewritten, fewer remain, and neither ever
 	// goes the wrong way.
@@ -93,7 +95,7 @@ func TestMetricsEventsAndProbes(t *testing.T) {
 		t.Errorf("migrated objects did not grow while scraped: %v", samples)
 	}
 
-	m := waitFor(t, env, "widgets", time.Minute, condition(migrationv1alpha1.MigrationSucceeded))
+	m := env.WaitMigrationSucceeded(t, "widgets", time.Minute)
 	after := framework.Scrape(t, metricsAddr)
 	for _, c := range []struct {
 		what      string
@@ -145,8 +147,8 @@ func TestMetricsEventsAndProbes(t *testing.T) {
 	expectNoWidgetContent(t, "svm's log", svm.Log(t))
 
 	// A migration that cannot complete is counted and told as failed.
-	createMigration(t, env, "gadgets", "example.com", "v1", "gadgets")
-	waitFor(t, env, "gadgets", time.Minute, condition(migrationv1alpha1.MigrationFailed))
+	env.CreateMigration(t, "gadgets", schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"})
+	env.WaitMigration(t, "gadgets", time.Minute, "failed", framework.Failed)
 	err = wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		events = env.Events(t, "StorageVersionMigration", "gadgets")
 		return framework.EventReasons(events)["Warning/Failed"] == 1, nil
@@ -186,6 +188,7 @@ func expectNoWidgetContent(t *testing.T, what string, data []byte) {
 // follower are both ready (the follower once it has seen the leader's
 // lease), both live, and the follower takes over when the leader leaves.
 func TestTwoReplicasBecomeReady(t *testing.T) {
+	t.Parallel()
 	env := framework.Start(t, controlplane.Options{})
 	env.InstallCRDs(t, framework.CRDBasesDir())
 	type replica struct {

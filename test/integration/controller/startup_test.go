@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -36,11 +37,12 @@ const missingCRDsMessage = "svm: the server does not serve migration.k8s.io/v1al
 // test's kubeconfig, whose context names no namespace: as kubectl would, it
 // takes default, holds its lease there, says so, and executes a migration.
 func TestControllerOutOfClusterLeaseInDefault(t *testing.T) {
+	t.Parallel()
 	const n = 300
 	env, before := setup(t, n)
 	svm := env.StartSVM(t, workstationArgs...)
-	createMigration(t, env, "widgets", "example.com", "v1", "widgets")
-	waitFor(t, env, "widgets", time.Minute, condition(migrationv1alpha1.MigrationSucceeded))
+	env.CreateMigration(t, "widgets", framework.Widgets)
+	env.WaitMigrationSucceeded(t, "widgets", time.Minute)
 	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
 	env.ExpectUnchanged(t, framework.Widgets, before)
 
@@ -58,6 +60,7 @@ func TestControllerOutOfClusterLeaseInDefault(t *testing.T) {
 // once it exists, svm holds its lease there, not in default, and executes a
 // migration.
 func TestControllerOutOfClusterLeaseInContextNamespace(t *testing.T) {
+	t.Parallel()
 	const n, namespace = 300, "svm-ops"
 	env, _ := setup(t, n)
 	cfg := env.CP.Kubeconfig()
@@ -84,8 +87,8 @@ func TestControllerOutOfClusterLeaseInContextNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	svm := framework.StartSVMWithKubeconfig(t, kubeconfig, workstationArgs...)
-	createMigration(t, env, "widgets", "example.com", "v1", "widgets")
-	waitFor(t, env, "widgets", time.Minute, condition(migrationv1alpha1.MigrationSucceeded))
+	env.CreateMigration(t, "widgets", framework.Widgets)
+	env.WaitMigrationSucceeded(t, "widgets", time.Minute)
 	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
 
 	expectLeaseHeld(t, env, namespace)
@@ -112,13 +115,12 @@ func TestControllerOutOfClusterLeaseInContextNamespace(t *testing.T) {
 // what it would see then: CRD objects that exist, not Established, not in
 // discovery.
 func TestControllerWaitsForItsCRDsToBeEstablished(t *testing.T) {
+	t.Parallel()
 	const n = 300
 	env := framework.Start(t, controlplane.Options{})
 	env.CreateWidgetCRD(t, "v1")
-	env.CreateWidgets(t, "v1", []string{"ns-a", "ns-b"}, n)
-	hash := env.StorageVersionHash(t, framework.Widgets)
-	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")
-	env.WaitStorageVersionHashChange(t, framework.Widgets, hash)
+	env.CreateObjects(t, framework.WidgetResource, []string{"ns-a", "ns-b"}, n)
+	env.SetStorage(t, framework.WidgetResource, "v2")
 
 	ctx := framework.Context(t, time.Minute)
 	crds := []*apiextensionsv1.CustomResourceDefinition{
@@ -144,7 +146,7 @@ func TestControllerWaitsForItsCRDsToBeEstablished(t *testing.T) {
 		}
 	}
 
-	svm := env.StartSVM(t, controllerArgs()...)
+	svm := env.StartSVM(t, framework.ControllerArgs("--trigger=false")...)
 	const waiting = `"Waiting for svm's CRDs to be established and served"`
 	if !framework.WaitFor(ctx, 30*time.Second, func() bool { return bytes.Contains(svm.Log(t), []byte(waiting)) }) {
 		t.Fatalf("svm did not say it waits for its CRDs:\n%s", svm.Log(t))
@@ -161,8 +163,8 @@ func TestControllerWaitsForItsCRDsToBeEstablished(t *testing.T) {
 	for _, crd := range crds {
 		env.WaitEstablished(t, crd.Name)
 	}
-	createMigration(t, env, "widgets", "example.com", "v1", "widgets")
-	waitFor(t, env, "widgets", time.Minute, condition(migrationv1alpha1.MigrationSucceeded))
+	env.CreateMigration(t, "widgets", framework.Widgets)
+	env.WaitMigrationSucceeded(t, "widgets", time.Minute)
 	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
 
 	log := svm.Log(t)
@@ -180,6 +182,7 @@ func TestControllerWaitsForItsCRDsToBeEstablished(t *testing.T) {
 // are not waited for: with none, or with one of the two, svm controller
 // exits within seconds with the message that says what to install.
 func TestControllerWithoutCRDsExitsAtOnce(t *testing.T) {
+	t.Parallel()
 	env := framework.Start(t, controlplane.Options{})
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := env.CP.WriteKubeconfig(kubeconfig); err != nil {
@@ -189,7 +192,7 @@ func TestControllerWithoutCRDsExitsAtOnce(t *testing.T) {
 	run := func(t *testing.T, want string) {
 		t.Helper()
 		start := time.Now()
-		code, _, stderr := framework.RunSVM(t, kubeconfig, 30*time.Second, controllerArgs()...)
+		code, _, stderr := framework.RunSVM(t, kubeconfig, 30*time.Second, framework.ControllerArgs("--trigger=false")...)
 		took := time.Since(start)
 		if last := lastLine(stderr); code != 1 || last != want {
 			t.Errorf("exit code %d, last line %q; want 1 and %q\n%s", code, last, want, stderr)
@@ -227,7 +230,7 @@ func decoyCRD(annotations map[string]string) *apiextensionsv1.CustomResourceDefi
 			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
 				Name: "v1", Served: true, Storage: true,
 				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-					Type: "object", XPreserveUnknownFields: ptr(true),
+					Type: "object", XPreserveUnknownFields: ptr.To(true),
 				}},
 			}},
 		},
@@ -272,5 +275,3 @@ func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
 }
-
-func ptr[T any](v T) *T { return &v }

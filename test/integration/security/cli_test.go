@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svm-project/svm/internal/controlplane"
-	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/test/framework"
 )
 
@@ -19,6 +18,7 @@ import (
 // and lets `svm status` and `svm check-upgrade` work, svm-migrator lets `svm migrate` work; and
 // without the role it needs, each command fails with one readable line.
 func TestCLIRoles(t *testing.T) {
+	t.Parallel()
 	env := framework.Start(t, controlplane.Options{})
 	defaults := install(t, env)
 	rendered := env.RenderManifests(t, "config/rbac/cli")
@@ -57,11 +57,8 @@ func TestCLIRoles(t *testing.T) {
 	// widgets stored in v1 after the storage moved to v2.
 	env.CreateWidgetCRD(t, "v1")
 	const n = 100
-	env.CreateWidgets(t, "v1", []string{"ns-a", "ns-b"}, n)
-	before := env.TakeSnapshot(t, framework.Widgets)
-	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")
-	env.WaitStorageVersionHashChange(t, framework.Widgets, resources.StorageVersionHash(framework.Widgets.Group, "v1", "Widget"))
-	createMigration(t, env, "widgets-by-hand")
+	before := env.StoredInOldVersion(t, framework.WidgetResource, []string{"ns-a", "ns-b"}, n)
+	env.CreateMigration(t, "widgets-by-hand", framework.Widgets)
 
 	for _, sa := range []string{"viewer", "migrator", "nobody"} {
 		createServiceAccount(t, env, sa)

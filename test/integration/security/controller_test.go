@@ -20,14 +20,6 @@ import (
 	"github.com/svm-project/svm/test/framework"
 )
 
-// controllerArgs run `svm controller` as config/default's Deployment does,
-// with leader election in the install namespace, and the endpoints off so
-// that parallel tests never fight over ports.
-func controllerArgs(extra ...string) []string {
-	return append([]string{"controller", "--leader-elect", "--leader-election-namespace", installNamespace,
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, extra...)
-}
-
 // TestControllerUnderShippedRoles runs `svm controller`, trigger on, as the
 // ServiceAccount of config/default with exactly the RBAC config/default
 // binds to it. The trigger creates a StorageState and a migration for
@@ -36,28 +28,21 @@ func controllerArgs(extra ...string) []string {
 // is pruned, every migration succeeds, and the API server refused none of
 // the controller's requests.
 func TestControllerUnderShippedRoles(t *testing.T) {
+	t.Parallel()
 	audit := framework.NewAuditLog(t, t.TempDir())
 	env := framework.Start(t, controlplane.Options{APIServerFlags: audit.Flags})
 	install(t, env)
 	env.CreateWidgetCRD(t, "v1")
 	const n = 300
-	env.CreateWidgets(t, "v1", []string{"ns-a", "ns-b"}, n)
-	before := env.TakeSnapshot(t, framework.Widgets)
-	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")
+	before := env.StoredInOldVersion(t, framework.WidgetResource, []string{"ns-a", "ns-b"}, n)
 	hashV2 := resources.StorageVersionHash(framework.Widgets.Group, "v2", "Widget")
-	env.WaitStorageVersionHashChange(t, framework.Widgets, resources.StorageVersionHash(framework.Widgets.Group, "v1", "Widget"))
 
 	kubeconfig := env.ServiceAccountKubeconfig(t, installNamespace, controllerSA)
-	svm := framework.StartSVMWithKubeconfig(t, kubeconfig, controllerArgs("--trigger-interval", "2s", "--max-parallel", "4")...)
+	svm := framework.StartSVMWithKubeconfig(t, kubeconfig, framework.ControllerArgs("--leader-elect", "--leader-election-namespace", installNamespace, "--trigger-interval", "2s", "--max-parallel", "4")...)
 
-	state := &migrationv1alpha1.StorageState{}
-	migrated := framework.WaitFor(t.Context(), 3*time.Minute, func() bool {
-		return env.Client.Get(t.Context(), client.ObjectKey{Name: framework.WidgetsCRDName}, state) == nil &&
-			cmp.Equal([]string{hashV2}, state.Status.PersistedStorageVersionHashes)
+	env.WaitStorageState(t, framework.Widgets.GroupResource(), 3*time.Minute, "settled on ["+hashV2+"]", func(s *migrationv1alpha1.StorageState) bool {
+		return cmp.Equal([]string{hashV2}, s.Status.PersistedStorageVersionHashes)
 	})
-	if !migrated {
-		t.Fatalf("the widgets' StorageState never settled on [%s]: %+v", hashV2, state.Status)
-	}
 	crd := &apiextensionsv1.CustomResourceDefinition{}
 	pruned := framework.WaitFor(t.Context(), time.Minute, func() bool {
 		return env.Client.Get(t.Context(), client.ObjectKey{Name: framework.WidgetsCRDName}, crd) == nil &&
@@ -81,8 +66,9 @@ func TestControllerUnderShippedRoles(t *testing.T) {
 		t.Errorf("not every migration finished")
 	}
 	for i := range list.Items {
-		if c := failedCondition(&list.Items[i]); c.Type != "" {
-			t.Errorf("migration %s failed: %s: %s", list.Items[i].Name, c.Reason, c.Message)
+		if m := &list.Items[i]; framework.Failed(m) {
+			c := framework.Condition(m, migrationv1alpha1.MigrationFailed)
+			t.Errorf("migration %s failed: %s: %s", m.Name, c.Reason, c.Message)
 		}
 	}
 
@@ -141,13 +127,14 @@ func ownRequests(reqs []framework.AuditEvent) string {
 //     ClusterRole narrowed by hand), a migration ends Failed with reason
 //     Forbidden after a single refused list, and the controller goes on.
 func TestControllerWithoutItsRoles(t *testing.T) {
+	t.Parallel()
 	audit := framework.NewAuditLog(t, t.TempDir())
 	env := framework.Start(t, controlplane.Options{APIServerFlags: audit.Flags})
 	objs := install(t, env)
 	env.CreateWidgetCRD(t, "v1")
 	const n = 50
 	env.CreateWidgets(t, "v1", []string{"default"}, n)
-	createMigration(t, env, "widgets")
+	env.CreateMigration(t, "widgets", framework.Widgets)
 	kubeconfig := env.ServiceAccountKubeconfig(t, installNamespace, controllerSA)
 
 	// refusedStart runs svm and expects it to exit non-zero within seconds
@@ -156,7 +143,8 @@ func TestControllerWithoutItsRoles(t *testing.T) {
 	refusedStart := func(t *testing.T, role string, args ...string) {
 		t.Helper()
 		sent := len(audit.Requests(t, controllerUser))
-		svm := framework.StartSVMWithKubeconfig(t, kubeconfig, controllerArgs(args...)...)
+		args = append([]string{"--leader-elect", "--leader-election-namespace", installNamespace}, args...)
+		svm := framework.StartSVMWithKubeconfig(t, kubeconfig, framework.ControllerArgs(args...)...)
 		if code := exitWithin(t, svm, 30*time.Second); code == 0 {
 			t.Fatalf("svm controller exited 0 without its roles")
 		}
@@ -211,10 +199,10 @@ func TestControllerWithoutItsRoles(t *testing.T) {
 		deleteObject(t, env, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: controllerSA + "-svm-controller"}})
 		bind(t, env, narrow.Name, controllerSA)
 
-		svm := framework.StartSVMWithKubeconfig(t, kubeconfig, controllerArgs("--trigger=false", "--leader-elect=false")...)
-		m := waitFinished(t, env, "widgets", 2*time.Minute)
-		failed := failedCondition(m)
-		if failed.Reason != "Forbidden" || !strings.Contains(failed.Message, "forbidden") || !strings.Contains(failed.Message, controllerUser) {
+		svm := framework.StartSVMWithKubeconfig(t, kubeconfig, framework.ControllerArgs("--leader-elect", "--leader-election-namespace", installNamespace, "--trigger=false", "--leader-elect=false")...)
+		m := env.WaitMigration(t, "widgets", 2*time.Minute, "finished", framework.Finished)
+		failed := framework.Condition(m, migrationv1alpha1.MigrationFailed)
+		if !framework.Failed(m) || failed.Reason != "Forbidden" || !strings.Contains(failed.Message, "forbidden") || !strings.Contains(failed.Message, controllerUser) {
 			t.Errorf("Failed condition %+v, want reason Forbidden naming the refusal and the user", failed)
 		}
 		// No retry: one list of widgets, refused, and not a single write.

@@ -27,7 +27,9 @@ import (
 )
 
 // svm's install namespace and the controller's ServiceAccount, as
-// config/default renders them.
+// config/default renders them. The tests run `svm controller` as its
+// Deployment does: framework.ControllerArgs with --leader-elect and the
+// lease in installNamespace (the last --leader-election-namespace wins).
 const (
 	installNamespace = "svm-system"
 	controllerSA     = "svm-controller"
@@ -110,42 +112,6 @@ func deleteObject(t *testing.T, env *framework.Env, obj client.Object) {
 	if err := env.Client.Delete(framework.Context(t, time.Minute), obj); err != nil {
 		t.Fatalf("delete %T %s: %v", obj, obj.GetName(), err)
 	}
-}
-
-// createMigration creates a StorageVersionMigration of widgets.
-func createMigration(t *testing.T, env *framework.Env, name string) {
-	t.Helper()
-	m := &migrationv1alpha1.StorageVersionMigration{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: migrationv1alpha1.StorageVersionMigrationSpec{Resource: migrationv1alpha1.GroupVersionResource{
-			Group: framework.Widgets.Group, Version: framework.Widgets.Version, Resource: framework.Widgets.Resource,
-		}},
-	}
-	if err := env.Client.Create(framework.Context(t, time.Minute), m); err != nil {
-		t.Fatalf("create migration %s: %v", name, err)
-	}
-}
-
-// waitFinished waits until the named migration has finished.
-func waitFinished(t *testing.T, env *framework.Env, name string, timeout time.Duration) *migrationv1alpha1.StorageVersionMigration {
-	t.Helper()
-	m := &migrationv1alpha1.StorageVersionMigration{}
-	finished := framework.WaitFor(t.Context(), timeout, func() bool {
-		return env.Client.Get(t.Context(), client.ObjectKey{Name: name}, m) == nil && m.IsFinished()
-	})
-	if !finished {
-		t.Fatalf("migration %s did not finish within %s; status %+v", name, timeout, m.Status)
-	}
-	return m
-}
-
-func failedCondition(m *migrationv1alpha1.StorageVersionMigration) migrationv1alpha1.MigrationCondition {
-	for _, c := range m.Status.Conditions {
-		if c.Type == migrationv1alpha1.MigrationFailed && c.Status == corev1.ConditionTrue {
-			return c
-		}
-	}
-	return migrationv1alpha1.MigrationCondition{}
 }
 
 // exitWithin waits up to timeout for p to exit and returns its exit code,

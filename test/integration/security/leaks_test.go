@@ -31,6 +31,7 @@ import (
 // printed or logged, in any Event, or in svm's migrations and
 // StorageStates.
 func TestNoObjectContentsInOutputOrEvents(t *testing.T) {
+	t.Parallel()
 	cfgDir := t.TempDir()
 	keys := []framework.EncryptionKey{
 		framework.NewEncryptionKey(t, "first"), framework.NewEncryptionKey(t, "second"), framework.NewEncryptionKey(t, "third"),
@@ -135,7 +136,7 @@ func TestNoObjectContentsInOutputOrEvents(t *testing.T) {
 	// trigger migrating every resource.
 	rotate(2)
 	controller := framework.StartSVMWithKubeconfig(t, env.ServiceAccountKubeconfig(t, installNamespace, controllerSA),
-		controllerArgs("--trigger-interval", "2s", "--max-parallel", "4", "--trigger-retry-delay", "10m")...)
+		framework.ControllerArgs("--leader-elect", "--leader-election-namespace", installNamespace, "--trigger-interval", "2s", "--max-parallel", "4", "--trigger-retry-delay", "10m")...)
 	var list migrationv1alpha1.StorageVersionMigrationList
 	finished := framework.WaitFor(t.Context(), 3*time.Minute, func() bool {
 		if err := env.Client.List(t.Context(), &list); err != nil {
@@ -170,7 +171,7 @@ func TestNoObjectContentsInOutputOrEvents(t *testing.T) {
 
 	// The failure paths ran: the denied widget is named, not shown.
 	widgetsFailed := slices.ContainsFunc(list.Items, func(m migrationv1alpha1.StorageVersionMigration) bool {
-		return m.Spec.Resource.Resource == "widgets" && failedCondition(&m).Reason == "ObjectsFailed" &&
+		return m.Spec.Resource.Resource == "widgets" && framework.Failed(&m) && framework.Condition(&m, migrationv1alpha1.MigrationFailed).Reason == "ObjectsFailed" &&
 			slices.ContainsFunc(m.Status.FailedObjects, func(f migrationv1alpha1.FailedObject) bool { return f.Namespace+"/"+f.Name == denied })
 	})
 	if !widgetsFailed {
