@@ -29,9 +29,14 @@ var (
 	statesGVR     = migrationv1alpha1.GroupVersion.WithResource("storagestates")
 )
 
+// The tests create svm's objects and read them back, no more: they share
+// one control plane, with svm's CRDs installed, and name their objects
+// apart.
+func TestMain(m *testing.M) { framework.Main(m) }
+
 func TestValidation(t *testing.T) {
-	env := framework.Start(t, controlplane.Options{})
-	env.InstallCRDs(t, framework.CRDBasesDir())
+	t.Parallel()
+	env := framework.Shared(t, controlplane.Options{})
 	ctx := framework.Context(t, 2*time.Minute)
 
 	t.Run("reference-shaped migration is accepted", func(t *testing.T) {
@@ -54,7 +59,7 @@ func TestValidation(t *testing.T) {
 
 	t.Run("changing spec.resource is rejected", func(t *testing.T) {
 		m := &migrationv1alpha1.StorageVersionMigration{
-			ObjectMeta: metav1.ObjectMeta{Name: "widgets-immutable"},
+			ObjectMeta: metav1.ObjectMeta{Name: framework.TestName(t)},
 			Spec: migrationv1alpha1.StorageVersionMigrationSpec{
 				Resource: migrationv1alpha1.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"},
 			},
@@ -93,12 +98,12 @@ func TestValidation(t *testing.T) {
 		{"bad group", `{"spec": {"resource": {"group": "Example_com", "version": "v1", "resource": "widgets"}}}`, "spec.resource.group in body should match"},
 		{"bad version", `{"spec": {"resource": {"version": "1", "resource": "widgets"}}}`, "spec.resource.version in body should match"},
 	}
-	for i, tt := range invalid {
+	for _, tt := range invalid {
 		t.Run("invalid: "+tt.name, func(t *testing.T) {
 			obj := mustUnstructured(t, tt.spec)
 			obj.SetAPIVersion("migration.k8s.io/v1alpha1")
 			obj.SetKind("StorageVersionMigration")
-			obj.SetName("invalid-" + string(rune('a'+i)))
+			obj.SetName(framework.TestName(t))
 			_, err := env.Dynamic.Resource(migrationsGVR).Create(ctx, obj, metav1.CreateOptions{})
 			wantInvalid(t, "create", err, tt.want)
 		})
@@ -106,7 +111,7 @@ func TestValidation(t *testing.T) {
 
 	t.Run("condition types are the three the reference defines", func(t *testing.T) {
 		m := &migrationv1alpha1.StorageVersionMigration{
-			ObjectMeta: metav1.ObjectMeta{Name: "pods-conditions"},
+			ObjectMeta: metav1.ObjectMeta{Name: framework.TestName(t)},
 			Spec:       migrationv1alpha1.StorageVersionMigrationSpec{Resource: migrationv1alpha1.GroupVersionResource{Version: "v1", Resource: "pods"}},
 		}
 		if err := env.Client.Create(ctx, m); err != nil {
@@ -145,27 +150,18 @@ func TestValidation(t *testing.T) {
 }
 
 func TestPrinterColumns(t *testing.T) {
-	env := framework.Start(t, controlplane.Options{})
-	env.InstallCRDs(t, framework.CRDBasesDir())
+	t.Parallel()
+	env := framework.Shared(t, controlplane.Options{})
 	ctx := framework.Context(t, time.Minute)
 
-	m := &migrationv1alpha1.StorageVersionMigration{
-		ObjectMeta: metav1.ObjectMeta{Name: "widgets-done"},
-		Spec:       migrationv1alpha1.StorageVersionMigrationSpec{Resource: migrationv1alpha1.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}},
-	}
-	if err := env.Client.Create(ctx, m); err != nil {
-		t.Fatal(err)
-	}
-	m.Status = migrationv1alpha1.StorageVersionMigrationStatus{
+	m := env.CreateMigration(t, framework.TestName(t), framework.Widgets)
+	env.WriteMigrationStatus(t, m, migrationv1alpha1.StorageVersionMigrationStatus{
 		Conditions: []migrationv1alpha1.MigrationCondition{
 			{Type: migrationv1alpha1.MigrationRunning, Status: corev1.ConditionFalse, Reason: "Completed"},
 			{Type: migrationv1alpha1.MigrationSucceeded, Status: corev1.ConditionTrue, Reason: "AllObjectsRewritten"},
 		},
 		Progress: migrationv1alpha1.MigrationProgress{Listed: 12, Restored: 7, AlreadyCurrent: 3, WrittenSinceStart: 1, Gone: 1},
-	}
-	if err := env.Client.Status().Update(ctx, m); err != nil {
-		t.Fatal(err)
-	}
+	})
 
 	row := tableRow(ctx, t, env.Config, migrationsGVR, m.Name)
 	want := map[string]any{"Resource": "widgets", "Group": "example.com", "State": "Succeeded", "Restored": float64(7), "Already Current": float64(3), "Failed": nil,

@@ -16,7 +16,13 @@ import (
 // stored in v1 and v2 now their storage version. A name that fits both is
 // an error naming both, before anything is listed or written, even beside
 // a name that is not ambiguous; the full name migrates that one alone.
+//
+// It has a control plane of its own: every NewResource on the shared one is
+// a Widget called widgets too, so `widgets` and `Widget` would name those as
+// well, and the API server's request counts by plural would count their
+// requests.
 func TestMigrateAmbiguousNames(t *testing.T) {
+	t.Parallel()
 	env := framework.Start(t, controlplane.Options{})
 	kubeconfig := env.KubeconfigFile(t)
 	a := framework.Resource{Group: "a.example", Plural: "widgets", Kind: "Widget"}
@@ -92,8 +98,11 @@ func TestMigrateAmbiguousNames(t *testing.T) {
 // one storage of events and events.events.k8s.io is not an ambiguity:
 // discovery reports both with one storageVersionHash, and `svm migrate
 // events` (or Event) migrates it once, under its core name, as --all does;
-// named in full, events.events.k8s.io is taken as named.
+// named in full, events.events.k8s.io is taken as named. It counts every
+// LIST of events the API server serves, so it has a control plane of its
+// own.
 func TestMigrateSharedStorageName(t *testing.T) {
+	t.Parallel()
 	env := framework.Start(t, controlplane.Options{})
 	kubeconfig := env.KubeconfigFile(t)
 	for _, name := range []string{"events", "Event", "events.events.k8s.io"} {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	storagemigrationv1 "k8s.io/api/storagemigration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controlplane"
@@ -27,17 +28,21 @@ import (
 // resolved to the in-tree API would wait until its timeout: the documented
 // command must finish on svm's migration instead, and scripts written for
 // the reference migrator must read its state where they look for it.
+//
+// It installs svm's CRDs itself, runs svm's controller and waits on every
+// migration, so it has a control plane of its own.
 func TestDocumentedKubectlWait(t *testing.T) {
+	t.Parallel()
 	// No kube-controller-manager (Options.ControllerManager is off), so the
 	// in-tree migration created below stays pending for good.
 	env := framework.Start(t, controlplane.Options{})
-	kubeconfig := writeKubeconfig(t, env)
+	kubeconfig := env.KubeconfigFile(t)
 
 	if _, err := env.Discovery.ServerResourcesForGroupVersion(storagemigrationv1.SchemeGroupVersion.String()); err != nil {
 		t.Fatalf("the server does not serve %s: %v", storagemigrationv1.SchemeGroupVersion, err)
 	}
 	const inTreeName, svmName = "widgets-in-tree", "widgets-svm"
-	createInTree(t, env, inTreeName, framework.Widgets.Group, framework.Widgets.Resource)
+	env.CreateInTreeMigration(t, inTreeName, metav1.GroupResource{Group: framework.Widgets.Group, Resource: framework.Widgets.Resource})
 
 	env.InstallCRDs(t, framework.CRDBasesDir())
 	env.CreateWidgetCRD(t, "v1")
@@ -48,9 +53,8 @@ func TestDocumentedKubectlWait(t *testing.T) {
 
 	// The migration controller alone, as in test/integration/controller:
 	// the trigger would add migrations of its own that `--all` waits on.
-	env.StartSVM(t, "controller", "--trigger=false", "--leader-election-namespace", "default",
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0")
-	createMigration(t, env, svmName, framework.Widgets, nil)
+	env.StartSVM(t, framework.ControllerArgs("--trigger=false")...)
+	env.CreateMigration(t, svmName, framework.Widgets)
 
 	// The command as the README gives it, so that the docs are what is
 	// tested.

@@ -2,7 +2,6 @@ package cli_test
 
 import (
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -17,8 +16,10 @@ import (
 
 // TestRotateEncryptionKey is the operator's key rotation end to end: add a
 // new key first, rewrite every Secret with svm, drop the old key, and every
-// Secret still reads back identically.
+// Secret still reads back identically. It restarts the API server with new
+// encryption configurations, on a control plane of its own.
 func TestRotateEncryptionKey(t *testing.T) {
+	t.Parallel()
 	cfgDir := t.TempDir()
 	oldKey, newKey := framework.NewEncryptionKey(t, "old"), framework.NewEncryptionKey(t, "new")
 	env := framework.Start(t, controlplane.Options{APIServerFlags: []string{framework.WriteEncryptionConfig(t, cfgDir, oldKey)}})
@@ -58,10 +59,7 @@ func TestRotateEncryptionKey(t *testing.T) {
 	if err := env.CP.RestartAPIServer(ctx); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.CP.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := env.KubeconfigFile(t)
 	// Step 2: rewrite every Secret.
 	code, stdout, stderr := svm(t, "migrate", "--kubeconfig", kubeconfig, "secrets")
 	if code != 0 {

@@ -12,6 +12,16 @@ import (
 	"github.com/svm-project/svm/test/framework"
 )
 
+// Tests that migrate objects of their own (a resource from NewResource,
+// namespaces named after the test) share one control plane and run side by
+// side. `svm migrate` creates no migration objects and no StorageStates,
+// so TestKubectlPlugin, which shows every one, shares it too. Tests that
+// restart the API server, run svm's controller, migrate everything, or
+// count requests to a plural or a resource every test has keep a control
+// plane of their own.
+func TestMain(m *testing.M) { framework.Main(m) }
+
+// svm runs the svm command line in the test process.
 func svm(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
@@ -20,38 +30,35 @@ func svm(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 func TestMigrateCustomResources(t *testing.T) {
-	env := framework.Start(t, controlplane.Options{})
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.CP.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	env.CreateWidgetCRD(t, "v1")
+	t.Parallel()
+	env := framework.Shared(t, controlplane.Options{})
+	kubeconfig := env.KubeconfigFile(t)
+	r := env.NewResource(t)
 	const n = 2000
-	env.CreateWidgets(t, "v1", []string{"ns-a", "ns-b", "ns-c", "ns-d", "ns-e"}, n)
-	before := env.TakeSnapshot(t, framework.Widgets)
-	hash := env.StorageVersionHash(t, framework.Widgets)
-	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")
-	env.WaitStorageVersionHashChange(t, framework.Widgets, hash)
+	var namespaces []string
+	for _, s := range []string{"a", "b", "c", "d", "e"} {
+		namespaces = append(namespaces, framework.TestName(t)+"-"+s)
+	}
+	before := env.StoredInOldVersion(t, r, namespaces, n)
 
-	code, stdout, stderr := svm(t, "migrate", "--kubeconfig", kubeconfig, "widgets.example.com", "--chunk-size", "300", "--workers", "8")
+	code, stdout, stderr := svm(t, "migrate", "--kubeconfig", kubeconfig, r.CRDName(), "--chunk-size", "300", "--workers", "8")
 	if code != 0 {
 		t.Fatalf("svm migrate exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
-	if want := "widgets.example.com: done: 2000 listed: migrated 2000 (re-stored 2000, already current 0), written since the start 0, gone 0, failed 0 in "; !strings.Contains(stdout, want) {
+	if want := r.CRDName() + ": done: 2000 listed: migrated 2000 (re-stored 2000, already current 0), written since the start 0, gone 0, failed 0 in "; !strings.Contains(stdout, want) {
 		t.Errorf("summary missing %q in:\n%s", want, stdout)
 	}
-	prefix := framework.EtcdPrefix(framework.Widgets.GroupResource())
-	env.ExpectStored(t, prefix, map[string]int{"example.com/v2": n})
-	env.ExpectUnchanged(t, framework.Widgets, before)
+	env.ExpectStored(t, r.EtcdPrefix(), map[string]int{r.Group + "/v2": n})
+	env.ExpectUnchanged(t, r.GVR("v1"), before)
 }
 
+// TestMigrateBadInput writes nothing: every command fails before it
+// migrates, or (forbidden) migrates nothing.
 func TestMigrateBadInput(t *testing.T) {
-	env := framework.Start(t, controlplane.Options{})
+	t.Parallel()
+	env := framework.Shared(t, controlplane.Options{})
 	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := env.CP.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := env.KubeconfigFile(t)
 	tests := []struct {
 		name    string
 		args    []string
@@ -78,12 +85,12 @@ func TestMigrateBadInput(t *testing.T) {
 	}
 }
 
+// TestMigrateAll migrates everything the server serves, so it has a
+// control plane of its own.
 func TestMigrateAll(t *testing.T) {
+	t.Parallel()
 	env := framework.Start(t, controlplane.Options{})
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.CP.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := env.KubeconfigFile(t)
 	env.CreateWidgetCRD(t, "v1")
 	env.CreateWidgets(t, "v1", []string{"default"}, 100)
 	hash := env.StorageVersionHash(t, framework.Widgets)

@@ -2,7 +2,6 @@ package cli_test
 
 import (
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,18 +15,16 @@ import (
 // already current: the API server stores nothing, no mod revision moves,
 // and the summary says 0 re-stored.
 func TestMigrateSaysWhatEtcdSaw(t *testing.T) {
+	t.Parallel()
 	const n = 300
-	env := framework.Start(t, controlplane.Options{})
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.CP.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	env.CreateWidgetCRD(t, "v1")
-	env.CreateWidgets(t, "v1", []string{"ns-a", "ns-b"}, n)
-	hash := env.StorageVersionHash(t, framework.Widgets)
-	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")
-	env.WaitStorageVersionHashChange(t, framework.Widgets, hash)
-	prefix := framework.EtcdPrefix(framework.Widgets.GroupResource())
+	// The mod revisions counted are those under the resource's own etcd
+	// prefix: on the shared control plane no other test writes there.
+	env := framework.Shared(t, controlplane.Options{})
+	kubeconfig := env.KubeconfigFile(t)
+	r := env.NewResource(t)
+	env.CreateObjects(t, r, []string{framework.TestName(t) + "-a", framework.TestName(t) + "-b"}, n)
+	env.SetStorage(t, r, "v2")
+	prefix := r.EtcdPrefix()
 
 	for _, run := range []struct {
 		name              string
@@ -37,12 +34,12 @@ func TestMigrateSaysWhatEtcdSaw(t *testing.T) {
 		{name: "again", current: n},
 	} {
 		before := env.ModRevisions(t, prefix)
-		code, stdout, stderr := svm(t, "migrate", "--kubeconfig", kubeconfig, "widgets.example.com")
+		code, stdout, stderr := svm(t, "migrate", "--kubeconfig", kubeconfig, r.CRDName())
 		if code != 0 {
 			t.Fatalf("%s: svm migrate exited %d\nstdout:\n%s\nstderr:\n%s", run.name, code, stdout, stderr)
 		}
-		want := fmt.Sprintf("widgets.example.com: done: %d listed: migrated %d (re-stored %d, already current %d), written since the start 0, gone 0, failed 0 in ",
-			n, n, run.restored, run.current)
+		want := fmt.Sprintf("%s: done: %d listed: migrated %d (re-stored %d, already current %d), written since the start 0, gone 0, failed 0 in ",
+			r.CRDName(), n, n, run.restored, run.current)
 		if !strings.Contains(stdout, want) {
 			t.Errorf("%s: summary lacks %q:\n%s", run.name, want, stdout)
 		}
@@ -56,6 +53,6 @@ func TestMigrateSaysWhatEtcdSaw(t *testing.T) {
 		if len(before) != n || len(after) != n || moved != run.restored {
 			t.Errorf("%s: %d of %d etcd keys got a new mod revision (%d keys after), want %d: the count must say what etcd saw", run.name, moved, len(before), len(after), run.restored)
 		}
-		env.ExpectStored(t, prefix, map[string]int{"example.com/v2": n})
+		env.ExpectStored(t, prefix, map[string]int{r.Group + "/v2": n})
 	}
 }

@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
@@ -34,9 +34,13 @@ import (
 // failed on a resource that does not exist), three whose status the test
 // writes as the controller would mid-way (running with an estimate,
 // retrying, pending), an in-tree one, and two StorageStates.
+//
+// It counts every migration, runs svm's controller and starts without
+// svm's CRDs, so it has a control plane of its own.
 func TestStatus(t *testing.T) {
+	t.Parallel()
 	env := framework.Start(t, controlplane.Options{})
-	kubeconfig := writeKubeconfig(t, env)
+	kubeconfig := env.KubeconfigFile(t)
 	ctx := framework.Context(t, 10*time.Minute)
 
 	// storagemigration.k8s.io/v1 is GA and served by default in v1.37, so
@@ -45,7 +49,7 @@ func TestStatus(t *testing.T) {
 	if _, err := env.Discovery.ServerResourcesForGroupVersion(storagemigrationv1.SchemeGroupVersion.String()); err != nil {
 		t.Fatalf("the server does not serve %s: %v", storagemigrationv1.SchemeGroupVersion, err)
 	}
-	createInTree(t, env, "intree-secrets", "", "secrets")
+	env.CreateInTreeMigration(t, "intree-secrets", metav1.GroupResource{Resource: "secrets"})
 
 	t.Run("without svm's CRDs", func(t *testing.T) {
 		code, stdout, stderr := svm(t, "status", "--kubeconfig", kubeconfig)
@@ -65,11 +69,12 @@ func TestStatus(t *testing.T) {
 	env.InstallCRDs(t, framework.CRDBasesDir())
 	env.CreateWidgetCRD(t, "v1")
 	env.CreateWidgets(t, "v1", []string{"default"}, 30)
-	createMigration(t, env, "widgets-done", framework.Widgets, nil)
-	createMigration(t, env, "gadgets-missing", framework.Widgets.GroupVersion().WithResource("gadgets"), nil)
-	controller := env.StartSVM(t, "controller", "--trigger=false", "--leader-election-namespace", "default",
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0")
-	waitFinished(t, env, "widgets-done", "gadgets-missing")
+	env.CreateMigration(t, "widgets-done", framework.Widgets)
+	env.CreateMigration(t, "gadgets-missing", framework.Widgets.GroupVersion().WithResource("gadgets"))
+	controller := env.StartSVM(t, framework.ControllerArgs("--trigger=false")...)
+	for _, name := range []string{"widgets-done", "gadgets-missing"} {
+		env.WaitMigration(t, name, 3*time.Minute, "finished", framework.Finished)
+	}
 	// Stopped, so that it leaves alone the Running migrations made up
 	// below.
 	if !controller.Stop(time.Minute) {
@@ -77,12 +82,12 @@ func TestStatus(t *testing.T) {
 	}
 
 	started := metav1.NewTime(time.Now().Add(-100 * time.Second))
-	createMigration(t, env, "widgets-running", framework.Widgets, &migrationv1alpha1.StorageVersionMigrationStatus{
+	env.WriteMigrationStatus(t, env.CreateMigration(t, "widgets-running", framework.Widgets), migrationv1alpha1.StorageVersionMigrationStatus{
 		Conditions: []migrationv1alpha1.MigrationCondition{{Type: migrationv1alpha1.MigrationRunning, Status: corev1.ConditionTrue, Reason: "Started", LastUpdateTime: started}},
-		Progress:   migrationv1alpha1.MigrationProgress{Listed: 300, Restored: 200, AlreadyCurrent: 50, WrittenSinceStart: 8, Gone: 2, RemainingEstimate: ptr[int64](700)},
+		Progress:   migrationv1alpha1.MigrationProgress{Listed: 300, Restored: 200, AlreadyCurrent: 50, WrittenSinceStart: 8, Gone: 2, RemainingEstimate: ptr.To[int64](700)},
 		StartTime:  &started,
 	})
-	createMigration(t, env, "secrets-retrying", secrets, &migrationv1alpha1.StorageVersionMigrationStatus{
+	env.WriteMigrationStatus(t, env.CreateMigration(t, "secrets-retrying", secrets), migrationv1alpha1.StorageVersionMigrationStatus{
 		Conditions: []migrationv1alpha1.MigrationCondition{{
 			Type: migrationv1alpha1.MigrationRunning, Status: corev1.ConditionTrue, Reason: "Retrying", LastUpdateTime: started,
 			Message: "list secrets: the server is currently unable to handle the request",
@@ -90,7 +95,7 @@ func TestStatus(t *testing.T) {
 		Progress:  migrationv1alpha1.MigrationProgress{Listed: 50, Restored: 40},
 		StartTime: &started,
 	})
-	createMigration(t, env, "configmaps-pending", schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, nil)
+	env.CreateMigration(t, "configmaps-pending", schema.GroupVersionResource{Version: "v1", Resource: "configmaps"})
 	hash := env.StorageVersionHash(t, framework.Widgets)
 	createStorageState(t, env, "example.com", "widgets", hash, []string{hash})
 	createStorageState(t, env, "", "secrets", "k6S1K8hGv1A=", []string{migrationv1alpha1.UnknownStorageVersionHash})
@@ -265,23 +270,31 @@ func TestStatusErrors(t *testing.T) {
 
 // TestKubectlPlugin installs svm as kubectl-svm on PATH and runs it through
 // a real kubectl, as `kubectl svm`.
+//
+// Its comparisons cover every migration and StorageState on the control
+// plane it shares: the package's other tests there create none (see
+// TestMain), and its own are named after it.
 func TestKubectlPlugin(t *testing.T) {
-	kubectl := filepath.Join(binDir(), "kubectl")
+	t.Parallel()
+	env := framework.Shared(t, controlplane.Options{})
+	kubectl := env.CP.BinPath("kubectl")
 	if _, err := os.Stat(kubectl); err != nil {
 		t.Fatalf("kubectl is needed to run svm as a kubectl plugin (make kubectl builds it): %v", err)
 	}
-	env := framework.Start(t, controlplane.Options{})
-	kubeconfig := writeKubeconfig(t, env)
-	env.InstallCRDs(t, framework.CRDBasesDir())
+	kubeconfig := env.KubeconfigFile(t)
+	name := framework.TestName(t)
+	done, inTree := name+"-secrets", name+"-configmaps"
+	// A StorageState of a resource of its own, which need not be served.
+	state := schema.GroupResource{Group: name + ".example.com", Resource: "widgets"}
 	start, end := metav1.NewTime(time.Now().Add(-time.Hour)), metav1.NewTime(time.Now().Add(-time.Hour+20*time.Second))
-	createMigration(t, env, "secrets-done", secrets, &migrationv1alpha1.StorageVersionMigrationStatus{
+	env.WriteMigrationStatus(t, env.CreateMigration(t, done, secrets), migrationv1alpha1.StorageVersionMigrationStatus{
 		Conditions:     []migrationv1alpha1.MigrationCondition{{Type: migrationv1alpha1.MigrationSucceeded, Status: corev1.ConditionTrue, Reason: "AllObjectsRewritten", LastUpdateTime: end}},
 		Progress:       migrationv1alpha1.MigrationProgress{Listed: 40, Restored: 38, WrittenSinceStart: 2},
 		StartTime:      &start,
 		CompletionTime: &end,
 	})
-	createInTree(t, env, "intree-configmaps", "", "configmaps")
-	createStorageState(t, env, "", "secrets", "k6S1K8hGv1A=", []string{"k6S1K8hGv1A="})
+	env.CreateInTreeMigration(t, inTree, metav1.GroupResource{Resource: "configmaps"})
+	createStorageState(t, env, state.Group, state.Resource, "k6S1K8hGv1A=", []string{"k6S1K8hGv1A="})
 
 	plugins := t.TempDir()
 	data, err := os.ReadFile(framework.SVMBinary(t))
@@ -314,9 +327,9 @@ func TestKubectlPlugin(t *testing.T) {
 		t.Errorf("kubectl svm status differs from svm status (-svm +kubectl svm):\n%s\nkubectl svm status printed:\n%s", diff, pluginTable)
 	}
 	rows := tableRows(t, pluginTable)
-	expectRow(t, rows, "secrets-done", "secrets", "svm", "Succeeded", "38/40")
-	expectRow(t, rows, "intree-configmaps", "configmaps", "in-tree", "Pending", "-")
-	expectRow(t, rows, "secrets", "k6S1K8hGv1A=", "k6S1K8hGv1A=", "yes")
+	expectRow(t, rows, done, "secrets", "svm", "Succeeded", "38/40")
+	expectRow(t, rows, inTree, "configmaps", "in-tree", "Pending", "-")
+	expectRow(t, rows, state.String(), "k6S1K8hGv1A=", "k6S1K8hGv1A=", "yes")
 
 	// Nothing here depends on the time the report was read at, so the
 	// JSON is the same but for that.
@@ -339,61 +352,10 @@ func TestKubectlPlugin(t *testing.T) {
 	}
 }
 
-func writeKubeconfig(t *testing.T, env *framework.Env) string {
-	t.Helper()
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.CP.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	return kubeconfig
-}
-
-// binDir is where make puts kubectl next to the control plane binaries.
-func binDir() string {
-	if dir := os.Getenv(controlplane.BinDirEnv); dir != "" {
-		return dir
-	}
-	return filepath.Join(framework.RepoRoot(), "bin")
-}
-
-func ptr[T any](v T) *T { return &v }
-
 var secrets = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 
-// createMigration creates an svm migration of gvr and, when st is given,
-// writes it as its status, as the controller would have.
-func createMigration(t *testing.T, env *framework.Env, name string, gvr schema.GroupVersionResource, st *migrationv1alpha1.StorageVersionMigrationStatus) {
-	t.Helper()
-	ctx := framework.Context(t, time.Minute)
-	m := &migrationv1alpha1.StorageVersionMigration{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: migrationv1alpha1.StorageVersionMigrationSpec{
-			Resource: migrationv1alpha1.GroupVersionResource{Group: gvr.Group, Version: gvr.Version, Resource: gvr.Resource},
-		},
-	}
-	if err := env.Client.Create(ctx, m); err != nil {
-		t.Fatalf("create migration %s: %v", name, err)
-	}
-	if st == nil {
-		return
-	}
-	m.Status = *st
-	if err := env.Client.Status().Update(ctx, m); err != nil {
-		t.Fatalf("write the status of migration %s: %v", name, err)
-	}
-}
-
-func createInTree(t *testing.T, env *framework.Env, name, group, resource string) {
-	t.Helper()
-	m := &storagemigrationv1.StorageVersionMigration{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       storagemigrationv1.StorageVersionMigrationSpec{Resource: metav1.GroupResource{Group: group, Resource: resource}},
-	}
-	if _, err := env.Kube.StoragemigrationV1().StorageVersionMigrations().Create(framework.Context(t, time.Minute), m, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create in-tree migration %s: %v", name, err)
-	}
-}
-
+// createStorageState creates the StorageState of group/resource with the
+// given hashes as its status, as svm's trigger would have written it.
 func createStorageState(t *testing.T, env *framework.Env, group, resource, current string, persisted []string) {
 	t.Helper()
 	ctx := framework.Context(t, time.Minute)
@@ -410,23 +372,6 @@ func createStorageState(t *testing.T, env *framework.Env, group, resource, curre
 	}
 	if err := env.Client.Status().Update(ctx, s); err != nil {
 		t.Fatalf("write the status of storage state %s: %v", s.Name, err)
-	}
-}
-
-// waitFinished waits until every named migration has Succeeded or Failed.
-func waitFinished(t *testing.T, env *framework.Env, names ...string) {
-	t.Helper()
-	for _, name := range names {
-		m := &migrationv1alpha1.StorageVersionMigration{}
-		err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-			if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, m); err != nil {
-				return false, err
-			}
-			return m.IsFinished(), nil
-		})
-		if err != nil {
-			t.Fatalf("migration %s did not finish: %v; conditions %+v", name, err, m.Status.Conditions)
-		}
 	}
 }
 
@@ -516,7 +461,7 @@ func checkReport(t *testing.T, r *status.Report, hash string) {
 	// A finished migration says nothing remains (the last chunk's estimate).
 	// The widgets were never in another version: the API server kept
 	// every one as it was.
-	if diff := cmp.Diff(&status.Progress{Listed: 30, Migrated: 30, AlreadyCurrent: 30, RemainingEstimate: ptr[int64](0), Total: 30, TotalKnown: true}, done.Progress); diff != "" {
+	if diff := cmp.Diff(&status.Progress{Listed: 30, Migrated: 30, AlreadyCurrent: 30, RemainingEstimate: ptr.To[int64](0), Total: 30, TotalKnown: true}, done.Progress); diff != "" {
 		t.Errorf("progress of widgets-done (-want +got):\n%s", diff)
 	}
 	// 30 objects take well under a second, and the API's times have

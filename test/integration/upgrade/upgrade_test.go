@@ -18,10 +18,8 @@ import (
 	apiserverinternalv1alpha1 "k8s.io/api/apiserverinternal/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/cli"
@@ -39,8 +37,7 @@ var (
 
 // controllerArgs run svm's controller with a trigger round every second, so
 // that it sees storage changes at once, and a short retry delay.
-var controllerArgs = []string{"controller", "--leader-election-namespace", "default", "--metrics-bind-address", "0",
-	"--health-probe-bind-address", "0", "--trigger-interval", "1s", "--trigger-retry-delay", "2s"}
+var controllerArgs = framework.ControllerArgs("--trigger-interval", "1s", "--trigger-retry-delay", "2s")
 
 // checkUpgrade runs `svm check-upgrade -o json` with args, expects exit
 // code want, and returns the report.
@@ -93,40 +90,17 @@ func expectResource(t *testing.T, res upgrade.Resource, verdict upgrade.Verdict,
 	}
 }
 
-func waitState(t *testing.T, env *framework.Env, name, what string, cond func(*migrationv1alpha1.StorageState) bool) *migrationv1alpha1.StorageState {
-	t.Helper()
-	s := &migrationv1alpha1.StorageState{}
-	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, s); err != nil {
-			return false, client.IgnoreNotFound(err)
-		}
-		return cond(s), nil
-	})
-	if err != nil {
-		t.Fatalf("%s: %v; state %+v", what, err, s.Status)
-	}
-	return s
-}
-
 func persisted(want ...string) func(*migrationv1alpha1.StorageState) bool {
 	return func(s *migrationv1alpha1.StorageState) bool {
 		return slices.Equal(want, s.Status.PersistedStorageVersionHashes)
 	}
 }
 
-func storedVersions(t *testing.T, env *framework.Env) []string {
-	t.Helper()
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := env.Client.Get(framework.Context(t, time.Minute), client.ObjectKey{Name: framework.WidgetsCRDName}, crd); err != nil {
-		t.Fatal(err)
-	}
-	return crd.Status.StoredVersions
-}
-
 // TestCheckUpgradeCustomResource follows a CRD whose storage moves from v1
 // to v2 and asks, at each step, whether an API server that decodes only v2
 // could read every widget. Each answer is checked against etcd.
 func TestCheckUpgradeCustomResource(t *testing.T) {
+	t.Parallel()
 	env := framework.Start(t, controlplane.Options{})
 	kubeconfig := env.KubeconfigFile(t)
 	env.InstallCRDs(t, framework.CRDBasesDir())
@@ -134,7 +108,7 @@ func TestCheckUpgradeCustomResource(t *testing.T) {
 	const n = 40
 	env.CreateWidgets(t, "v1", []string{"default"}, n)
 	prefix := framework.EtcdPrefix(framework.Widgets.GroupResource())
-	const state = "widgets.example.com"
+	widgets := framework.Widgets.GroupResource()
 
 	// The hash svm maps back to versions is the one discovery reports.
 	if got := env.StorageVersionHash(t, framework.Widgets); got != hashV1 {
@@ -149,7 +123,7 @@ func TestCheckUpgradeCustomResource(t *testing.T) {
 	})
 
 	svm := env.StartSVM(t, controllerArgs...)
-	waitState(t, env, state, "first migration", persisted(hashV1))
+	env.WaitStorageState(t, widgets, 3*time.Minute, "first migration", persisted(hashV1))
 	v1Sources := []upgrade.Source{upgrade.SourceCRDStoredVersions, upgrade.SourceDiscovery, upgrade.SourceStorageState}
 
 	// Everything is in v1: a target that reads v1 is safe; one that reads
@@ -196,7 +170,7 @@ func TestCheckUpgradeCustomResource(t *testing.T) {
 	// rewrites every other widget, and its migration fails.
 	framework.StartDenyingWebhook(t, env, framework.WidgetResource, map[string]bool{"default/widget-00007": true})
 	env.StartSVM(t, controllerArgs...)
-	waitState(t, env, state, "both hashes recorded", persisted(hashV1, hashV2))
+	env.WaitStorageState(t, widgets, 3*time.Minute, "both hashes recorded", persisted(hashV1, hashV2))
 	waitFailedMigration(t, env, hashV2)
 	t.Run("migration failed on one object", func(t *testing.T) {
 		target := filepath.Join(t.TempDir(), "target.yaml")
@@ -217,13 +191,10 @@ func TestCheckUpgradeCustomResource(t *testing.T) {
 		"test-"+framework.WidgetsCRDName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, env, state, "migrated to v2", persisted(hashV2))
-	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return slices.Equal(storedVersions(t, env), []string{"v2"}), nil
+	env.WaitStorageState(t, widgets, 3*time.Minute, "migrated to v2", persisted(hashV2))
+	framework.Eventually(t, "storedVersions [v2]", time.Minute, func(context.Context) (bool, error) {
+		return slices.Equal(env.CRDStoredVersions(t, framework.WidgetsCRDName), []string{"v2"}), nil
 	})
-	if err != nil {
-		t.Fatalf("storedVersions stayed %v", storedVersions(t, env))
-	}
 	t.Run("migrated", func(t *testing.T) {
 		r := checkUpgrade(t, kubeconfig, 0, "--decodable", "widgets.example.com=v2")
 		expectResource(t, only(t, r), upgrade.VerdictSafe, map[string][]upgrade.Source{
@@ -237,18 +208,15 @@ func TestCheckUpgradeCustomResource(t *testing.T) {
 // failed.
 func waitFailedMigration(t *testing.T, env *framework.Env, hash string) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+	framework.Eventually(t, "a failed migration to "+hash, 3*time.Minute, func(ctx context.Context) (bool, error) {
 		var list migrationv1alpha1.StorageVersionMigrationList
 		if err := env.Client.List(ctx, &list); err != nil {
 			return false, err
 		}
 		return slices.ContainsFunc(list.Items, func(m migrationv1alpha1.StorageVersionMigration) bool {
-			return trigger.IsOwned(&m) && trigger.TargetHash(&m) == hash && m.HasCondition(migrationv1alpha1.MigrationFailed)
+			return trigger.IsOwned(&m) && trigger.TargetHash(&m) == hash && framework.Failed(&m)
 		}), nil
 	})
-	if err != nil {
-		t.Fatalf("no migration to %s failed: %v", hash, err)
-	}
 }
 
 // TestCheckUpgradeStorageVersionAPI runs a control plane that serves the
@@ -257,6 +225,7 @@ func waitFailedMigration(t *testing.T, env *framework.Env, hash string) {
 // second API server writes deployments in another version, no target is
 // safe; once it is gone, the one that reads apps/v1 is.
 func TestCheckUpgradeStorageVersionAPI(t *testing.T) {
+	t.Parallel()
 	env := framework.Start(t, controlplane.Options{APIServerFlags: framework.StorageVersionAPIFlags})
 	kubeconfig := env.KubeconfigFile(t)
 	deploymentsSV := env.StorageVersion(t, "apps.deployments")
@@ -286,8 +255,8 @@ func TestCheckUpgradeStorageVersionAPI(t *testing.T) {
 	deployV1 := resources.StorageVersionHash("apps", "v1", "Deployment")
 	crdV1beta1 := resources.StorageVersionHash("apiextensions.k8s.io", "v1beta1", "CustomResourceDefinition")
 	svm := env.StartSVM(t, controllerArgs...)
-	waitState(t, env, "deployments.apps", "deployments migrated", persisted(deployV1))
-	waitState(t, env, "customresourcedefinitions.apiextensions.k8s.io", "CRDs migrated", persisted(crdV1beta1))
+	env.WaitStorageState(t, schema.GroupResource{Group: "apps", Resource: "deployments"}, 3*time.Minute, "deployments migrated", persisted(deployV1))
+	env.WaitStorageState(t, schema.GroupResource{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}, 3*time.Minute, "CRDs migrated", persisted(crdV1beta1))
 	if !svm.Stop(time.Minute) {
 		t.Fatal("svm did not stop within a minute")
 	}
