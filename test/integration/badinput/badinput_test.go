@@ -25,16 +25,10 @@
 package badinput_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
@@ -62,6 +56,7 @@ type suite struct {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	key := framework.NewEncryptionKey(t, "current")
 	env := framework.Start(t, controlplane.Options{APIServerFlags: []string{framework.WriteEncryptionConfig(t, t.TempDir(), key)}})
 	env.InstallCRDs(t, framework.CRDBasesDir())
@@ -91,66 +86,15 @@ func TestBadInput(t *testing.T) {
 	})
 }
 
-// createMigration creates a migration of r's v1 endpoint.
-func (s *suite) createMigration(t *testing.T, name string, r framework.Resource) {
-	t.Helper()
-	gvr := r.GVR("v1")
-	m := &migrationv1alpha1.StorageVersionMigration{}
-	m.Name = name
-	m.Spec.Resource = migrationv1alpha1.GroupVersionResource{Group: gvr.Group, Version: gvr.Version, Resource: gvr.Resource}
-	if err := s.env.Client.Create(framework.Context(t, time.Minute), m); err != nil {
-		t.Fatalf("create migration %s: %v", name, err)
-	}
-}
-
-// migration reads the migration name.
-func (s *suite) migration(t *testing.T, name string) *migrationv1alpha1.StorageVersionMigration {
-	t.Helper()
-	m := &migrationv1alpha1.StorageVersionMigration{}
-	if err := s.env.Client.Get(framework.Context(t, time.Minute), client.ObjectKey{Name: name}, m); err != nil {
-		t.Fatalf("get migration %s: %v", name, err)
-	}
-	return m
-}
-
-// waitFinished waits until the migration has Succeeded or Failed.
-func (s *suite) waitFinished(t *testing.T, name string, timeout time.Duration) *migrationv1alpha1.StorageVersionMigration {
-	t.Helper()
-	m := &migrationv1alpha1.StorageVersionMigration{}
-	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		if err := s.env.Client.Get(ctx, client.ObjectKey{Name: name}, m); err != nil {
-			return false, err
-		}
-		return m.IsFinished(), nil
-	})
-	if err != nil {
-		t.Fatalf("migration %s did not finish: %v; status %+v", name, err, m.Status)
-	}
-	return m
-}
-
 // expectSettled checks that a finished migration stays as it is: no status
 // write, so no retry loop, for a while after it ended.
 func (s *suite) expectSettled(t *testing.T, name string) {
 	t.Helper()
-	before := s.migration(t, name).ResourceVersion
+	before := s.env.GetMigration(t, name).ResourceVersion
 	time.Sleep(2 * time.Second)
-	if after := s.migration(t, name); after.ResourceVersion != before {
+	if after := s.env.GetMigration(t, name); after.ResourceVersion != before {
 		t.Errorf("migration %s was written again after it finished (resourceVersion %s -> %s): %+v", name, before, after.ResourceVersion, after.Status.Conditions)
 	}
-}
-
-func condition(m *migrationv1alpha1.StorageVersionMigration, t migrationv1alpha1.MigrationConditionType) migrationv1alpha1.MigrationCondition {
-	for _, c := range m.Status.Conditions {
-		if c.Type == t {
-			return c
-		}
-	}
-	return migrationv1alpha1.MigrationCondition{}
-}
-
-func isTrue(m *migrationv1alpha1.StorageVersionMigration, t migrationv1alpha1.MigrationConditionType) bool {
-	return condition(m, t).Status == corev1.ConditionTrue
 }
 
 // retries is how many requests the controller repeated for r after a

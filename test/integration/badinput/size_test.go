@@ -70,7 +70,8 @@ func (s *suite) largeObjects(t *testing.T) {
 	objectsBefore := env.TakeSnapshot(t, r.GVR("v1"))
 
 	counted, received := framework.CountingBytes(env.Config)
-	m, requests, retries := newMigrator(t, counted, migrator.Options{})
+	retries := &retryCounter{}
+	m, requests := framework.NewMigrator(t, counted, migrator.Options{Observer: retries})
 	for _, gvr := range []schema.GroupVersionResource{secrets, r.GVR("v1")} {
 		res, err := m.Run(ctx, migrator.Request{Resource: gvr})
 		if err != nil {
@@ -98,7 +99,7 @@ func (s *suite) largeObjects(t *testing.T) {
 	if writes != 2*n {
 		t.Errorf("%d writes, want %d", writes, 2*n)
 	}
-	framework.Scenario{Name: "objects near the size limit", Objects: 2 * n, Writes: writes, Retries: int(retries.Load()), Verified: !t.Failed()}.Report(t)
+	framework.Scenario{Name: "objects near the size limit", Objects: 2 * n, Writes: writes, Retries: int(retries.n.Load()), Verified: !t.Failed()}.Report(t)
 }
 
 func randomBytes(t *testing.T, n int) []byte {

@@ -27,8 +27,8 @@ func (s *suite) specChangesRejected(t *testing.T) {
 	ctx := framework.Context(t, 2*time.Minute)
 	// The controller fails it at once: nothing serves gadgets here.
 	const name = "spec-target"
-	s.createMigration(t, name, framework.Resource{Group: "notserved.example.com", Plural: "gadgets", Kind: "Gadget"})
-	if m := s.waitFinished(t, name, time.Minute); condition(m, migrationv1alpha1.MigrationFailed).Reason != "ResourceNotFound" {
+	s.env.CreateMigration(t, name, framework.Resource{Group: "notserved.example.com", Plural: "gadgets", Kind: "Gadget"}.GVR("v1"))
+	if m := s.env.WaitMigration(t, name, time.Minute, "finished", framework.Finished); framework.Condition(m, migrationv1alpha1.MigrationFailed).Reason != "ResourceNotFound" {
 		t.Fatalf("conditions %+v, want Failed with ResourceNotFound", m.Status.Conditions)
 	}
 	s.expectSettled(t, name)
@@ -83,7 +83,7 @@ func (s *suite) specChangesRejected(t *testing.T) {
 	if diff := cmp.Diff(stored, env.ModRevisions(t, key)); diff != "" {
 		t.Errorf("a rejected write reached etcd (-before +after):\n%s", diff)
 	}
-	if got := s.migration(t, name).Spec.Resource; got.Group != "notserved.example.com" || got.Resource != "gadgets" {
+	if got := s.env.GetMigration(t, name).Spec.Resource; got.Group != "notserved.example.com" || got.Resource != "gadgets" {
 		t.Errorf("spec.resource is now %+v", got)
 	}
 	if len(env.ModRevisions(t, "/registry/migration.k8s.io/storageversionmigrations/spec-too-long")) != 0 {

@@ -29,15 +29,15 @@ func (s *suite) twoMigrations(t *testing.T) {
 	before := env.TakeSnapshot(t, r.GVR("v1"))
 	patches := env.ServerRequests(t, "PATCH", r.Plural)
 
-	s.createMigration(t, "twice-1", r)
-	s.createMigration(t, "twice-2", r)
+	s.env.CreateMigration(t, "twice-1", r.GVR("v1"))
+	s.env.CreateMigration(t, "twice-2", r.GVR("v1"))
 	sawWaiting := false
 	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		first, second := s.migration(t, "twice-1"), s.migration(t, "twice-2")
-		if isTrue(second, migrationv1alpha1.MigrationRunning) && !first.IsFinished() {
+		first, second := s.env.GetMigration(t, "twice-1"), s.env.GetMigration(t, "twice-2")
+		if second.HasCondition(migrationv1alpha1.MigrationRunning) && !first.IsFinished() {
 			t.Errorf("twice-2 runs while twice-1 has not finished: %+v", first.Status.Conditions)
 		}
-		if isTrue(first, migrationv1alpha1.MigrationRunning) && len(second.Status.Conditions) == 0 {
+		if first.HasCondition(migrationv1alpha1.MigrationRunning) && len(second.Status.Conditions) == 0 {
 			sawWaiting = true
 		}
 		return first.IsFinished(), nil
@@ -48,14 +48,14 @@ func (s *suite) twoMigrations(t *testing.T) {
 	if !sawWaiting {
 		t.Error("never saw twice-2 pending while twice-1 ran")
 	}
-	first := s.migration(t, "twice-1")
-	if !isTrue(first, migrationv1alpha1.MigrationSucceeded) || first.Status.Progress.Migrated() != n {
+	first := s.env.GetMigration(t, "twice-1")
+	if !first.HasCondition(migrationv1alpha1.MigrationSucceeded) || first.Status.Progress.Migrated() != n {
 		t.Fatalf("twice-1: %+v, progress %+v; want Succeeded with %d rewritten", first.Status.Conditions, first.Status.Progress, n)
 	}
 	revisions := env.ModRevisions(t, r.EtcdPrefix())
 
-	second := s.waitFinished(t, "twice-2", 2*time.Minute)
-	if !isTrue(second, migrationv1alpha1.MigrationSucceeded) || second.Status.Progress.Failed != 0 {
+	second := s.env.WaitMigration(t, "twice-2", 2*time.Minute, "finished", framework.Finished)
+	if !second.HasCondition(migrationv1alpha1.MigrationSucceeded) || second.Status.Progress.Failed != 0 {
 		t.Fatalf("twice-2: %+v, progress %+v; want Succeeded", second.Status.Conditions, second.Status.Progress)
 	}
 	if second.Status.StartTime.Before(first.Status.CompletionTime) {

@@ -18,9 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
@@ -55,7 +52,7 @@ func (s *suite) crdDeletedAfterLastList(t *testing.T) {
 	r := framework.Resource{Group: "gone-late.example.com", Plural: "latecomers", Kind: "Latecomer"}
 	const n = 60 // one chunk: the list has ended when the CRD goes
 	m, writes := s.deleteCRDMidMigration(t, r, "crd-gone-late", n)
-	if !isTrue(m, migrationv1alpha1.MigrationSucceeded) {
+	if !m.HasCondition(migrationv1alpha1.MigrationSucceeded) {
 		t.Fatalf("conditions %+v, want Succeeded: every object was listed, then found deleted", m.Status.Conditions)
 	}
 	if p := m.Status.Progress; p.Listed != n || p.Skipped() != n || p.Migrated() != 0 || p.Failed != 0 {
@@ -73,7 +70,7 @@ func (s *suite) crdDeletedBeforeListEnds(t *testing.T) {
 	// is, and the third list at the latest finds no resource.
 	const n = 2*chunkSize + 50
 	m, writes := s.deleteCRDMidMigration(t, r, "crd-gone-early", n)
-	failed := condition(m, migrationv1alpha1.MigrationFailed)
+	failed := framework.Condition(m, migrationv1alpha1.MigrationFailed)
 	if failed.Status != "True" || failed.Reason != "ResourceNotFound" || !strings.Contains(failed.Message, "could not find the requested resource") {
 		t.Fatalf("conditions %+v, want Failed with ResourceNotFound and the server's message", m.Status.Conditions)
 	}
@@ -113,7 +110,7 @@ func (s *suite) deleteCRDMidMigration(t *testing.T, r framework.Resource, name s
 			return &admissionv1.AdmissionResponse{Allowed: true}
 		},
 	})
-	s.createMigration(t, name, r)
+	s.env.CreateMigration(t, name, r.GVR("v1"))
 	if !framework.WaitFor(ctx, time.Minute, func() bool { return hook.TotalCalls() > 0 }) {
 		t.Fatal("svm never wrote an object")
 	}
@@ -131,7 +128,7 @@ func (s *suite) deleteCRDMidMigration(t *testing.T, r framework.Resource, name s
 		t.Fatalf("CRD %s still served a minute after its deletion", r.CRDName())
 	}
 	open()
-	m := s.waitFinished(t, name, time.Minute)
+	m := s.env.WaitMigration(t, name, time.Minute, "finished", framework.Finished)
 	s.expectSettled(t, name)
 	// svm's own counts: the API server counts no request for a resource
 	// it no longer serves.
@@ -178,7 +175,8 @@ func (s *suite) namespaceDeleted(t *testing.T) {
 	env.FlipStorage(t, r)
 	before := env.TakeSnapshot(t, r.GVR("v1"))
 
-	m, requests, retries := newMigrator(t, env.Config, migrator.Options{ChunkSize: chunk})
+	retries := &retryCounter{}
+	m, requests := framework.NewMigrator(t, env.Config, migrator.Options{ChunkSize: chunk, Observer: retries})
 	chunks := 0
 	res, err := m.Run(framework.Context(t, 2*time.Minute), migrator.Request{
 		Resource: r.GVR("v1"),
@@ -212,7 +210,7 @@ func (s *suite) namespaceDeleted(t *testing.T) {
 	if writes != n-int(p.SkippedWithoutWrite) || p.SkippedWithoutWrite >= n/3 {
 		t.Errorf("%d writes, %d objects skipped without one: want one write per listed object (%d) but those, and at least one 404", writes, p.SkippedWithoutWrite, n)
 	}
-	framework.Scenario{Name: "namespace deleted mid-migration", Objects: n, Writes: writes, Retries: int(retries.Load()), Verified: !t.Failed()}.Report(t)
+	framework.Scenario{Name: "namespace deleted mid-migration", Objects: n, Writes: writes, Retries: int(retries.n.Load()), Verified: !t.Failed()}.Report(t)
 }
 
 // deleteNamespace deletes namespace as kube-controller-manager would, which
@@ -313,23 +311,8 @@ func (s *suite) objectsBeingDeleted(t *testing.T) {
 	framework.Scenario{Name: "objects being deleted, with finalizers", Objects: n, Writes: writes, Retries: writes - n, Verified: !t.Failed()}.Report(t)
 }
 
-// newMigrator builds an engine whose requests and retries are counted.
-func newMigrator(t *testing.T, cfg *rest.Config, opts migrator.Options) (*migrator.Migrator, *framework.RequestCounter, *atomic.Int64) {
-	t.Helper()
-	cfg, counter := framework.Counting(cfg)
-	md, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	retries := &retryCounter{}
-	opts.Observer = retries
-	return migrator.New(md, disc, opts), counter, &retries.n
-}
-
+// retryCounter counts the requests the engine repeated after a transient
+// error.
 type retryCounter struct {
 	migrator.NopObserver
 	n atomic.Int64

@@ -45,12 +45,12 @@ func (s *suite) webhookTimesOut(t *testing.T) {
 		},
 	})
 	patches := env.ServerRequests(t, "PATCH", r.Plural)
-	s.createMigration(t, "slowhook", r)
+	s.env.CreateMigration(t, "slowhook", r.GVR("v1"))
 	// The backoff of ten attempts adds up to about a minute.
-	m := s.waitFinished(t, "slowhook", 4*time.Minute)
+	m := s.env.WaitMigration(t, "slowhook", 4*time.Minute, "finished", framework.Finished)
 	s.expectSettled(t, "slowhook")
 
-	failed := condition(m, migrationv1alpha1.MigrationFailed)
+	failed := framework.Condition(m, migrationv1alpha1.MigrationFailed)
 	if failed.Status != "True" || failed.Reason != "ObjectsFailed" {
 		t.Fatalf("conditions %+v, want Failed with ObjectsFailed", m.Status.Conditions)
 	}
@@ -119,9 +119,9 @@ func (s *suite) webhookMutates(t *testing.T) {
 		},
 	})
 	patches := env.ServerRequests(t, "PATCH", r.Plural)
-	s.createMigration(t, "mutate", r)
-	m := s.waitFinished(t, "mutate", 2*time.Minute)
-	if !isTrue(m, migrationv1alpha1.MigrationSucceeded) || m.Status.Progress.Migrated() != n || m.Status.Progress.Failed != 0 {
+	s.env.CreateMigration(t, "mutate", r.GVR("v1"))
+	m := s.env.WaitMigration(t, "mutate", 2*time.Minute, "finished", framework.Finished)
+	if !m.HasCondition(migrationv1alpha1.MigrationSucceeded) || m.Status.Progress.Migrated() != n || m.Status.Progress.Failed != 0 {
 		t.Fatalf("conditions %+v, progress %+v: want Succeeded with %d rewritten", m.Status.Conditions, m.Status.Progress, n)
 	}
 	writes := env.ServerRequests(t, "PATCH", r.Plural) - patches

@@ -8,11 +8,9 @@ import (
 	"time"
 
 	storagemigrationv1 "k8s.io/api/storagemigration/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/svm-project/svm/internal/controlplane"
 	"github.com/svm-project/svm/test/framework"
@@ -23,6 +21,7 @@ import (
 // the widgets rewrites every stored object in the new version and drops the
 // old version from the CRD's storedVersions, as svm does.
 func TestInTreeMigratorMigratesCustomResources(t *testing.T) {
+	t.Parallel()
 	env := framework.Start(t, controlplane.Options{ControllerManager: true})
 	if !env.CP.ControllerManagerRunning() || env.CP.ControllerManagerPID() == 0 {
 		t.Fatal("kube-controller-manager not running after Start with ControllerManager")
@@ -32,15 +31,13 @@ func TestInTreeMigratorMigratesCustomResources(t *testing.T) {
 	const n = 50
 	env.CreateWidgets(t, "v1", []string{"alpha", "beta"}, n)
 	prefix := framework.EtcdPrefix(framework.Widgets.GroupResource())
-	before := env.StorageVersionHash(t, framework.Widgets)
-	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")
-	env.WaitStorageVersionHashChange(t, framework.Widgets, before)
+	env.SetStorage(t, framework.WidgetResource, "v2")
 	env.ExpectStored(t, prefix, map[string]int{"example.com/v1": n})
 	// The bound is generous: the migrator works from the garbage
 	// collector's monitor for the resource, and the collector picks up a
 	// new CRD on its discovery resync, every 30 seconds.
 	ctx := framework.Context(t, 4*time.Minute)
-	if got := storedVersions(ctx, t, env); !slices.Equal(got, []string{"v1", "v2"}) {
+	if got := env.CRDStoredVersions(t, framework.WidgetsCRDName); !slices.Equal(got, []string{"v1", "v2"}) {
 		t.Fatalf("storedVersions after the flip = %v, want [v1 v2]", got)
 	}
 
@@ -85,7 +82,7 @@ func TestInTreeMigratorMigratesCustomResources(t *testing.T) {
 	// the Succeeded condition, so it may lag it a little.
 	var got []string
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		got = storedVersions(ctx, t, env)
+		got = env.CRDStoredVersions(t, framework.WidgetsCRDName)
 		return slices.Equal(got, []string{"v2"}), nil
 	})
 	if err != nil {
@@ -105,13 +102,4 @@ func TestInTreeMigratorMigratesCustomResources(t *testing.T) {
 	if !env.CP.ControllerManagerRunning() {
 		t.Error("kube-controller-manager not running after restart")
 	}
-}
-
-func storedVersions(ctx context.Context, t *testing.T, env *framework.Env) []string {
-	t.Helper()
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Name: framework.WidgetsCRDName}, crd); err != nil {
-		t.Fatalf("get CRD %s: %v", framework.WidgetsCRDName, err)
-	}
-	return crd.Status.StoredVersions
 }

@@ -18,6 +18,7 @@ import (
 )
 
 func TestStorageFlipLeavesStoredObjectsInOldVersion(t *testing.T) {
+	t.Parallel()
 	env := framework.Start(t, controlplane.Options{})
 
 	version, err := env.Discovery.ServerVersion()
@@ -66,6 +67,7 @@ func TestStorageFlipLeavesStoredObjectsInOldVersion(t *testing.T) {
 }
 
 func TestAPIServerAndEtcdSurviveKillAndRestart(t *testing.T) {
+	t.Parallel()
 	env := framework.Start(t, controlplane.Options{})
 	env.CreateWidgetCRD(t, "v1")
 	env.CreateWidgets(t, "v1", []string{"default"}, 20)

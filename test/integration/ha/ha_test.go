@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controlplane"
@@ -33,11 +32,9 @@ var (
 // migration must not succeed on that; it starts over and ends with every
 // object in the storage version of its end.
 func TestStorageVersionChangedDuringAMigrationIsRedone(t *testing.T) {
-	env := framework.Start(t, controlplane.Options{})
-	env.InstallCRDs(t, framework.CRDBasesDir())
-	env.CreateWidgetCRD(t, "v1")
+	t.Parallel()
 	const n = 400
-	env.CreateWidgets(t, "v1", []string{"ns-a", "ns-b"}, n)
+	env := startWithWidgets(t, []string{"ns-a", "ns-b"}, n)
 	before := env.TakeSnapshot(t, framework.Widgets)
 	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")
 	env.WaitStorageVersionHashChange(t, framework.Widgets, hashV1)
@@ -46,18 +43,18 @@ func TestStorageVersionChangedDuringAMigrationIsRedone(t *testing.T) {
 	env.StartSVM(t, "controller", "--trigger=false", "--leader-elect=false", "--metrics-bind-address", "0",
 		"--health-probe-bind-address", "0", "--qps", "100", "--chunk-size", "50")
 	writes := env.ServerRequests(t, "PATCH", "widgets")
-	createMigration(t, env, "widgets")
-	waitMigration(t, env, "widgets", "a quarter migrated", func(m *migrationv1alpha1.StorageVersionMigration) bool {
+	env.CreateMigration(t, "widgets", framework.Widgets)
+	env.WaitMigration(t, "widgets", 3*time.Minute, "a quarter migrated", func(m *migrationv1alpha1.StorageVersionMigration) bool {
 		return m.Status.Progress.Listed >= n/4
 	})
 	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v1")
 	env.WaitStorageVersionHashChange(t, framework.Widgets, hashV2)
-	if m := getMigration(t, env, "widgets"); m.IsFinished() {
+	if m := env.GetMigration(t, "widgets"); m.IsFinished() {
 		t.Fatalf("the migration finished before the flip back (%+v): the test proves nothing", m.Status.Progress)
 	}
 
-	m := waitMigration(t, env, "widgets", "finished", (*migrationv1alpha1.StorageVersionMigration).IsFinished)
-	if !m.HasCondition(migrationv1alpha1.MigrationSucceeded) {
+	m := env.WaitMigration(t, "widgets", 3*time.Minute, "finished", framework.Finished)
+	if !framework.Succeeded(m) {
 		t.Fatalf("migration ended %+v, want Succeeded after starting over", m.Status.Conditions)
 	}
 	if m.Status.StorageVersionHash != hashV1 || !strings.Contains(m.Status.StorageFingerprint, "/v1") {
@@ -81,19 +78,17 @@ func TestStorageVersionChangedDuringAMigrationIsRedone(t *testing.T) {
 // settle delay, so that an API server that sees the change late has
 // stopped writing the old version before the migration's list begins.
 func TestCRDSettleDelay(t *testing.T) {
-	env := framework.Start(t, controlplane.Options{})
-	env.InstallCRDs(t, framework.CRDBasesDir())
-	env.CreateWidgetCRD(t, "v1")
-	env.CreateWidgets(t, "v1", []string{"ns-a"}, 20)
+	t.Parallel()
+	env := startWithWidgets(t, []string{"ns-a"}, 20)
 	const settle = 8 * time.Second
 	env.StartSVM(t, "controller", "--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
 		"--trigger-interval", "1s", "--crd-settle-delay", settle.String())
-	waitState(t, env, "first migration", func(s *migrationv1alpha1.StorageState) bool {
+	env.WaitStorageState(t, framework.Widgets.GroupResource(), 2*time.Minute, "first migration", func(s *migrationv1alpha1.StorageState) bool {
 		return slices.Equal(s.Status.PersistedStorageVersionHashes, []string{hashV1})
 	})
 
 	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")
-	seen := waitState(t, env, "the new hash recorded", func(s *migrationv1alpha1.StorageState) bool {
+	seen := env.WaitStorageState(t, framework.Widgets.GroupResource(), 2*time.Minute, "the new hash recorded", func(s *migrationv1alpha1.StorageState) bool {
 		return s.Status.CurrentStorageVersionHash == hashV2
 	})
 	if seen.Status.CurrentStorageVersionSince == nil {
@@ -119,29 +114,23 @@ func TestCRDSettleDelay(t *testing.T) {
 	} else {
 		t.Logf("migration created %s after the hash change was seen (settle delay %s)", waited, settle)
 	}
-	waitState(t, env, "migrated to v2", func(s *migrationv1alpha1.StorageState) bool {
+	env.WaitStorageState(t, framework.Widgets.GroupResource(), 2*time.Minute, "migrated to v2", func(s *migrationv1alpha1.StorageState) bool {
 		return slices.Equal(s.Status.PersistedStorageVersionHashes, []string{hashV2})
 	})
 	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": 20})
 }
 
-func createMigration(t *testing.T, env *framework.Env, name string) {
+// startWithWidgets starts a control plane of the test's own (its tests
+// run svm controller, which acts on every migration and StorageState in
+// the cluster) with svm's CRDs, and n widgets stored in v1 over
+// namespaces.
+func startWithWidgets(t *testing.T, namespaces []string, n int) *framework.Env {
 	t.Helper()
-	m := &migrationv1alpha1.StorageVersionMigration{}
-	m.Name = name
-	m.Spec.Resource = migrationv1alpha1.GroupVersionResource{Group: framework.Widgets.Group, Version: framework.Widgets.Version, Resource: framework.Widgets.Resource}
-	if err := env.Client.Create(framework.Context(t, time.Minute), m); err != nil {
-		t.Fatalf("create migration %s: %v", name, err)
-	}
-}
-
-func getMigration(t *testing.T, env *framework.Env, name string) *migrationv1alpha1.StorageVersionMigration {
-	t.Helper()
-	m := &migrationv1alpha1.StorageVersionMigration{}
-	if err := env.Client.Get(framework.Context(t, time.Minute), client.ObjectKey{Name: name}, m); err != nil {
-		t.Fatalf("get migration %s: %v", name, err)
-	}
-	return m
+	env := framework.Start(t, controlplane.Options{})
+	env.InstallCRDs(t, framework.CRDBasesDir())
+	env.CreateWidgetCRD(t, "v1")
+	env.CreateWidgets(t, "v1", namespaces, n)
+	return env
 }
 
 func listMigrations(t *testing.T, env *framework.Env) []migrationv1alpha1.StorageVersionMigration {
@@ -151,37 +140,4 @@ func listMigrations(t *testing.T, env *framework.Env) []migrationv1alpha1.Storag
 		t.Fatalf("list migrations: %v", err)
 	}
 	return list.Items
-}
-
-func waitMigration(t *testing.T, env *framework.Env, name, what string, cond func(*migrationv1alpha1.StorageVersionMigration) bool) *migrationv1alpha1.StorageVersionMigration {
-	t.Helper()
-	var m *migrationv1alpha1.StorageVersionMigration
-	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		got := &migrationv1alpha1.StorageVersionMigration{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, got); err != nil {
-			return false, nil
-		}
-		m = got
-		return cond(m), nil
-	})
-	if err != nil {
-		t.Fatalf("migration %s: not %s: %v; last seen %+v", name, what, err, m)
-	}
-	return m
-}
-
-func waitState(t *testing.T, env *framework.Env, what string, cond func(*migrationv1alpha1.StorageState) bool) *migrationv1alpha1.StorageState {
-	t.Helper()
-	name := migrationv1alpha1.StorageStateName(migrationv1alpha1.GroupResource{Group: framework.Widgets.Group, Resource: framework.Widgets.Resource})
-	s := &migrationv1alpha1.StorageState{}
-	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, s); err != nil {
-			return false, nil
-		}
-		return cond(s), nil
-	})
-	if err != nil {
-		t.Fatalf("storage state %s: not %s: %v; last seen %+v", name, what, err, s.Status)
-	}
-	return s
 }

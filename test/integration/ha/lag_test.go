@@ -12,7 +12,6 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
-	"github.com/svm-project/svm/internal/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
 
@@ -26,11 +25,9 @@ import (
 // ones: the settle delay makes its migration list after the lagging
 // server's writes, and etcd is read at the end to check.
 func TestCRDFlipSeenLateByOneServer(t *testing.T) {
-	env := framework.Start(t, controlplane.Options{})
-	env.InstallCRDs(t, framework.CRDBasesDir())
-	env.CreateWidgetCRD(t, "v1")
+	t.Parallel()
 	const n, late = 100, 20
-	env.CreateWidgets(t, "v1", []string{"ns-a"}, n)
+	env := startWithWidgets(t, []string{"ns-a"}, n)
 	peer, err := env.CP.StartPeer(framework.Context(t, 3*time.Minute), "apiserver-b")
 	if err != nil {
 		t.Fatalf("start the second API server: %v", err)
@@ -41,7 +38,7 @@ func TestCRDFlipSeenLateByOneServer(t *testing.T) {
 	})
 	env.StartSVM(t, "controller", "--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
 		"--trigger-interval", "1s", "--crd-settle-delay", "10s")
-	waitState(t, env, "first migration", func(s *migrationv1alpha1.StorageState) bool {
+	env.WaitStorageState(t, framework.Widgets.GroupResource(), 2*time.Minute, "first migration", func(s *migrationv1alpha1.StorageState) bool {
 		return slices.Equal(s.Status.PersistedStorageVersionHashes, []string{hashV1})
 	})
 
@@ -75,7 +72,7 @@ func TestCRDFlipSeenLateByOneServer(t *testing.T) {
 	}
 	t.Logf("after the lagging server's writes, etcd holds %v", env.StoredVersions(t, widgetsPrefix))
 
-	waitState(t, env, "migrated to v2", func(s *migrationv1alpha1.StorageState) bool {
+	env.WaitStorageState(t, framework.Widgets.GroupResource(), 2*time.Minute, "migrated to v2", func(s *migrationv1alpha1.StorageState) bool {
 		return slices.Equal(s.Status.PersistedStorageVersionHashes, []string{hashV2})
 	})
 	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n + late})

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controlplane"
@@ -61,6 +60,7 @@ var (
 // migrates: etcd then holds every object in the agreed version. (The voting
 // design's first scenario, servers switching one by one.)
 func TestRollingUpgradeServersDisagree(t *testing.T) {
+	t.Parallel()
 	env := framework.Start(t, controlplane.Options{APIServerFlags: compatible35})
 	env.InstallCRDs(t, framework.CRDBasesDir())
 	createPolicies(t, env.Kube, "by-a", 30)
@@ -82,7 +82,7 @@ func TestRollingUpgradeServersDisagree(t *testing.T) {
 
 	framework.StartSVMWithKubeconfig(t, peerKubeconfig(t, env, peer), "controller", "--leader-elect=false",
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--max-parallel", "4", "--trigger-interval", "2s")
-	state := waitPoliciesState(t, env, "Unknown while the servers disagree", func(s *migrationv1alpha1.StorageState) bool {
+	state := env.WaitStorageState(t, policies, 3*time.Minute, "Unknown while the servers disagree", func(s *migrationv1alpha1.StorageState) bool {
 		return s.Status.CurrentStorageVersionHash == migrationv1alpha1.UnknownStorageVersionHash &&
 			slices.Contains(s.Status.PersistedStorageVersionHashes, oldHash) && slices.Contains(s.Status.PersistedStorageVersionHashes, newHash)
 	})
@@ -103,7 +103,7 @@ func TestRollingUpgradeServersDisagree(t *testing.T) {
 		return sv.Status.CommonEncodingVersion != nil && *sv.Status.CommonEncodingVersion == policies.Group+"/v1"
 	})
 	t.Logf("servers report %s", describe(sv))
-	waitPoliciesState(t, env, "migrated after agreement", func(s *migrationv1alpha1.StorageState) bool {
+	env.WaitStorageState(t, policies, 3*time.Minute, "migrated after agreement", func(s *migrationv1alpha1.StorageState) bool {
 		return slices.Equal(s.Status.PersistedStorageVersionHashes, []string{newHash})
 	})
 	env.ExpectStored(t, policiesKeys, map[string]int{policies.Group + "/v1": 40})
@@ -180,22 +180,6 @@ func describe(sv *storageVersion) string {
 	return out
 }
 
-func waitPoliciesState(t *testing.T, env *framework.Env, what string, cond func(*migrationv1alpha1.StorageState) bool) *migrationv1alpha1.StorageState {
-	t.Helper()
-	name := migrationv1alpha1.StorageStateName(migrationv1alpha1.GroupResource{Group: policies.Group, Resource: policies.Resource})
-	s := &migrationv1alpha1.StorageState{}
-	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, s); err != nil {
-			return false, nil
-		}
-		return cond(s), nil
-	})
-	if err != nil {
-		t.Fatalf("storage state %s: not %s: %v; last seen %+v", name, what, err, s.Status)
-	}
-	return s
-}
-
 func migrationsOf(t *testing.T, env *framework.Env, gr schema.GroupResource) []migrationv1alpha1.StorageVersionMigration {
 	t.Helper()
 	var out []migrationv1alpha1.StorageVersionMigration
@@ -236,6 +220,7 @@ func peerKubeconfig(t *testing.T, env *framework.Env, peer *controlplane.Peer) s
 // common version change through its watch, and migrates every object to
 // the new version once the servers agree on it.
 func TestRollingUpgradeServersSwitchTogether(t *testing.T) {
+	t.Parallel()
 	env := framework.Start(t, controlplane.Options{APIServerFlags: compatible35})
 	env.InstallCRDs(t, framework.CRDBasesDir())
 	peer, err := env.CP.StartPeer(framework.Context(t, 3*time.Minute), "apiserver-b", compatible35...)
@@ -253,7 +238,7 @@ func TestRollingUpgradeServersSwitchTogether(t *testing.T) {
 
 	env.StartSVM(t, "controller", "--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
 		"--max-parallel", "4", "--trigger-interval", "2s")
-	waitPoliciesState(t, env, "migrated to the old version", func(s *migrationv1alpha1.StorageState) bool {
+	env.WaitStorageState(t, policies, 3*time.Minute, "migrated to the old version", func(s *migrationv1alpha1.StorageState) bool {
 		return slices.Equal(s.Status.PersistedStorageVersionHashes, []string{oldHash})
 	})
 
@@ -275,7 +260,7 @@ func TestRollingUpgradeServersSwitchTogether(t *testing.T) {
 		return len(sv.Status.StorageVersions) == 2 && sv.Status.CommonEncodingVersion != nil && *sv.Status.CommonEncodingVersion == policies.Group+"/v1"
 	})
 	t.Logf("servers report %s", describe(sv))
-	waitPoliciesState(t, env, "migrated to the new version", func(s *migrationv1alpha1.StorageState) bool {
+	env.WaitStorageState(t, policies, 3*time.Minute, "migrated to the new version", func(s *migrationv1alpha1.StorageState) bool {
 		return slices.Equal(s.Status.PersistedStorageVersionHashes, []string{newHash})
 	})
 	env.ExpectStored(t, policiesKeys, map[string]int{policies.Group + "/v1": 40})

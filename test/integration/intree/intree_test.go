@@ -7,6 +7,7 @@ package intree_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -14,10 +15,9 @@ import (
 
 	storagemigrationv1 "k8s.io/api/storagemigration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
@@ -29,7 +29,7 @@ import (
 
 var (
 	widgetsPrefix = framework.EtcdPrefix(framework.Widgets.GroupResource())
-	widgetsGR     = metav1.GroupResource{Group: framework.Widgets.Group, Resource: framework.Widgets.Resource}
+	widgetsGR     = framework.Widgets.GroupResource()
 	hashV1        = resources.StorageVersionHash("example.com", "v1", "Widget")
 	hashV2        = resources.StorageVersionHash("example.com", "v2", "Widget")
 )
@@ -43,19 +43,6 @@ func setup(t *testing.T, n int) (*framework.Env, framework.Snapshot) {
 	env.CreateWidgetCRD(t, "v1")
 	env.CreateWidgets(t, "v1", []string{"ns-a", "ns-b"}, n)
 	return env, env.TakeSnapshot(t, framework.Widgets)
-}
-
-func controllerArgs(extra ...string) []string {
-	return append([]string{"controller", "--leader-election-namespace", "default",
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, extra...)
-}
-
-// flip makes v2 the widgets' storage version.
-func flip(t *testing.T, env *framework.Env) {
-	t.Helper()
-	old := env.StorageVersionHash(t, framework.Widgets)
-	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")
-	env.WaitStorageVersionHashChange(t, framework.Widgets, old)
 }
 
 // widgetPatches are svm's PATCH requests to widgets that went through p,
@@ -73,28 +60,9 @@ func widgetPatches(p *framework.Proxy) []time.Time {
 // waitLog waits until svm's log says want.
 func waitLog(t *testing.T, p *framework.Process, want string, timeout time.Duration) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+	framework.Eventually(t, fmt.Sprintf("svm logging %q", want), timeout, func(context.Context) (bool, error) {
 		return strings.Contains(string(p.Log(t)), want), nil
 	})
-	if err != nil {
-		t.Fatalf("svm never logged %q", want)
-	}
-}
-
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func(ctx context.Context) (bool, error)) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, timeout, true, cond); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
-
-func storageState(t *testing.T, env *framework.Env) *migrationv1alpha1.StorageState {
-	t.Helper()
-	s := &migrationv1alpha1.StorageState{}
-	if err := env.Client.Get(framework.Context(t, time.Minute), client.ObjectKey{Name: "widgets.example.com"}, s); err != nil && !apierrors.IsNotFound(err) {
-		t.Fatal(err)
-	}
-	return s
 }
 
 func crd(t *testing.T, env *framework.Env) *apiextensionsv1.CustomResourceDefinition {
@@ -122,30 +90,30 @@ func inTreeMigrations(t *testing.T, env *framework.Env) []storagemigrationv1.Sto
 // with its content unchanged, storedVersions ends [v2] and the
 // StorageState records the new hash alone.
 func TestTriggerHandsMigrationsToKubeControllerManager(t *testing.T) {
+	t.Parallel()
 	const n = 300
 	env, before := setup(t, n)
 	proxy := env.StartProxy(t)
 	// kube-controller-manager takes a minute or two over each migration of
 	// a resource nobody writes (it waits for its garbage collector's cache
 	// to catch up): have svm hand them all over at once.
-	svm := proxy.StartSVM(t, controllerArgs("--max-parallel", "100", "--trigger-interval", "2s", "--crd-settle-delay", "1s")...)
+	svm := proxy.StartSVM(t, framework.ControllerArgs("--max-parallel", "100", "--trigger-interval", "2s", "--crd-settle-delay", "1s")...)
 	waitLog(t, svm, `executor="in-tree"`, time.Minute)
 
 	// The first sight of widgets is migrated too, by kube-controller-manager.
-	waitFor(t, "widgets migrated to v1 at first sight", 5*time.Minute, func(context.Context) (bool, error) {
-		return slices.Equal(storageState(t, env).Status.PersistedStorageVersionHashes, []string{hashV1}), nil
+	env.WaitStorageState(t, widgetsGR, 5*time.Minute, "migrated to v1 at first sight", func(s *migrationv1alpha1.StorageState) bool {
+		return slices.Equal(s.Status.PersistedStorageVersionHashes, []string{hashV1})
 	})
-	flip(t, env)
+	env.SetStorage(t, framework.WidgetResource, "v2")
 	flipped := time.Now()
-	waitFor(t, "widgets migrated to v2 after the flip", 5*time.Minute, func(context.Context) (bool, error) {
-		s := storageState(t, env).Status
-		return s.CurrentStorageVersionHash == hashV2 && slices.Equal(s.PersistedStorageVersionHashes, []string{hashV2}), nil
+	env.WaitStorageState(t, widgetsGR, 5*time.Minute, "migrated to v2 after the flip", func(s *migrationv1alpha1.StorageState) bool {
+		return s.Status.CurrentStorageVersionHash == hashV2 && slices.Equal(s.Status.PersistedStorageVersionHashes, []string{hashV2})
 	})
 
 	t.Logf("kube-controller-manager migrated %d widgets %s after the flip", n, time.Since(flipped).Round(time.Second))
 	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
 	env.ExpectUnchanged(t, framework.Widgets, before)
-	if got := crd(t, env).Status.StoredVersions; !slices.Equal(got, []string{"v2"}) {
+	if got := env.CRDStoredVersions(t, framework.WidgetsCRDName); !slices.Equal(got, []string{"v2"}) {
 		t.Errorf("storedVersions %v, want [v2]", got)
 	}
 	if patches := widgetPatches(proxy); len(patches) != 0 {
@@ -183,12 +151,8 @@ func TestTriggerHandsMigrationsToKubeControllerManager(t *testing.T) {
 	// kube-controller-manager cannot migrate events (its garbage collector
 	// ignores them: an in-tree migration of them never ends), so svm's
 	// engine did, and events are migrated like the rest.
-	waitFor(t, "events migrated by svm's engine", time.Minute, func(ctx context.Context) (bool, error) {
-		s := &migrationv1alpha1.StorageState{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: "events"}, s); err != nil {
-			return false, client.IgnoreNotFound(err)
-		}
-		return len(s.Status.PersistedStorageVersionHashes) == 1 && s.Status.PersistedStorageVersionHashes[0] == s.Status.CurrentStorageVersionHash, nil
+	env.WaitStorageState(t, schema.GroupResource{Resource: "events"}, time.Minute, "migrated by svm's engine", func(s *migrationv1alpha1.StorageState) bool {
+		return len(s.Status.PersistedStorageVersionHashes) == 1 && s.Status.PersistedStorageVersionHashes[0] == s.Status.CurrentStorageVersionHash
 	})
 	for _, m := range svms.Items {
 		if m.Spec.Resource.Resource == "events" && m.Status.InTreeMigration != "" {
@@ -210,27 +174,28 @@ func TestTriggerHandsMigrationsToKubeControllerManager(t *testing.T) {
 // migration or during it), marks the CRD StorageMigrating while it
 // rewrites, and completes once the in-tree migration has ended.
 func TestSVMExecutesBesideKubeControllerManager(t *testing.T) {
+	t.Parallel()
 	const n = 1500
 	env, before := setup(t, n)
-	flip(t, env)
+	env.SetStorage(t, framework.WidgetResource, "v2")
 	proxy := env.StartProxy(t)
 	// --qps keeps svm's own run long enough for the in-tree migration to
 	// start in the middle of it.
-	svm := proxy.StartSVM(t, controllerArgs("--executor=svm", "--trigger=false", "--qps", "100")...)
+	svm := proxy.StartSVM(t, framework.ControllerArgs("--executor=svm", "--trigger=false", "--qps", "100")...)
 	waitLog(t, svm, `executor="svm"`, time.Minute)
 
 	// A user's in-tree migration is Running before svm's is created.
 	user := createInTree(t, env, "user-first")
 	waitInTree(t, env, user, "Running", intree.IsRunning)
-	createSVMMigration(t, env, "widgets-1")
+	env.CreateMigration(t, "widgets-1", framework.Widgets)
 	ended := waitInTree(t, env, user, "ended", intree.Ended)
 	expectNoPatchWhileRunning(t, proxy, ended)
 	waitSucceeded(t, env, "widgets-1")
 
 	// svm's is running when a user's in-tree migration starts: svm stops,
 	// waits, and resumes after it.
-	createSVMMigration(t, env, "widgets-2")
-	waitFor(t, "svm rewriting widgets", time.Minute, func(context.Context) (bool, error) {
+	env.CreateMigration(t, "widgets-2", framework.Widgets)
+	framework.Eventually(t, "svm rewriting widgets", time.Minute, func(context.Context) (bool, error) {
 		return len(widgetPatches(proxy)) > n+100, nil // past the first migration's, in the second's
 	})
 	second := createInTree(t, env, "user-during")
@@ -272,18 +237,19 @@ func TestSVMExecutesBesideKubeControllerManager(t *testing.T) {
 // storage version migrator is turned off. svm's probe finds that out, svm
 // executes itself, and the migration succeeds.
 func TestAutoChoosesSVMWhenKubeControllerManagerDoesNotMigrate(t *testing.T) {
+	t.Parallel()
 	const n = 100
 	env := framework.Start(t, controlplane.Options{ControllerManager: true, WithoutMigrator: true})
 	env.InstallCRDs(t, framework.CRDBasesDir())
 	env.CreateWidgetCRD(t, "v1")
 	env.CreateWidgets(t, "v1", []string{"default"}, n)
-	flip(t, env)
-	svm := env.StartSVM(t, controllerArgs("--trigger=false")...)
+	env.SetStorage(t, framework.WidgetResource, "v2")
+	svm := env.StartSVM(t, framework.ControllerArgs("--trigger=false")...)
 	waitLog(t, svm, `executor="svm"`, time.Minute)
 	if log := string(svm.Log(t)); !strings.Contains(log, "did not start the probe migration") {
 		t.Errorf("svm chose its engine for another reason than the probe:\n%s", log)
 	}
-	createSVMMigration(t, env, "widgets")
+	env.CreateMigration(t, "widgets", framework.Widgets)
 	m := waitSucceeded(t, env, "widgets")
 	if m.Status.InTreeMigration != "" || m.Status.Progress.Migrated() != n {
 		t.Errorf("inTreeMigration %q, progress %+v: want svm's engine to rewrite all %d", m.Status.InTreeMigration, m.Status.Progress, n)
@@ -298,7 +264,7 @@ func createInTree(t *testing.T, env *framework.Env, name string) string {
 	t.Helper()
 	m := &storagemigrationv1.StorageVersionMigration{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       storagemigrationv1.StorageVersionMigrationSpec{Resource: widgetsGR},
+		Spec:       storagemigrationv1.StorageVersionMigrationSpec{Resource: metav1.GroupResource{Group: widgetsGR.Group, Resource: widgetsGR.Resource}},
 	}
 	if _, err := env.Kube.StoragemigrationV1().StorageVersionMigrations().Create(framework.Context(t, time.Minute), m, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -311,7 +277,7 @@ func createInTree(t *testing.T, env *framework.Env, name string) string {
 func waitInTree(t *testing.T, env *framework.Env, name, what string, cond func(*storagemigrationv1.StorageVersionMigration) bool) *storagemigrationv1.StorageVersionMigration {
 	t.Helper()
 	var m *storagemigrationv1.StorageVersionMigration
-	waitFor(t, "in-tree migration "+name+" "+what, 3*time.Minute, func(ctx context.Context) (bool, error) {
+	framework.Eventually(t, "in-tree migration "+name+" "+what, 3*time.Minute, func(ctx context.Context) (bool, error) {
 		var err error
 		m, err = env.Kube.StoragemigrationV1().StorageVersionMigrations().Get(ctx, name, metav1.GetOptions{})
 		return err == nil && cond(m), err
@@ -345,26 +311,12 @@ func expectNoPatchWhileRunning(t *testing.T, p *framework.Proxy, m *storagemigra
 	}
 }
 
-func createSVMMigration(t *testing.T, env *framework.Env, name string) {
-	t.Helper()
-	m := &migrationv1alpha1.StorageVersionMigration{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       migrationv1alpha1.StorageVersionMigrationSpec{Resource: migrationv1alpha1.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}},
-	}
-	if err := env.Client.Create(framework.Context(t, time.Minute), m); err != nil {
-		t.Fatal(err)
-	}
-}
-
+// waitSucceeded waits until svm's migration name has succeeded and checks
+// that Succeeded is its first condition, where `kubectl wait` and
+// .status.conditions[0] readers look.
 func waitSucceeded(t *testing.T, env *framework.Env, name string) *migrationv1alpha1.StorageVersionMigration {
 	t.Helper()
-	m := &migrationv1alpha1.StorageVersionMigration{}
-	waitFor(t, "svm migration "+name+" succeeded", 3*time.Minute, func(ctx context.Context) (bool, error) {
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, m); err != nil {
-			return false, err
-		}
-		return m.HasCondition(migrationv1alpha1.MigrationSucceeded), nil
-	})
+	m := env.WaitMigrationSucceeded(t, name, 3*time.Minute)
 	if m.Status.Conditions[0].Type != migrationv1alpha1.MigrationSucceeded {
 		t.Errorf("conditions %+v: want Succeeded at index 0", m.Status.Conditions)
 	}

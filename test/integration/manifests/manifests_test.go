@@ -67,6 +67,7 @@ func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string, in
 }
 
 func TestDefaultManifests(t *testing.T) {
+	t.Parallel()
 	env := framework.Start(t, controlplane.Options{})
 	raw, objs := render(t, env, "config/default")
 
@@ -191,6 +192,7 @@ func TestDefaultManifests(t *testing.T) {
 // installed; the dry run then checks the object's identity and namespace,
 // and that it selects the metrics Service of config/default.
 func TestPrometheusManifests(t *testing.T) {
+	t.Parallel()
 	env := framework.Start(t, controlplane.Options{})
 	_, defaults := render(t, env, "config/default")
 	raw, objs := render(t, env, "config/prometheus")

@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
@@ -25,45 +24,35 @@ import (
 	"github.com/svm-project/svm/test/framework"
 )
 
-// newMigrator builds a Migrator whose requests are counted.
-func newMigrator(t *testing.T, cfg *rest.Config, opts migrator.Options) (*migrator.Migrator, *framework.RequestCounter) {
+func TestMain(m *testing.M) { framework.Main(m) }
+
+// flippedObjects creates a resource of the test's own with n objects in v1
+// over four namespaces of its own, makes v2 the storage version, and
+// returns the resource, the namespaces and the snapshot taken before the
+// flip. Objects are named obj-00000 on, object i in namespace i%4.
+func flippedObjects(t *testing.T, env *framework.Env, n int) (framework.Resource, []string, framework.Snapshot) {
 	t.Helper()
-	cfg, counter := framework.Counting(cfg)
-	md, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return migrator.New(md, disc, opts), counter
+	r := env.NewResource(t)
+	prefix := framework.TestName(t)
+	namespaces := []string{prefix + "-a", prefix + "-b", prefix + "-c", prefix + "-d"}
+	return r, namespaces, env.StoredInOldVersion(t, r, namespaces, n)
 }
 
-// flippedWidgets creates n widgets in v1 over four namespaces, flips the
-// storage version to v2 and returns the snapshot taken before the flip.
-func flippedWidgets(t *testing.T, env *framework.Env, n int) framework.Snapshot {
-	t.Helper()
-	env.CreateWidgetCRD(t, "v1")
-	env.CreateWidgets(t, "v1", []string{"ns-a", "ns-b", "ns-c", "ns-d"}, n)
-	before := env.TakeSnapshot(t, framework.Widgets)
-	hash := env.StorageVersionHash(t, framework.Widgets)
-	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")
-	env.WaitStorageVersionHashChange(t, framework.Widgets, hash)
-	return before
-}
+// inV2 is what etcd holds for r once n objects are migrated.
+func inV2(r framework.Resource, n int) map[string]int { return map[string]int{r.Group + "/v2": n} }
 
-var widgetsPrefix = framework.EtcdPrefix(framework.Widgets.GroupResource())
-
+// The tests that run the engine in process on a resource of their own
+// share a control plane: the requests they count are their own client's.
 func TestRewritesEveryObjectWithoutChangingIt(t *testing.T) {
-	env := framework.Start(t, controlplane.Options{})
+	t.Parallel()
+	env := framework.Shared(t, controlplane.Options{})
 	const n = 1200
-	before := flippedWidgets(t, env, n)
-	m, requests := newMigrator(t, env.Config, migrator.Options{ChunkSize: 250})
+	r, _, before := flippedObjects(t, env, n)
+	m, requests := framework.NewMigrator(t, env.Config, migrator.Options{ChunkSize: 250})
 
 	var chunks []migrator.State
 	res, err := m.Run(framework.Context(t, 5*time.Minute), migrator.Request{
-		Resource: framework.Widgets,
+		Resource: r.GVR("v1"),
 		OnChunk: func(_ context.Context, s migrator.State) error {
 			chunks = append(chunks, s)
 			return nil
@@ -72,10 +61,10 @@ func TestRewritesEveryObjectWithoutChangingIt(t *testing.T) {
 	if err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
+	env.ExpectStored(t, r.EtcdPrefix(), inV2(r, n))
 	// Content, generation, uid and field managers are all unchanged: the
 	// write added no managedFields entry and bumped no generation.
-	env.ExpectUnchanged(t, framework.Widgets, before)
+	env.ExpectUnchanged(t, r.GVR("v1"), before)
 	// Every widget was in v1: every write stored new bytes.
 	want := migrator.Progress{Listed: n, Restored: n}
 	if diff := cmp.Diff(want, res.Progress, ignoreRemaining); diff != "" {
@@ -87,7 +76,7 @@ func TestRewritesEveryObjectWithoutChangingIt(t *testing.T) {
 	if last := chunks[len(chunks)-1].Progress.RemainingEstimate; last == nil || *last != 0 {
 		t.Errorf("remaining estimate after the last chunk = %v, want 0", last)
 	}
-	if res.Checkpoint == "" || res.StorageVersionHash != env.StorageVersionHash(t, framework.Widgets) {
+	if res.Checkpoint == "" || res.StorageVersionHash != env.StorageVersionHash(t, r.GVR("v1")) {
 		t.Errorf("checkpoint %q, hash %q: want a checkpoint and the current hash", res.Checkpoint, res.StorageVersionHash)
 	}
 	// One saved state per chunk; the last has no continue token.
@@ -104,21 +93,21 @@ func TestRewritesEveryObjectWithoutChangingIt(t *testing.T) {
 
 	// A second run finds nothing to re-encode: the API server skips writes
 	// whose bytes are unchanged, so resourceVersions do not move.
-	rvBefore := env.TakeSnapshot(t, framework.Widgets)
-	if _, err := m.Run(framework.Context(t, 5*time.Minute), migrator.Request{Resource: framework.Widgets}); err != nil {
+	rvBefore := env.TakeSnapshot(t, r.GVR("v1"))
+	if _, err := m.Run(framework.Context(t, 5*time.Minute), migrator.Request{Resource: r.GVR("v1")}); err != nil {
 		t.Fatalf("second migration: %v", err)
 	}
-	env.ExpectUnchanged(t, framework.Widgets, rvBefore)
+	env.ExpectUnchanged(t, r.GVR("v1"), rvBefore)
 }
 
-// runUntilCrash migrates widgets until at least listed objects are saved,
+// runUntilCrash migrates gvr until at least listed objects are saved,
 // then stops as a crash would, and returns the last saved state.
-func runUntilCrash(t *testing.T, m *migrator.Migrator, listed int64) migrator.State {
+func runUntilCrash(t *testing.T, m *migrator.Migrator, gvr schema.GroupVersionResource, listed int64) migrator.State {
 	t.Helper()
 	var saved migrator.State
 	crash := errors.New("crash")
 	_, err := m.Run(framework.Context(t, 5*time.Minute), migrator.Request{
-		Resource: framework.Widgets,
+		Resource: gvr,
 		OnChunk: func(_ context.Context, s migrator.State) error {
 			saved = s
 			if s.Progress.Listed >= listed {
@@ -136,45 +125,49 @@ func runUntilCrash(t *testing.T, m *migrator.Migrator, listed int64) migrator.St
 var ignoreRemaining = cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".RemainingEstimate" }, cmp.Ignore())
 
 func TestResumesFromSavedState(t *testing.T) {
-	env := framework.Start(t, controlplane.Options{})
+	t.Parallel()
+	env := framework.Shared(t, controlplane.Options{})
 	const n = 1000
-	before := flippedWidgets(t, env, n)
-	m, requests := newMigrator(t, env.Config, migrator.Options{ChunkSize: 200})
+	r, _, before := flippedObjects(t, env, n)
+	m, requests := framework.NewMigrator(t, env.Config, migrator.Options{ChunkSize: 200})
 
 	// Stop after the second chunk, as a crash would.
-	saved := runUntilCrash(t, m, 400)
-	if got := env.StoredVersions(t, widgetsPrefix); got["example.com/v2"] != 400 {
+	saved := runUntilCrash(t, m, r.GVR("v1"), 400)
+	if got := env.StoredVersions(t, r.EtcdPrefix()); got[r.Group+"/v2"] != 400 {
 		t.Fatalf("after the crash: %v, want 400 in v2", got)
 	}
-	res, err := m.Run(framework.Context(t, 5*time.Minute), migrator.Request{Resource: framework.Widgets, Resume: &saved})
+	res, err := m.Run(framework.Context(t, 5*time.Minute), migrator.Request{Resource: r.GVR("v1"), Resume: &saved})
 	if err != nil {
 		t.Fatalf("resume: %v", err)
 	}
-	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
-	env.ExpectUnchanged(t, framework.Widgets, before)
+	env.ExpectStored(t, r.EtcdPrefix(), inV2(r, n))
+	env.ExpectUnchanged(t, r.GVR("v1"), before)
 	if res.Progress.Migrated() != n || requests.Count("PATCH") != n {
 		t.Errorf("rewritten %d with %d patches, want %d: resuming must not redo finished chunks", res.Progress.Migrated(), requests.Count("PATCH"), n)
 	}
 }
 
+// A control plane of its own: compacting etcd would expire every other
+// test's continue tokens and watches.
 func TestExpiredContinueTokenRestartsWithoutRewritingAgain(t *testing.T) {
+	t.Parallel()
 	env := framework.Start(t, controlplane.Options{})
 	const n = 600
-	flippedWidgets(t, env, n)
-	m, requests := newMigrator(t, env.Config, migrator.Options{ChunkSize: 200})
+	r, _, _ := flippedObjects(t, env, n)
+	m, requests := framework.NewMigrator(t, env.Config, migrator.Options{ChunkSize: 200})
 
-	saved := runUntilCrash(t, m, 1)
+	saved := runUntilCrash(t, m, r.GVR("v1"), 1)
 	// Compact etcd past the token's snapshot: the token is now 410 Gone.
 	env.CompactEtcd(t)
 	ctx := framework.Context(t, time.Minute)
-	if _, err := env.Dynamic.Resource(framework.Widgets).List(ctx, metav1.ListOptions{Limit: 200, Continue: saved.ContinueToken}); err == nil {
+	if _, err := env.Dynamic.Resource(r.GVR("v1")).List(ctx, metav1.ListOptions{Limit: 200, Continue: saved.ContinueToken}); err == nil {
 		t.Fatal("continue token still valid after compaction; the test would prove nothing")
 	}
-	res, err := m.Run(framework.Context(t, 5*time.Minute), migrator.Request{Resource: framework.Widgets, Resume: &saved})
+	res, err := m.Run(framework.Context(t, 5*time.Minute), migrator.Request{Resource: r.GVR("v1"), Resume: &saved})
 	if err != nil {
 		t.Fatalf("resume: %v", err)
 	}
-	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
+	env.ExpectStored(t, r.EtcdPrefix(), inV2(r, n))
 	// The first chunk's objects are newer than the checkpoint now: no write.
 	if got := requests.Count("PATCH"); got != n {
 		t.Errorf("%d patches, want %d (nothing rewritten twice)", got, n)
@@ -185,11 +178,12 @@ func TestExpiredContinueTokenRestartsWithoutRewritingAgain(t *testing.T) {
 }
 
 func TestConcurrentWritersLoseNothing(t *testing.T) {
-	env := framework.Start(t, controlplane.Options{})
+	t.Parallel()
+	env := framework.Shared(t, controlplane.Options{})
 	const n = 1500
-	before := flippedWidgets(t, env, n)
+	r, namespaces, before := flippedObjects(t, env, n)
 	// Slow the migration down so the writers really overlap it.
-	m, _ := newMigrator(t, env.Config, migrator.Options{ChunkSize: 100, Workers: 2, Limiter: rate.NewLimiter(400, 1)})
+	m, _ := framework.NewMigrator(t, env.Config, migrator.Options{ChunkSize: 100, Workers: 2, Limiter: rate.NewLimiter(400, 1)})
 
 	ctx := framework.Context(t, 5*time.Minute)
 	type outcome struct {
@@ -199,16 +193,15 @@ func TestConcurrentWritersLoseNothing(t *testing.T) {
 	done := make(chan outcome, 1)
 	var started atomic.Bool
 	go func() {
-		res, err := m.Run(ctx, migrator.Request{Resource: framework.Widgets, OnProgress: func(migrator.Progress) { started.Store(true) }})
+		res, err := m.Run(ctx, migrator.Request{Resource: r.GVR("v1"), OnProgress: func(migrator.Progress) { started.Store(true) }})
 		done <- outcome{res, err}
 	}()
 
 	// Update a sixth and delete a sixth of the objects while it runs.
 	updated, deleted := map[string]bool{}, map[string]bool{}
-	namespaces := []string{"ns-a", "ns-b", "ns-c", "ns-d"}
 	for i := 0; i < n; i += 3 {
-		ns, name := namespaces[i%4], fmt.Sprintf("widget-%05d", i)
-		client := env.Dynamic.Resource(framework.Widgets).Namespace(ns)
+		ns, name := namespaces[i%4], fmt.Sprintf("obj-%05d", i)
+		client := env.Dynamic.Resource(r.GVR("v1")).Namespace(ns)
 		if i%2 == 0 {
 			patch := fmt.Appendf(nil, `{"spec":{"updatedBy":"writer-%d"}}`, i)
 			if _, err := client.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
@@ -232,8 +225,8 @@ func TestConcurrentWritersLoseNothing(t *testing.T) {
 	if got := out.res.Progress; got.Migrated()+got.Skipped() != n || got.Failed != 0 {
 		t.Errorf("progress %+v: want rewritten+skipped = %d and no failures", got, n)
 	}
-	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n - len(deleted)})
-	after := env.TakeSnapshot(t, framework.Widgets)
+	env.ExpectStored(t, r.EtcdPrefix(), inV2(r, n-len(deleted)))
+	after := env.TakeSnapshot(t, r.GVR("v1"))
 	for key := range updated {
 		spec, _ := after[key]["spec"].(map[string]any)
 		if spec == nil || spec["updatedBy"] == nil {
@@ -254,9 +247,10 @@ func TestConcurrentWritersLoseNothing(t *testing.T) {
 }
 
 func TestTerminalErrorsFailFastWithBoundedRequests(t *testing.T) {
-	env := framework.Start(t, controlplane.Options{})
-	env.CreateWidgetCRD(t, "v1")
-	env.CreateWidgets(t, "v1", []string{"default"}, 10)
+	t.Parallel()
+	env := framework.Shared(t, controlplane.Options{})
+	r := env.NewResource(t)
+	env.CreateObjects(t, r, []string{framework.TestName(t)}, 10)
 
 	noAccess := rest.CopyConfig(env.Config)
 	noAccess.Impersonate = rest.ImpersonationConfig{UserName: "nobody"}
@@ -266,15 +260,15 @@ func TestTerminalErrorsFailFastWithBoundedRequests(t *testing.T) {
 		resource   schema.GroupVersionResource
 		wantReason string
 	}{
-		{"resource does not exist", env.Config, schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"}, "ResourceNotFound"},
+		{"resource does not exist", env.Config, schema.GroupVersionResource{Group: r.Group, Version: "v1", Resource: "gadgets"}, "ResourceNotFound"},
 		{"group does not exist", env.Config, schema.GroupVersionResource{Group: "nowhere.example.com", Version: "v1", Resource: "things"}, "ResourceNotFound"},
-		{"version does not exist", env.Config, schema.GroupVersionResource{Group: "example.com", Version: "v9", Resource: "widgets"}, "ResourceNotFound"},
+		{"version does not exist", env.Config, schema.GroupVersionResource{Group: r.Group, Version: "v9", Resource: r.Plural}, "ResourceNotFound"},
 		{"not listable", env.Config, schema.GroupVersionResource{Group: "authorization.k8s.io", Version: "v1", Resource: "selfsubjectaccessreviews"}, "NotMigratable"},
-		{"forbidden", noAccess, framework.Widgets, "Forbidden"},
+		{"forbidden", noAccess, r.GVR("v1"), "Forbidden"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, requests := newMigrator(t, tt.cfg, migrator.Options{})
+			m, requests := framework.NewMigrator(t, tt.cfg, migrator.Options{})
 			start := time.Now()
 			_, err := m.Run(framework.Context(t, time.Minute), migrator.Request{Resource: tt.resource})
 			var terminal *migrator.TerminalError
@@ -307,6 +301,7 @@ func TestTerminalErrorsFailFastWithBoundedRequests(t *testing.T) {
 // made after it. Without watch permission the same objects cost one write
 // each, answered by a conflict or not found. Nothing is lost either way.
 func TestObjectsWrittenByOthersCostNoWrite(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name           string
 		watch, compact bool
@@ -316,24 +311,34 @@ func TestObjectsWrittenByOthersCostNoWrite(t *testing.T) {
 		{"without watch permission", false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			env := framework.Start(t, controlplane.Options{})
+			t.Parallel()
+			// Compacting etcd would expire other tests' continue tokens
+			// and watches: that case has a control plane of its own.
+			var env *framework.Env
+			if tc.compact {
+				env = framework.Start(t, controlplane.Options{})
+			} else {
+				env = framework.Shared(t, controlplane.Options{})
+			}
 			const n = 1000
-			before := flippedWidgets(t, env, n)
+			r, namespaces, before := flippedObjects(t, env, n)
+			nsA, nsD := namespaces[0], namespaces[3]
 			cfg := env.Config
 			if !tc.watch {
-				cfg = listAndPatchOnly(t, env)
+				cfg = listAndPatchOnly(t, env, r)
 			}
 			// A limiter keeps the migration well behind the writes below.
-			m, requests := newMigrator(t, cfg, migrator.Options{ChunkSize: 100, Workers: 4, Limiter: rate.NewLimiter(300, 1)})
+			m, requests := framework.NewMigrator(t, cfg, migrator.Options{ChunkSize: 100, Workers: 4, Limiter: rate.NewLimiter(300, 1)})
 
-			// Lists go by namespace, then name, 100 objects a chunk: ns-a's
-			// widget-00400 opens the second chunk and ns-d's objects come
-			// last (from the eighth). Once the first chunk is saved, another
-			// writer updates widget-00400, whose write svm then finds taken
-			// (409); once the fifth is, it updates some of ns-d's objects and
-			// deletes others.
-			updated, deleted := map[string]bool{"ns-a/widget-00400": true}, map[string]bool{}
-			widgets := env.Dynamic.Resource(framework.Widgets)
+			// Lists go by namespace, then name, 100 objects a chunk: the
+			// first namespace's obj-00400 opens the second chunk and the
+			// fourth namespace's objects come last (from the eighth). Once
+			// the first chunk is saved, another writer updates obj-00400,
+			// whose write svm then finds taken (409); once the fifth is, it
+			// updates some of the fourth namespace's objects and deletes
+			// others.
+			updated, deleted := map[string]bool{nsA + "/obj-00400": true}, map[string]bool{}
+			widgets := env.Dynamic.Resource(r.GVR("v1"))
 			update := func(ctx context.Context, ns, name string) error {
 				patch := fmt.Appendf(nil, `{"spec":{"updatedBy":"writer-%s"}}`, name)
 				_, err := widgets.Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
@@ -341,29 +346,29 @@ func TestObjectsWrittenByOthersCostNoWrite(t *testing.T) {
 			}
 			ctx := framework.Context(t, 5*time.Minute)
 			res, err := m.Run(ctx, migrator.Request{
-				Resource: framework.Widgets,
+				Resource: r.GVR("v1"),
 				OnChunk: func(ctx context.Context, s migrator.State) error {
 					switch s.Progress.Listed {
 					case 100:
-						if err := update(ctx, "ns-a", "widget-00400"); err != nil {
+						if err := update(ctx, nsA, "obj-00400"); err != nil {
 							return err
 						}
 						if tc.compact {
 							env.CompactEtcd(t)
 						}
 					case 500:
-						for i := 3; i < n; i += 4 * 5 { // every fifth widget of ns-d
-							name := fmt.Sprintf("widget-%05d", i)
+						for i := 3; i < n; i += 4 * 5 { // every fifth object of the fourth namespace
+							name := fmt.Sprintf("obj-%05d", i)
 							if len(updated) <= len(deleted)+1 {
-								if err := update(ctx, "ns-d", name); err != nil {
+								if err := update(ctx, nsD, name); err != nil {
 									return err
 								}
-								updated["ns-d/"+name] = true
+								updated[nsD+"/"+name] = true
 							} else {
-								if err := widgets.Namespace("ns-d").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+								if err := widgets.Namespace(nsD).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 									return err
 								}
-								deleted["ns-d/"+name] = true
+								deleted[nsD+"/"+name] = true
 							}
 						}
 					}
@@ -373,8 +378,8 @@ func TestObjectsWrittenByOthersCostNoWrite(t *testing.T) {
 			if err != nil {
 				t.Fatalf("migrate: %v", err)
 			}
-			env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n - len(deleted)})
-			after := env.TakeSnapshot(t, framework.Widgets)
+			env.ExpectStored(t, r.EtcdPrefix(), inV2(r, n-len(deleted)))
+			after := env.TakeSnapshot(t, r.GVR("v1"))
 			for key := range updated {
 				if spec, _ := after[key]["spec"].(map[string]any); spec["updatedBy"] == nil {
 					t.Errorf("%s lost its update: spec %v", key, spec)
@@ -391,8 +396,8 @@ func TestObjectsWrittenByOthersCostNoWrite(t *testing.T) {
 				t.Errorf("untouched objects changed (-before +after):\n%s", diff)
 			}
 
-			// widget-00400 always costs a write: it starts the watch. The
-			// others in ns-d cost none when the watch runs.
+			// obj-00400 always costs a write: it starts the watch. The
+			// others in the fourth namespace cost none when the watch runs.
 			others := len(touched) - 1
 			wantPatches, wantNoWrite := n, 0
 			if tc.watch {
@@ -409,19 +414,20 @@ func TestObjectsWrittenByOthersCostNoWrite(t *testing.T) {
 	}
 }
 
-// listAndPatchOnly returns a config for a user who may list and patch
-// widgets, and nothing else: the least a migration needs.
-func listAndPatchOnly(t *testing.T, env *framework.Env) *rest.Config {
+// listAndPatchOnly returns a config for a user of the test's own who may
+// list and patch r, and nothing else: the least a migration needs.
+func listAndPatchOnly(t *testing.T, env *framework.Env, r framework.Resource) *rest.Config {
 	t.Helper()
 	ctx := framework.Context(t, time.Minute)
+	name := framework.TestName(t) + "-list-patch"
 	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "widgets-list-patch"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{framework.Widgets.Group}, Resources: []string{framework.Widgets.Resource}, Verbs: []string{"list", "patch"}}},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{r.Group}, Resources: []string{r.Plural}, Verbs: []string{"list", "patch"}}},
 	}
 	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "widgets-list-patch"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "list-and-patch"}},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: name}},
 	}
 	if _, err := env.Kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -430,18 +436,18 @@ func listAndPatchOnly(t *testing.T, env *framework.Env) *rest.Config {
 		t.Fatal(err)
 	}
 	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "list-and-patch"}
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: name}
 	// RBAC takes a moment to see a new binding.
-	widgets := metadata.NewForConfigOrDie(cfg).Resource(framework.Widgets)
+	widgets := metadata.NewForConfigOrDie(cfg).Resource(r.GVR("v1"))
 	if !framework.WaitFor(ctx, 30*time.Second, func() bool {
 		_, err := widgets.List(ctx, metav1.ListOptions{Limit: 1})
 		return err == nil
 	}) {
-		t.Fatal("the list-and-patch user cannot list widgets")
+		t.Fatalf("the list-and-patch user cannot list %s", r.Plural)
 	}
 	if w, err := widgets.Watch(ctx, metav1.ListOptions{}); err == nil {
 		w.Stop()
-		t.Fatal("the list-and-patch user may watch widgets; the test would prove nothing")
+		t.Fatalf("the list-and-patch user may watch %s; the test would prove nothing", r.Plural)
 	}
 	return cfg
 }

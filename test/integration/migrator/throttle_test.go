@@ -15,9 +15,10 @@ import (
 // through a proxy: the migration completes, no throttled request is retried
 // sooner than the server asked, and the request count stays bounded.
 func TestHonoursRetryAfter(t *testing.T) {
-	env := framework.Start(t, controlplane.Options{})
+	t.Parallel()
+	env := framework.Shared(t, controlplane.Options{})
 	const n = 200
-	flippedWidgets(t, env, n)
+	r, _, _ := flippedObjects(t, env, n)
 	proxy := env.StartProxy(t)
 	var throttled atomic.Int32
 	proxy.Intercept(func(r *http.Request) (int, http.Header, bool) {
@@ -27,16 +28,16 @@ func TestHonoursRetryAfter(t *testing.T) {
 		}
 		return 0, nil, false
 	})
-	m, _ := newMigrator(t, proxy.Config, migrator.Options{Workers: 4})
+	m, _ := framework.NewMigrator(t, proxy.Config, migrator.Options{Workers: 4})
 	start := time.Now()
-	res, err := m.Run(framework.Context(t, 2*time.Minute), migrator.Request{Resource: framework.Widgets})
+	res, err := m.Run(framework.Context(t, 2*time.Minute), migrator.Request{Resource: r.GVR("v1")})
 	if err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	if res.Progress.Migrated() != n {
 		t.Errorf("rewritten %d, want %d", res.Progress.Migrated(), n)
 	}
-	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
+	env.ExpectStored(t, r.EtcdPrefix(), inV2(r, n))
 	// Each throttled object was retried, and not before its Retry-After.
 	events := proxy.Events()
 	lastThrottle := map[string]time.Time{}

@@ -1,7 +1,6 @@
 package trigger_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
@@ -26,6 +25,7 @@ import (
 // version; afterwards every one is rewritten (its etcd revision moves), is
 // stored in the server's storage version, and keeps its content.
 func TestAggregatedResources(t *testing.T) {
+	t.Parallel()
 	env := framework.Start(t, controlplane.Options{})
 	env.InstallCRDs(t, framework.CRDBasesDir())
 	env.StartSampleAPIServer(t)
@@ -46,7 +46,7 @@ func TestAggregatedResources(t *testing.T) {
 	revisions := etcdRevisions(t, env, prefix)
 	svm := env.StartSVM(t, args("1m")...)
 	hash := resources.StorageVersionHash(framework.Flunders.Group, framework.Flunders.Version, "Flunder")
-	waitStateNamed(t, env, stateName, "flunders migrated by the trigger", persisted(hash))
+	env.WaitStorageState(t, framework.Flunders.GroupResource(), 2*time.Minute, "flunders migrated by the trigger", persisted(hash))
 	expectRewritten(t, env, prefix, revisions)
 	env.ExpectStored(t, prefix, stored)
 	env.ExpectUnchanged(t, framework.Flunders, snapshot)
@@ -68,7 +68,7 @@ func TestAggregatedResources(t *testing.T) {
 	revisions = etcdRevisions(t, env, prefix)
 	start := time.Now()
 	svm = proxy.StartSVM(t, args("1m")...)
-	initial := waitSucceeded(t, env, trigger.InitialMigrationName(flunders))
+	initial := env.WaitMigrationSucceeded(t, trigger.InitialMigrationName(flunders), 2*time.Minute)
 	if initial.Labels[trigger.CreatedByLabel] != trigger.InitializerValue {
 		t.Errorf("one-time migration labels %v, want %s=%s", initial.Labels, trigger.CreatedByLabel, trigger.InitializerValue)
 	}
@@ -83,7 +83,7 @@ func TestAggregatedResources(t *testing.T) {
 	// no other. A built-in resource's heartbeat shows that rounds ran.
 	svm.Kill()
 	svm = proxy.StartSVM(t, args("1m")...)
-	waitStateNamed(t, env, "configmaps", "a discovery round after the restart", func(s *migrationv1alpha1.StorageState) bool {
+	env.WaitStorageState(t, schema.GroupResource{Resource: "configmaps"}, 2*time.Minute, "a discovery round after the restart", func(s *migrationv1alpha1.StorageState) bool {
 		return s.Status.LastHeartbeatTime.After(start.Add(2 * time.Second))
 	})
 	var list migrationv1alpha1.StorageVersionMigrationList
@@ -165,20 +165,4 @@ func forget(t *testing.T, env *framework.Env, group string) {
 			t.Fatal(err)
 		}
 	}
-}
-
-// waitSucceeded waits for the migration name to succeed.
-func waitSucceeded(t *testing.T, env *framework.Env, name string) *migrationv1alpha1.StorageVersionMigration {
-	t.Helper()
-	m := &migrationv1alpha1.StorageVersionMigration{}
-	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, m); err != nil {
-			return false, client.IgnoreNotFound(err)
-		}
-		return m.HasCondition(migrationv1alpha1.MigrationSucceeded), nil
-	})
-	if err != nil {
-		t.Fatalf("migration %s did not succeed: %v; status %+v", name, err, m.Status)
-	}
-	return m
 }

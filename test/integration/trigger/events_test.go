@@ -10,7 +10,6 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/svm-project/svm/internal/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
 
@@ -18,10 +17,8 @@ import (
 // creation through a storage flip and the pruning of the CRD's
 // storedVersions, in its events and in the trigger's metrics.
 func TestStorageStateEventsAndMetrics(t *testing.T) {
-	env := framework.Start(t, controlplane.Options{})
-	env.InstallCRDs(t, framework.CRDBasesDir())
-	env.CreateWidgetCRD(t, "v1")
-	env.CreateWidgets(t, "v1", []string{"default"}, 50)
+	t.Parallel()
+	env := startWithWidgets(t, []string{"default"}, 50)
 	metricsAddr := framework.FreeAddress(t)
 	env.StartSVM(t, append(args("10m"), "--metrics-bind-address", metricsAddr)...)
 
@@ -29,10 +26,10 @@ func TestStorageStateEventsAndMetrics(t *testing.T) {
 	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")
 	waitState(t, env, "migrated to v2", persisted(hashV2))
 	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return slices.Equal(storedVersions(t, env), []string{"v2"}), nil
+		return slices.Equal(env.CRDStoredVersions(t, framework.WidgetsCRDName), []string{"v2"}), nil
 	})
 	if err != nil {
-		t.Fatalf("storedVersions stayed %v", storedVersions(t, env))
+		t.Fatalf("storedVersions stayed %v", env.CRDStoredVersions(t, framework.WidgetsCRDName))
 	}
 
 	want := map[string]int{"Created": 1, "MigrationCreated": 2, "StorageVersionChanged": 1, "Migrated": 2, "StoredVersionsPruned": 1}

@@ -6,11 +6,9 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
-	"github.com/svm-project/svm/internal/controlplane"
 	"github.com/svm-project/svm/internal/trigger"
 	"github.com/svm-project/svm/test/framework"
 )
@@ -32,10 +30,8 @@ func widgetMigrations(t *testing.T, env *framework.Env) []migrationv1alpha1.Stor
 // migration that fails (a webhook denies one object) is kept, and a new one
 // follows after a delay that doubles with each failure.
 func TestFailedMigrationsStayAndAreRetriedWithGrowingDelay(t *testing.T) {
-	env := framework.Start(t, controlplane.Options{})
-	env.InstallCRDs(t, framework.CRDBasesDir())
-	env.CreateWidgetCRD(t, "v1")
-	env.CreateWidgets(t, "v1", []string{"default"}, 20)
+	t.Parallel()
+	env := startWithWidgets(t, []string{"default"}, 20)
 	framework.StartDenyingWebhook(t, env, framework.WidgetResource, map[string]bool{"default/widget-00007": true})
 	env.StartSVM(t, append(args("10m"), "--trigger-retry-delay", "2s")...)
 
@@ -67,17 +63,9 @@ func TestFailedMigrationsStayAndAreRetriedWithGrowingDelay(t *testing.T) {
 // TestUserMigrationSurvivesHashChange: svm stops and deletes only the
 // migrations it created; a user's migration is never deleted.
 func TestUserMigrationSurvivesHashChange(t *testing.T) {
-	env := framework.Start(t, controlplane.Options{})
-	env.InstallCRDs(t, framework.CRDBasesDir())
-	env.CreateWidgetCRD(t, "v1")
-	env.CreateWidgets(t, "v1", []string{"default"}, 20)
-	mine := &migrationv1alpha1.StorageVersionMigration{
-		ObjectMeta: metav1.ObjectMeta{Name: "mine"},
-		Spec:       migrationv1alpha1.StorageVersionMigrationSpec{Resource: migrationv1alpha1.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}},
-	}
-	if err := env.Client.Create(framework.Context(t, time.Minute), mine); err != nil {
-		t.Fatal(err)
-	}
+	t.Parallel()
+	env := startWithWidgets(t, []string{"default"}, 20)
+	env.CreateMigration(t, "mine", framework.Widgets)
 	env.StartSVM(t, args("10m")...)
 	waitState(t, env, "first migration", persisted(hashV1))
 	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")

@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/svm-project/svm/internal/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
 
@@ -18,13 +17,11 @@ import (
 // with status.storedVersions [v2] once svm has migrated it, and v1 can then
 // be removed from the CRD, which the API server refuses while v1 is listed.
 func TestStoredVersionsArePruned(t *testing.T) {
-	env := framework.Start(t, controlplane.Options{})
-	env.InstallCRDs(t, framework.CRDBasesDir())
-	env.CreateWidgetCRD(t, "v1")
+	t.Parallel()
 	const n = 100
-	env.CreateWidgets(t, "v1", []string{"default"}, n)
+	env := startWithWidgets(t, []string{"default"}, n)
 	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")
-	if got := storedVersions(t, env); !slices.Equal(got, []string{"v1", "v2"}) {
+	if got := env.CRDStoredVersions(t, framework.WidgetsCRDName); !slices.Equal(got, []string{"v1", "v2"}) {
 		t.Fatalf("storedVersions after the flip %v, want [v1 v2]", got)
 	}
 	// While v1 is listed as stored, the API server keeps it in the spec.
@@ -34,25 +31,16 @@ func TestStoredVersionsArePruned(t *testing.T) {
 
 	env.StartSVM(t, args("10m")...)
 	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		return slices.Equal(storedVersions(t, env), []string{"v2"}), nil
+		return slices.Equal(env.CRDStoredVersions(t, framework.WidgetsCRDName), []string{"v2"}), nil
 	})
 	if err != nil {
-		t.Fatalf("storedVersions stayed %v", storedVersions(t, env))
+		t.Fatalf("storedVersions stayed %v", env.CRDStoredVersions(t, framework.WidgetsCRDName))
 	}
 	env.ExpectStored(t, framework.EtcdPrefix(framework.Widgets.GroupResource()), map[string]int{"example.com/v2": n})
 	waitState(t, env, "migrated to v2", persisted(hashV2))
 	if err := removeVersion(t, env, "v1"); err != nil {
 		t.Fatalf("remove v1 after pruning: %v", err)
 	}
-}
-
-func storedVersions(t *testing.T, env *framework.Env) []string {
-	t.Helper()
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := env.Client.Get(framework.Context(t, time.Minute), client.ObjectKey{Name: framework.WidgetsCRDName}, crd); err != nil {
-		t.Fatal(err)
-	}
-	return crd.Status.StoredVersions
 }
 
 func removeVersion(t *testing.T, env *framework.Env, version string) error {

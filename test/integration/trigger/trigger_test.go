@@ -4,14 +4,11 @@
 package trigger_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controlplane"
@@ -30,33 +27,30 @@ var (
 // args run one replica without leader election: a replica killed with
 // SIGKILL keeps its lease until it expires, which would only slow the test.
 func args(staleAfter string) []string {
-	return []string{"controller", "--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
+	return framework.ControllerArgs("--leader-elect=false",
 		"--max-parallel", "4", "--trigger-interval", "2s", "--storage-state-stale-after", staleAfter,
 		// One control plane: one API server to settle. TestCRDSettleDelay
 		// tests the wait itself.
-		"--crd-settle-delay", "1s"}
+		"--crd-settle-delay", "1s")
 }
 
-// waitState polls the widgets' StorageState until cond holds.
+// startWithWidgets starts a control plane of the test's own (svm
+// controller acts on every migration and StorageState in the cluster)
+// with svm's CRDs, and n widgets stored in v1 over namespaces.
+func startWithWidgets(t *testing.T, namespaces []string, n int) *framework.Env {
+	t.Helper()
+	env := framework.Start(t, controlplane.Options{})
+	env.InstallCRDs(t, framework.CRDBasesDir())
+	env.CreateWidgetCRD(t, "v1")
+	env.CreateWidgets(t, "v1", namespaces, n)
+	return env
+}
+
+// waitState waits up to two minutes for the widgets' StorageState to
+// satisfy cond.
 func waitState(t *testing.T, env *framework.Env, what string, cond func(*migrationv1alpha1.StorageState) bool) *migrationv1alpha1.StorageState {
 	t.Helper()
-	return waitStateNamed(t, env, stateName, what, cond)
-}
-
-// waitStateNamed polls the StorageState name until cond holds.
-func waitStateNamed(t *testing.T, env *framework.Env, name, what string, cond func(*migrationv1alpha1.StorageState) bool) *migrationv1alpha1.StorageState {
-	t.Helper()
-	s := &migrationv1alpha1.StorageState{}
-	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, s); err != nil {
-			return false, client.IgnoreNotFound(err)
-		}
-		return cond(s), nil
-	})
-	if err != nil {
-		t.Fatalf("%s: %v; state %+v", what, err, s.Status)
-	}
-	return s
+	return env.WaitStorageState(t, framework.Widgets.GroupResource(), 2*time.Minute, what, cond)
 }
 
 func persisted(want ...string) func(*migrationv1alpha1.StorageState) bool {
@@ -83,11 +77,9 @@ func ownedMigrations(t *testing.T, env *framework.Env) map[string]int {
 }
 
 func TestStorageStateLifecycle(t *testing.T) {
-	env := framework.Start(t, controlplane.Options{})
-	env.InstallCRDs(t, framework.CRDBasesDir())
-	env.CreateWidgetCRD(t, "v1")
+	t.Parallel()
 	const n = 200
-	env.CreateWidgets(t, "v1", []string{"ns-a", "ns-b"}, n)
+	env := startWithWidgets(t, []string{"ns-a", "ns-b"}, n)
 	prefix := framework.EtcdPrefix(framework.Widgets.GroupResource())
 
 	// First install: ["Unknown"] and a migration, then the v1 hash alone.
