@@ -105,3 +105,17 @@ func MustReadFile(t testing.TB, path string) []byte {
 	}
 	return data
 }
+
+// StartWithWidgets starts a control plane of t's own with opts, installs
+// svm's CRDs and the widgets' CRD (v1 stored), and creates n widgets over
+// namespaces. It is where a test that runs `svm controller` starts: the
+// controller acts on every migration and StorageState in the cluster, so
+// it cannot share one.
+func StartWithWidgets(t testing.TB, opts controlplane.Options, namespaces []string, n int) *Env {
+	t.Helper()
+	env := Start(t, opts)
+	env.InstallCRDs(t, CRDBasesDir())
+	env.CreateWidgetCRD(t, "v1")
+	env.CreateWidgets(t, "v1", namespaces, n)
+	return env
+}

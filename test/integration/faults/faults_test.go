@@ -132,10 +132,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, objects int) *fixture {
 	t.Helper()
-	env := framework.Start(t, controlplane.Options{})
-	env.InstallCRDs(t, framework.CRDBasesDir())
-	env.CreateWidgetCRD(t, "v1")
-	env.CreateWidgets(t, "v1", []string{"ns-a", "ns-b", "ns-c", "ns-d"}, objects)
+	env := framework.StartWithWidgets(t, controlplane.Options{}, []string{"ns-a", "ns-b", "ns-c", "ns-d"}, objects)
 	return &fixture{env: env, objects: objects, storage: "v1"}
 }
 

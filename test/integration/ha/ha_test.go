@@ -34,7 +34,7 @@ var (
 func TestStorageVersionChangedDuringAMigrationIsRedone(t *testing.T) {
 	t.Parallel()
 	const n = 400
-	env := startWithWidgets(t, []string{"ns-a", "ns-b"}, n)
+	env := framework.StartWithWidgets(t, controlplane.Options{}, []string{"ns-a", "ns-b"}, n)
 	before := env.TakeSnapshot(t, framework.Widgets)
 	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")
 	env.WaitStorageVersionHashChange(t, framework.Widgets, hashV1)
@@ -79,7 +79,7 @@ func TestStorageVersionChangedDuringAMigrationIsRedone(t *testing.T) {
 // stopped writing the old version before the migration's list begins.
 func TestCRDSettleDelay(t *testing.T) {
 	t.Parallel()
-	env := startWithWidgets(t, []string{"ns-a"}, 20)
+	env := framework.StartWithWidgets(t, controlplane.Options{}, []string{"ns-a"}, 20)
 	const settle = 8 * time.Second
 	env.StartSVM(t, "controller", "--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
 		"--trigger-interval", "1s", "--crd-settle-delay", settle.String())
@@ -118,19 +118,6 @@ func TestCRDSettleDelay(t *testing.T) {
 		return slices.Equal(s.Status.PersistedStorageVersionHashes, []string{hashV2})
 	})
 	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": 20})
-}
-
-// startWithWidgets starts a control plane of the test's own (its tests
-// run svm controller, which acts on every migration and StorageState in
-// the cluster) with svm's CRDs, and n widgets stored in v1 over
-// namespaces.
-func startWithWidgets(t *testing.T, namespaces []string, n int) *framework.Env {
-	t.Helper()
-	env := framework.Start(t, controlplane.Options{})
-	env.InstallCRDs(t, framework.CRDBasesDir())
-	env.CreateWidgetCRD(t, "v1")
-	env.CreateWidgets(t, "v1", namespaces, n)
-	return env
 }
 
 func listMigrations(t *testing.T, env *framework.Env) []migrationv1alpha1.StorageVersionMigration {

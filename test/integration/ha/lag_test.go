@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
 
@@ -27,7 +28,7 @@ import (
 func TestCRDFlipSeenLateByOneServer(t *testing.T) {
 	t.Parallel()
 	const n, late = 100, 20
-	env := startWithWidgets(t, []string{"ns-a"}, n)
+	env := framework.StartWithWidgets(t, controlplane.Options{}, []string{"ns-a"}, n)
 	peer, err := env.CP.StartPeer(framework.Context(t, 3*time.Minute), "apiserver-b")
 	if err != nil {
 		t.Fatalf("start the second API server: %v", err)

@@ -38,10 +38,7 @@ var (
 // stored in v1, and returns their content.
 func setup(t *testing.T, n int) (*framework.Env, framework.Snapshot) {
 	t.Helper()
-	env := framework.Start(t, controlplane.Options{ControllerManager: true})
-	env.InstallCRDs(t, framework.CRDBasesDir())
-	env.CreateWidgetCRD(t, "v1")
-	env.CreateWidgets(t, "v1", []string{"ns-a", "ns-b"}, n)
+	env := framework.StartWithWidgets(t, controlplane.Options{ControllerManager: true}, []string{"ns-a", "ns-b"}, n)
 	return env, env.TakeSnapshot(t, framework.Widgets)
 }
 

@@ -10,6 +10,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/svm-project/svm/internal/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
 
@@ -18,7 +19,7 @@ import (
 // storedVersions, in its events and in the trigger's metrics.
 func TestStorageStateEventsAndMetrics(t *testing.T) {
 	t.Parallel()
-	env := startWithWidgets(t, []string{"default"}, 50)
+	env := framework.StartWithWidgets(t, controlplane.Options{}, []string{"default"}, 50)
 	metricsAddr := framework.FreeAddress(t)
 	env.StartSVM(t, append(args("10m"), "--metrics-bind-address", metricsAddr)...)
 

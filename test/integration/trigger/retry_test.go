@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/controlplane"
 	"github.com/svm-project/svm/internal/trigger"
 	"github.com/svm-project/svm/test/framework"
 )
@@ -31,7 +32,7 @@ func widgetMigrations(t *testing.T, env *framework.Env) []migrationv1alpha1.Stor
 // follows after a delay that doubles with each failure.
 func TestFailedMigrationsStayAndAreRetriedWithGrowingDelay(t *testing.T) {
 	t.Parallel()
-	env := startWithWidgets(t, []string{"default"}, 20)
+	env := framework.StartWithWidgets(t, controlplane.Options{}, []string{"default"}, 20)
 	framework.StartDenyingWebhook(t, env, framework.WidgetResource, map[string]bool{"default/widget-00007": true})
 	env.StartSVM(t, append(args("10m"), "--trigger-retry-delay", "2s")...)
 
@@ -64,7 +65,7 @@ func TestFailedMigrationsStayAndAreRetriedWithGrowingDelay(t *testing.T) {
 // migrations it created; a user's migration is never deleted.
 func TestUserMigrationSurvivesHashChange(t *testing.T) {
 	t.Parallel()
-	env := startWithWidgets(t, []string{"default"}, 20)
+	env := framework.StartWithWidgets(t, controlplane.Options{}, []string{"default"}, 20)
 	env.CreateMigration(t, "mine", framework.Widgets)
 	env.StartSVM(t, args("10m")...)
 	waitState(t, env, "first migration", persisted(hashV1))

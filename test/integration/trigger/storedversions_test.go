@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/svm-project/svm/internal/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
 
@@ -19,7 +20,7 @@ import (
 func TestStoredVersionsArePruned(t *testing.T) {
 	t.Parallel()
 	const n = 100
-	env := startWithWidgets(t, []string{"default"}, n)
+	env := framework.StartWithWidgets(t, controlplane.Options{}, []string{"default"}, n)
 	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")
 	if got := env.CRDStoredVersions(t, framework.WidgetsCRDName); !slices.Equal(got, []string{"v1", "v2"}) {
 		t.Fatalf("storedVersions after the flip %v, want [v1 v2]", got)

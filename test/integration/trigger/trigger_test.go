@@ -34,18 +34,6 @@ func args(staleAfter string) []string {
 		"--crd-settle-delay", "1s")
 }
 
-// startWithWidgets starts a control plane of the test's own (svm
-// controller acts on every migration and StorageState in the cluster)
-// with svm's CRDs, and n widgets stored in v1 over namespaces.
-func startWithWidgets(t *testing.T, namespaces []string, n int) *framework.Env {
-	t.Helper()
-	env := framework.Start(t, controlplane.Options{})
-	env.InstallCRDs(t, framework.CRDBasesDir())
-	env.CreateWidgetCRD(t, "v1")
-	env.CreateWidgets(t, "v1", namespaces, n)
-	return env
-}
-
 // waitState waits up to two minutes for the widgets' StorageState to
 // satisfy cond.
 func waitState(t *testing.T, env *framework.Env, what string, cond func(*migrationv1alpha1.StorageState) bool) *migrationv1alpha1.StorageState {
@@ -79,7 +67,7 @@ func ownedMigrations(t *testing.T, env *framework.Env) map[string]int {
 func TestStorageStateLifecycle(t *testing.T) {
 	t.Parallel()
 	const n = 200
-	env := startWithWidgets(t, []string{"ns-a", "ns-b"}, n)
+	env := framework.StartWithWidgets(t, controlplane.Options{}, []string{"ns-a", "ns-b"}, n)
 	prefix := framework.EtcdPrefix(framework.Widgets.GroupResource())
 
 	// First install: ["Unknown"] and a migration, then the v1 hash alone.
