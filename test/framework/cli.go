@@ -6,6 +6,7 @@ import (
 
 	storagemigrationv1 "k8s.io/api/storagemigration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 )
@@ -24,11 +25,11 @@ func (e *Env) WriteMigrationStatus(t testing.TB, m *migrationv1alpha1.StorageVer
 // CreateInTreeMigration creates an in-tree (storagemigration.k8s.io/v1)
 // StorageVersionMigration of gr named name. Without a
 // kube-controller-manager running its migrator, it stays pending.
-func (e *Env) CreateInTreeMigration(t testing.TB, name string, gr metav1.GroupResource) {
+func (e *Env) CreateInTreeMigration(t testing.TB, name string, gr schema.GroupResource) {
 	t.Helper()
 	m := &storagemigrationv1.StorageVersionMigration{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       storagemigrationv1.StorageVersionMigrationSpec{Resource: gr},
+		Spec:       storagemigrationv1.StorageVersionMigrationSpec{Resource: metav1.GroupResource{Group: gr.Group, Resource: gr.Resource}},
 	}
 	if _, err := e.Kube.StoragemigrationV1().StorageVersionMigrations().Create(Context(t, time.Minute), m, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create in-tree migration %s: %v", name, err)

@@ -24,10 +24,7 @@ import (
 	"github.com/svm-project/svm/test/framework"
 )
 
-var (
-	migrationsGVR = migrationv1alpha1.GroupVersion.WithResource("storageversionmigrations")
-	statesGVR     = migrationv1alpha1.GroupVersion.WithResource("storagestates")
-)
+var migrationsGVR = migrationv1alpha1.GroupVersion.WithResource("storageversionmigrations")
 
 // The tests create svm's objects and read them back, no more: they share
 // one control plane, with svm's CRDs installed, and name their objects

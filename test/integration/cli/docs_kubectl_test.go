@@ -12,7 +12,6 @@ import (
 	"time"
 
 	storagemigrationv1 "k8s.io/api/storagemigration/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controlplane"
@@ -42,7 +41,7 @@ func TestDocumentedKubectlWait(t *testing.T) {
 		t.Fatalf("the server does not serve %s: %v", storagemigrationv1.SchemeGroupVersion, err)
 	}
 	const inTreeName, svmName = "widgets-in-tree", "widgets-svm"
-	env.CreateInTreeMigration(t, inTreeName, metav1.GroupResource{Group: framework.Widgets.Group, Resource: framework.Widgets.Resource})
+	env.CreateInTreeMigration(t, inTreeName, framework.Widgets.GroupResource())
 
 	env.InstallCRDs(t, framework.CRDBasesDir())
 	env.CreateWidgetCRD(t, "v1")

@@ -49,7 +49,7 @@ func TestStatus(t *testing.T) {
 	if _, err := env.Discovery.ServerResourcesForGroupVersion(storagemigrationv1.SchemeGroupVersion.String()); err != nil {
 		t.Fatalf("the server does not serve %s: %v", storagemigrationv1.SchemeGroupVersion, err)
 	}
-	env.CreateInTreeMigration(t, "intree-secrets", metav1.GroupResource{Resource: "secrets"})
+	env.CreateInTreeMigration(t, "intree-secrets", schema.GroupResource{Resource: "secrets"})
 
 	t.Run("without svm's CRDs", func(t *testing.T) {
 		code, stdout, stderr := svm(t, "status", "--kubeconfig", kubeconfig)
@@ -293,7 +293,7 @@ func TestKubectlPlugin(t *testing.T) {
 		StartTime:      &start,
 		CompletionTime: &end,
 	})
-	env.CreateInTreeMigration(t, inTree, metav1.GroupResource{Resource: "configmaps"})
+	env.CreateInTreeMigration(t, inTree, schema.GroupResource{Resource: "configmaps"})
 	createStorageState(t, env, state.Group, state.Resource, "k6S1K8hGv1A=", []string{"k6S1K8hGv1A="})
 
 	plugins := t.TempDir()

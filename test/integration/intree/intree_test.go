@@ -182,7 +182,8 @@ func TestSVMExecutesBesideKubeControllerManager(t *testing.T) {
 	waitLog(t, svm, `executor="svm"`, time.Minute)
 
 	// A user's in-tree migration is Running before svm's is created.
-	user := createInTree(t, env, "user-first")
+	const user = "user-first"
+	env.CreateInTreeMigration(t, user, widgetsGR)
 	waitInTree(t, env, user, "Running", intree.IsRunning)
 	env.CreateMigration(t, "widgets-1", framework.Widgets)
 	ended := waitInTree(t, env, user, "ended", intree.Ended)
@@ -195,7 +196,8 @@ func TestSVMExecutesBesideKubeControllerManager(t *testing.T) {
 	framework.Eventually(t, "svm rewriting widgets", time.Minute, func(context.Context) (bool, error) {
 		return len(widgetPatches(proxy)) > n+100, nil // past the first migration's, in the second's
 	})
-	second := createInTree(t, env, "user-during")
+	const second = "user-during"
+	env.CreateInTreeMigration(t, second, widgetsGR)
 	ended = waitInTree(t, env, second, "ended", intree.Ended)
 	expectNoPatchWhileRunning(t, proxy, ended)
 	waitSucceeded(t, env, "widgets-2")
@@ -255,18 +257,6 @@ func TestAutoChoosesSVMWhenKubeControllerManagerDoesNotMigrate(t *testing.T) {
 	if its := inTreeMigrations(t, env); len(its) != 0 {
 		t.Errorf("%d in-tree migrations left, want none (the probe deletes its own)", len(its))
 	}
-}
-
-func createInTree(t *testing.T, env *framework.Env, name string) string {
-	t.Helper()
-	m := &storagemigrationv1.StorageVersionMigration{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       storagemigrationv1.StorageVersionMigrationSpec{Resource: metav1.GroupResource{Group: widgetsGR.Group, Resource: widgetsGR.Resource}},
-	}
-	if _, err := env.Kube.StoragemigrationV1().StorageVersionMigrations().Create(framework.Context(t, time.Minute), m, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return name
 }
 
 // waitInTree waits until the in-tree migration name satisfies cond and
