@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,6 +18,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/svm-project/svm/internal/controller/encryption"
 	"github.com/svm-project/svm/internal/controller/migration"
 	"github.com/svm-project/svm/internal/controller/storagestate"
 	"github.com/svm-project/svm/internal/health"
@@ -44,6 +47,10 @@ type ControllerOptions struct {
 	PruneStoredVersions bool
 	CRDSettleDelay      time.Duration
 	StorageVersionAPI   bool
+
+	EncryptedResources      []string
+	APIServerEndpoints      []string
+	EncryptionCheckInterval time.Duration
 	// Executor is --executor as given; executor is it parsed.
 	Executor string
 	executor intree.Executor
@@ -78,6 +85,9 @@ func newControllerCommand(configFlags *genericclioptions.ConfigFlags) *cobra.Com
 	fs.DurationVar(&o.TriggerRetryDelay, "trigger-retry-delay", time.Minute, "delay before a failed triggered migration is followed by a new one; doubles per failure up to an hour")
 	fs.DurationVar(&o.CRDSettleDelay, "crd-settle-delay", 15*time.Second, "after a custom resource's storage version changes, wait this long before migrating it, so that every API server has seen the change (CRDs have no StorageVersion object to tell); 0 does not wait")
 	fs.BoolVar(&o.StorageVersionAPI, "storage-version-api", true, "where the cluster serves the StorageVersion API (internal.apiserver.k8s.io/v1alpha1), watch it and trust its common encoding version over discovery; while API servers disagree, migrations of the resource wait")
+	fs.StringSliceVar(&o.EncryptedResources, "encrypted-resources", []string{"secrets"}, "resources whose objects are re-encrypted when every API server has loaded a new encryption configuration (keep in step with the resources of your EncryptionConfiguration); empty turns re-encryption off. Needs --trigger")
+	fs.StringSliceVar(&o.APIServerEndpoints, "apiserver-endpoints", nil, "URLs of every API server (https://host:port), to read each one's encryption configuration from its /metrics; default: the kubeconfig's server and the addresses the API servers' identity leases publish")
+	fs.DurationVar(&o.EncryptionCheckInterval, "encryption-check-interval", time.Minute, "time between looks at the API servers' encryption configurations (API servers look at their configuration file every minute)")
 	return cmd
 }
 
@@ -92,6 +102,19 @@ func (o *ControllerOptions) Validate() error {
 	var err error
 	if o.executor, err = intree.ParseExecutor(o.Executor); err != nil {
 		return err
+	}
+	if o.EncryptionCheckInterval <= 0 {
+		return fmt.Errorf("--encryption-check-interval must be positive, got %s", o.EncryptionCheckInterval)
+	}
+	for _, r := range o.EncryptedResources {
+		if strings.TrimSpace(r) == "" {
+			return fmt.Errorf("--encrypted-resources has an empty name in %q", strings.Join(o.EncryptedResources, ","))
+		}
+	}
+	for _, e := range o.APIServerEndpoints {
+		if u, err := url.Parse(e); err != nil || u.Scheme != "https" || u.Host == "" {
+			return fmt.Errorf("--apiserver-endpoints: %q is not an https://host:port URL", e)
+		}
 	}
 	if o.CRDSettleDelay < 0 {
 		return fmt.Errorf("--crd-settle-delay must not be negative, got %s", o.CRDSettleDelay)
@@ -188,6 +211,11 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 		if err := t.SetupWithManager(ctx, mgr); err != nil {
 			return fmt.Errorf("set up trigger: %w", err)
 		}
+		if len(o.EncryptedResources) > 0 {
+			if err := o.setUpEncryption(ctx, cfg, mgr, svmMetrics, tracker); err != nil {
+				return err
+			}
+		}
 	}
 	// See package health for what ready and live mean.
 	if err := mgr.AddHealthzCheck("progress", tracker.HealthzCheck(mgr.Elected())); err != nil {
@@ -197,6 +225,28 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 		return err
 	}
 	return startUntilStopped(ctx, mgr.Start, shutdownGrace)
+}
+
+// setUpEncryption adds the re-encryption controller.
+func (o *ControllerOptions) setUpEncryption(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, svmMetrics *metrics.Metrics, tracker *health.Tracker) error {
+	disc, err := resources.NewDiscoveryClient(cfg)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	e := &encryption.Controller{
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Leases: kube.CoordinationV1(), Discovery: disc,
+		Config: cfg, Endpoints: o.APIServerEndpoints, Resources: o.EncryptedResources,
+		Interval: o.EncryptionCheckInterval, RetryBase: o.TriggerRetryDelay,
+		Recorder: mgr.GetEventRecorder("svm-encryption"), Metrics: svmMetrics, Health: tracker,
+	}
+	if err := e.SetupWithManager(ctx, mgr); err != nil {
+		return fmt.Errorf("set up re-encryption: %w", err)
+	}
+	return nil
 }
 
 // setUpExecutors adds the runnable that chooses, once svm controller

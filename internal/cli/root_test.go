@@ -16,6 +16,12 @@ func TestMain(t *testing.T) {
 		{name: "version", args: []string{"version"}, wantOut: Version + "\n"},
 		{name: "unknown command", args: []string{"frobnicate"}, wantCode: 1, wantErr: "svm: unknown command \"frobnicate\""},
 		{name: "extra argument", args: []string{"version", "x"}, wantCode: 1, wantErr: "svm: unknown command \"x\""},
+		{name: "controller: endpoint not https", args: []string{"controller", "--apiserver-endpoints", "https://10.0.0.1:6443,http://10.0.0.2:6443"}, wantCode: 1,
+			wantErr: "svm: --apiserver-endpoints: \"http://10.0.0.2:6443\" is not an https://host:port URL"},
+		{name: "controller: no check interval", args: []string{"controller", "--encryption-check-interval", "0s"}, wantCode: 1,
+			wantErr: "svm: --encryption-check-interval must be positive, got 0s"},
+		{name: "controller: empty resource name", args: []string{"controller", "--encrypted-resources", "secrets,,configmaps"}, wantCode: 1,
+			wantErr: "svm: --encrypted-resources has an empty name in \"secrets,,configmaps\""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

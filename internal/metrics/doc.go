@@ -77,6 +77,23 @@
 //     "reset" (stale at start-up, reset to Unknown), "stored_versions_pruned"
 //     (the CRD's status.storedVersions cut to the storage version).
 //
+// Re-encryption (storage_migrator_encryption_*), kept by svm controller
+// for the resources of --encrypted-resources:
+//
+//   - config_agreed (gauge): 1 when every API server was read at svm's
+//     last look and all have loaded the same encryption configuration; 0
+//     while they differ or one could not be read: re-encryptions wait.
+//   - apiserver_config_info{apiserver_id_hash,hash,reached} (gauge): 1 per
+//     API server, with the configuration hash it reported ("" for none)
+//     and whether it was read ("true"/"false"). The labels match
+//     kube-apiserver's apiserver_encryption_config_controller_last_config_info.
+//   - resource_rewritten{resource} (gauge): 1 when every object of the
+//     resource has been rewritten under the configuration all API servers
+//     have loaded, so keys the configuration only reads with are no longer
+//     needed for it; 0 until then.
+//   - reencryptions_total{resource} (counter): re-encryption migrations
+//     svm created.
+//
 // Error reasons, from the API server's answer or the transport: "conflict",
 // "not_found", "gone", "throttled" (429), "timeout", "server_error" (other
 // 5xx), "forbidden", "unauthorized", "invalid" (422), "bad_request",

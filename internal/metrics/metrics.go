@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +18,7 @@ const (
 	namespace        = "storage_migrator"
 	engineSubsystem  = "core_migrator"
 	triggerSubsystem = "trigger"
+	encryptionSub    = "encryption"
 )
 
 // Statuses of finished migrations.
@@ -71,6 +73,11 @@ type Metrics struct {
 	discoveryPolls   prometheus.Counter
 	discoveryErrors  *prometheus.CounterVec
 	stateTransitions *prometheus.CounterVec
+
+	encryptionAgreed    *prometheus.GaugeVec
+	encryptionServers   *prometheus.GaugeVec
+	encryptionRewritten *prometheus.GaugeVec
+	reencryptions       *prometheus.CounterVec
 }
 
 var _ migrator.Observer = (*Metrics)(nil)
@@ -127,6 +134,19 @@ func New() *Metrics {
 			"Discovery failures: scope round (the round concluded nothing) or group (one group version failed).")), []string{"scope"}),
 		stateTransitions: prometheus.NewCounterVec(prometheus.CounterOpts(trigger("storage_state_transitions_total",
 			"Changes of StorageStates, by resource and transition.")), []string{"resource", "transition"}),
+
+		// A vector without labels, so that it is absent (not 0) from a
+		// process that does not look at encryption.
+		encryptionAgreed: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: encryptionSub, Name: "config_agreed",
+			Help: "1 when every API server was read at svm's last look and all have loaded the same encryption configuration, else 0."}, nil),
+		encryptionServers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: encryptionSub, Name: "apiserver_config_info",
+			Help: "1 for each API server and the encryption configuration hash it reported at svm's last look (hash empty for none, reached false when it was not read)."},
+			[]string{"apiserver_id_hash", "hash", "reached"}),
+		encryptionRewritten: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: encryptionSub, Name: "resource_rewritten",
+			Help: "1 when every object of the resource has been rewritten under the encryption configuration all API servers have loaded (keys it only reads with are no longer needed for it), else 0."},
+			[]string{"resource"}),
+		reencryptions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: encryptionSub, Name: "reencryptions_total",
+			Help: "Re-encryption migrations svm created, by resource."}, []string{"resource"}),
 	}
 }
 
@@ -136,6 +156,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 		m.migratedObjects, m.objects, m.remainingObjects, m.migrations, m.migrationDuration, m.runningMigrations,
 		m.listedObjects, m.skippedObjects, m.failedObjects, m.retries, m.requests, m.limiterWait,
 		m.executor, m.discoveryPolls, m.discoveryErrors, m.stateTransitions,
+		m.encryptionAgreed, m.encryptionServers, m.encryptionRewritten, m.reencryptions,
 	}
 }
 
@@ -286,6 +307,51 @@ func (m *Metrics) StorageStateTransition(r schema.GroupResource, transition stri
 		return
 	}
 	m.stateTransitions.WithLabelValues(label(r), transition).Inc()
+}
+
+// EncryptionServer is what one API server reported about its encryption
+// configuration at svm's last look.
+type EncryptionServer struct {
+	IDHash, ConfigHash string
+	Reached            bool
+}
+
+// EncryptionChecked records svm's look at the API servers' encryption
+// configurations: whether they agree, and what each reported. Servers
+// seen at an earlier look and gone since are dropped.
+func (m *Metrics) EncryptionChecked(agreed bool, servers []EncryptionServer) {
+	if m == nil {
+		return
+	}
+	m.encryptionAgreed.WithLabelValues().Set(boolValue(agreed))
+	m.encryptionServers.Reset()
+	for _, s := range servers {
+		m.encryptionServers.WithLabelValues(s.IDHash, s.ConfigHash, strconv.FormatBool(s.Reached)).Set(1)
+	}
+}
+
+// ResourceRewritten records whether every object of r has been rewritten
+// under the configuration all API servers have loaded.
+func (m *Metrics) ResourceRewritten(r schema.GroupResource, rewritten bool) {
+	if m == nil {
+		return
+	}
+	m.encryptionRewritten.WithLabelValues(label(r)).Set(boolValue(rewritten))
+}
+
+// ReencryptionCreated counts a re-encryption migration svm created.
+func (m *Metrics) ReencryptionCreated(r schema.GroupResource) {
+	if m == nil {
+		return
+	}
+	m.reencryptions.WithLabelValues(label(r)).Inc()
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // ErrorReason names the kind of a request error for a metric label: a

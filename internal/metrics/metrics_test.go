@@ -150,6 +150,27 @@ func TestTriggerMetrics(t *testing.T) {
 	expectValue(t, "migrated", m.stateTransitions.WithLabelValues("widgets.example.com", TransitionMigrated), 2)
 }
 
+func TestEncryption(t *testing.T) {
+	m := New()
+	m.EncryptionChecked(false, []EncryptionServer{{IDHash: "sha256:a", ConfigHash: "sha256:c1", Reached: true}, {IDHash: "sha256:b"}})
+	expectValue(t, "not agreed", m.encryptionAgreed.WithLabelValues(), 0)
+	expectValue(t, "server a", m.encryptionServers.WithLabelValues("sha256:a", "sha256:c1", "true"), 1)
+	expectValue(t, "server b, not reached", m.encryptionServers.WithLabelValues("sha256:b", "", "false"), 1)
+	// A later look replaces the servers: a's old configuration is gone.
+	m.EncryptionChecked(true, []EncryptionServer{{IDHash: "sha256:a", ConfigHash: "sha256:c2", Reached: true}})
+	expectValue(t, "agreed", m.encryptionAgreed.WithLabelValues(), 1)
+	if n := testutil.CollectAndCount(m.encryptionServers); n != 1 {
+		t.Errorf("%d apiserver_config_info series after the second look, want 1", n)
+	}
+	m.ResourceRewritten(secrets, false)
+	expectValue(t, "secrets not rewritten", m.encryptionRewritten.WithLabelValues("secrets"), 0)
+	m.ResourceRewritten(secrets, true)
+	expectValue(t, "secrets rewritten", m.encryptionRewritten.WithLabelValues("secrets"), 1)
+	m.ReencryptionCreated(secrets)
+	m.ReencryptionCreated(secrets)
+	expectValue(t, "re-encryptions", m.reencryptions.WithLabelValues("secrets"), 2)
+}
+
 // TestRegister checks that every metric is served under the names the
 // package doc lists.
 func TestRegister(t *testing.T) {
@@ -171,6 +192,9 @@ func TestRegister(t *testing.T) {
 	m.MigrationFinished(widgets, StatusFailed, time.Second)
 	m.DiscoveryPolled(errors.New("x"), 0)
 	m.StorageStateTransition(widgets, TransitionReset)
+	m.EncryptionChecked(true, []EncryptionServer{{IDHash: "sha256:a", ConfigHash: "sha256:c", Reached: true}})
+	m.ResourceRewritten(secrets, true)
+	m.ReencryptionCreated(secrets)
 
 	families, err := reg.Gather()
 	if err != nil {
@@ -193,6 +217,10 @@ func TestRegister(t *testing.T) {
 		"storage_migrator_core_migrator_retries_total",
 		"storage_migrator_core_migrator_running_migrations",
 		"storage_migrator_core_migrator_skipped_objects_total",
+		"storage_migrator_encryption_apiserver_config_info",
+		"storage_migrator_encryption_config_agreed",
+		"storage_migrator_encryption_reencryptions_total",
+		"storage_migrator_encryption_resource_rewritten",
 		"storage_migrator_executor",
 		"storage_migrator_trigger_discovery_errors_total",
 		"storage_migrator_trigger_discovery_polls_total",
@@ -204,7 +232,10 @@ func TestRegister(t *testing.T) {
 	}
 	doc := readDoc(t)
 	for _, name := range want {
-		short := strings.TrimPrefix(strings.TrimPrefix(name, "storage_migrator_core_migrator_"), "storage_migrator_trigger_")
+		short := name
+		for _, prefix := range []string{"storage_migrator_core_migrator_", "storage_migrator_trigger_", "storage_migrator_encryption_"} {
+			short = strings.TrimPrefix(short, prefix)
+		}
 		if !strings.Contains(doc, "  - "+short+"{") && !strings.Contains(doc, "  - "+short+" (") {
 			t.Errorf("the package doc does not list %s", name)
 		}

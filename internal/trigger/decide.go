@@ -258,12 +258,17 @@ func IsStale(s *migrationv1alpha1.StorageState, now time.Time, window time.Durat
 }
 
 // ResetStatus is the status of a StorageState re-created after it went
-// stale: anything may be stored until a migration proves otherwise.
+// stale: any storage version may be stored until a migration proves
+// otherwise. What it records about encryption stays: a re-encryption is
+// tied to the configuration hash it was made under, which svm compares
+// with what the API servers report whenever it looks, not to svm's
+// having watched in between.
 func ResetStatus(s *migrationv1alpha1.StorageState, now time.Time) *migrationv1alpha1.StorageStateStatus {
 	return &migrationv1alpha1.StorageStateStatus{
 		PersistedStorageVersionHashes: []string{migrationv1alpha1.UnknownStorageVersionHash},
 		CurrentStorageVersionHash:     s.Status.CurrentStorageVersionHash,
 		LastHeartbeatTime:             metaTime(now),
+		Encryption:                    s.Status.Encryption.DeepCopy(),
 	}
 }
 

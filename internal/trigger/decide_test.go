@@ -307,4 +307,11 @@ func TestStaleness(t *testing.T) {
 	if diff := cmp.Diff(status(t0.Add(time.Hour), "A", unknown), ResetStatus(s, t0.Add(time.Hour))); diff != "" {
 		t.Errorf("ResetStatus (-want +got):\n%s", diff)
 	}
+	// What a state records about encryption survives a reset.
+	s.Status.Encryption = &migrationv1alpha1.StorageEncryption{ConfigHash: "sha256:c2", RewrittenConfigHash: "sha256:c2", RewrittenBy: "secrets-reencrypt-x"}
+	want := status(t0.Add(time.Hour), "A", unknown)
+	want.Encryption = s.Status.Encryption.DeepCopy()
+	if diff := cmp.Diff(want, ResetStatus(s, t0.Add(time.Hour))); diff != "" {
+		t.Errorf("ResetStatus of a state with an encryption record (-want +got):\n%s", diff)
+	}
 }

@@ -126,6 +126,30 @@ func (e *Env) WaitStorageState(t testing.TB, gr schema.GroupResource, timeout ti
 	return last
 }
 
+// WaitMigrationsFinished waits until every StorageVersionMigration has
+// Succeeded or Failed, as after svm controller's first round of triggered
+// migrations, so that what a test does next is not mixed with them.
+func (e *Env) WaitMigrationsFinished(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	var running []string
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		var list migrationv1alpha1.StorageVersionMigrationList
+		if err := e.Client.List(ctx, &list); err != nil {
+			return false, nil
+		}
+		running = running[:0]
+		for i := range list.Items {
+			if !list.Items[i].IsFinished() {
+				running = append(running, list.Items[i].Name)
+			}
+		}
+		return len(list.Items) > 0 && len(running) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("migrations not all finished within %s; unfinished: %v", timeout, running)
+	}
+}
+
 // Eventually polls cond until it returns true, and fails the test after
 // timeout naming what was awaited. An error from cond ends the wait and
 // fails the test at once.

@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -58,6 +59,41 @@ func (e *Env) createObjects(t testing.TB, r Resource, version, prefix string, na
 	}
 	if err := g.Wait(); err != nil {
 		t.Fatalf("create %s: %v", r.Plural, err)
+	}
+}
+
+// Secrets are the core Secrets, for TakeSnapshot and ExpectUnchanged.
+var Secrets = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+
+// SecretData is the data of Secret number i that CreateSecrets writes:
+// distinct per Secret, so that a test can look for it where it must not
+// be (in logs and output).
+func SecretData(i int) map[string][]byte {
+	return map[string][]byte{"password": fmt.Appendf(nil, "s3cr3t-%05d-%s", i, "do-not-print"), "blob": make([]byte, 100+i%50)}
+}
+
+// CreateSecrets creates n Secrets named secret-00000 on, with SecretData,
+// spread over namespaces (created if missing), with a few parallel
+// writers.
+func (e *Env) CreateSecrets(t testing.TB, namespaces []string, n int) {
+	t.Helper()
+	for _, ns := range namespaces {
+		e.CreateNamespace(t, ns)
+	}
+	g, ctx := errgroup.WithContext(Context(t, 10*time.Minute))
+	g.SetLimit(8)
+	for i := range n {
+		s := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("secret-%05d", i), Namespace: namespaces[i%len(namespaces)], Labels: map[string]string{"index": fmt.Sprint(i)}},
+			Data:       SecretData(i),
+		}
+		g.Go(func() error {
+			_, err := e.Kube.CoreV1().Secrets(s.Namespace).Create(ctx, s, metav1.CreateOptions{})
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatalf("create secrets: %v", err)
 	}
 }
 

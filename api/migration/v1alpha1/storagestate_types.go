@@ -64,6 +64,53 @@ type StorageStateStatus struct {
 	// version and updated this status.
 	// +optional
 	LastHeartbeatTime metav1.Time `json:"lastHeartbeatTime,omitempty"`
+
+	// Encryption is where the re-encryption of the resource's stored
+	// objects stands, for the resources svm controller re-encrypts
+	// (--encrypted-resources). Unset for the others.
+	// +optional
+	Encryption *StorageEncryption `json:"encryption,omitempty"`
+}
+
+// StorageEncryption records which encryption-at-rest configuration the
+// stored objects of a resource have all been rewritten under. API servers
+// identify a configuration by the hash of its file, as they report it in
+// apiserver_encryption_config_controller_last_config_info.
+type StorageEncryption struct {
+	// ConfigHash is the configuration every API server had loaded at svm's
+	// last look; empty while they disagreed or one could not be read.
+	// +optional
+	// +kubebuilder:validation:MaxLength=80
+	ConfigHash string `json:"configHash,omitempty"`
+
+	// ConfigSince is since when every API server has had ConfigHash
+	// loaded: the latest of their loads.
+	// +optional
+	ConfigSince *metav1.Time `json:"configSince,omitempty"`
+
+	// RewrittenConfigHash is the configuration that every API server had
+	// loaded from before the last completed re-encryption of the resource
+	// began until it ended. Every object written through the API since is
+	// encrypted as that configuration writes (with its first provider and
+	// key). When it equals ConfigHash, the configuration's other keys are
+	// no longer needed for this resource.
+	// +optional
+	// +kubebuilder:validation:MaxLength=80
+	RewrittenConfigHash string `json:"rewrittenConfigHash,omitempty"`
+
+	// RewrittenTime is when that re-encryption completed.
+	// +optional
+	RewrittenTime *metav1.Time `json:"rewrittenTime,omitempty"`
+
+	// RewrittenBy names the migration that did it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	RewrittenBy string `json:"rewrittenBy,omitempty"`
+
+	// Message says in words where the re-encryption stands.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
 }
 
 // StorageState is the state of the storage of one resource: the storage

@@ -1,0 +1,13 @@
+// Package apiservers finds a cluster's API servers and reads what each
+// reports about the encryption-at-rest configuration it has loaded.
+//
+// A key rotation is safe to act on only once every API server writes with
+// the new key: an object rewritten while one server still writes with the
+// old key may be written again, by that server, under it. The API offers
+// no cluster-wide view of this. Each kube-apiserver publishes its own
+// identity (a Lease in kube-system labelled apiserver.kubernetes.io/identity)
+// and, on its own /metrics, the hash of the encryption configuration file
+// it has loaded (apiserver_encryption_config_controller_last_config_info)
+// and when it last reloaded it. This package reads both; what to conclude
+// from them is package rotation's.
+package apiservers

@@ -1,0 +1,169 @@
+package apiservers
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// The series of an API server's /metrics that tell its encryption
+// configuration, and when it was loaded.
+const (
+	configInfoMetric    = "apiserver_encryption_config_controller_last_config_info"
+	reloadTimeMetric    = "apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds"
+	processStartMetric  = "process_start_time_seconds"
+	idHashLabel         = "apiserver_id_hash"
+	hashLabel           = "hash"
+	statusLabel         = "status"
+	reloadSuccess       = "success"
+	reloadFailure       = "failure"
+	metricsPath         = "/metrics"
+	maxMetricsLineBytes = 1 << 20
+)
+
+// Report is what one API server says about its encryption configuration.
+type Report struct {
+	// Endpoint is where it was read.
+	Endpoint string
+	// IDHash is the server's apiserver_id_hash (see IDHash).
+	IDHash string
+	// ConfigHash is the hash of the encryption configuration file the
+	// server has loaded ("sha256:<hex>"), "" when it has none: it stores
+	// everything unencrypted.
+	ConfigHash string
+	// LoadedAt is when it loaded that configuration: its last successful
+	// automatic reload, else its start. Zero when it does not tell.
+	LoadedAt time.Time
+	// ReloadFailedAt is when its last automatic reload failed, if that was
+	// after LoadedAt: the file on disk is then not what it uses.
+	ReloadFailedAt time.Time
+}
+
+// Scrape reads the report of the API server at endpoint (an https URL),
+// with cfg's credentials.
+func Scrape(ctx context.Context, cfg *rest.Config, endpoint string) (Report, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Host = endpoint
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return Report{}, err
+	}
+	raw, err := client.Discovery().RESTClient().Get().AbsPath(metricsPath).DoRaw(ctx)
+	if err != nil {
+		return Report{}, fmt.Errorf("read %s%s: %w", endpoint, metricsPath, err)
+	}
+	r, err := Parse(bytes.NewReader(raw))
+	if err != nil {
+		return Report{}, fmt.Errorf("read %s%s: %w", endpoint, metricsPath, err)
+	}
+	r.Endpoint = endpoint
+	return r, nil
+}
+
+// Parse reads a report from an API server's metrics in the Prometheus
+// text format. A server without an encryption configuration has no
+// configuration series; it is told by its other series' apiserver_id_hash
+// if it has any, else the report has no IDHash.
+func Parse(in io.Reader) (Report, error) {
+	families, err := parseFamilies(in, configInfoMetric, reloadTimeMetric, processStartMetric)
+	if err != nil {
+		return Report{}, err
+	}
+	var r Report
+	if f := families[configInfoMetric]; f != nil {
+		// The server keeps one series, its last configuration.
+		if n := len(f.GetMetric()); n != 1 {
+			return Report{}, fmt.Errorf("%s has %d series, want 1", configInfoMetric, n)
+		}
+		m := f.GetMetric()[0]
+		r.IDHash, r.ConfigHash = label(m, idHashLabel), label(m, hashLabel)
+		if r.ConfigHash == "" {
+			return Report{}, fmt.Errorf("%s has no %s label", configInfoMetric, hashLabel)
+		}
+	}
+	var success, failure time.Time
+	if f := families[reloadTimeMetric]; f != nil {
+		for _, m := range f.GetMetric() {
+			if id := label(m, idHashLabel); r.IDHash == "" {
+				r.IDHash = id
+			} else if id != r.IDHash {
+				return Report{}, fmt.Errorf("%s is about API server %s, the configuration about %s", reloadTimeMetric, id, r.IDHash)
+			}
+			switch label(m, statusLabel) {
+			case reloadSuccess:
+				success = seconds(m.GetGauge().GetValue())
+			case reloadFailure:
+				failure = seconds(m.GetGauge().GetValue())
+			}
+		}
+	}
+	r.LoadedAt = success
+	if f := families[processStartMetric]; r.LoadedAt.IsZero() && f != nil && len(f.GetMetric()) > 0 {
+		r.LoadedAt = seconds(f.GetMetric()[0].GetGauge().GetValue())
+	}
+	if failure.After(r.LoadedAt) {
+		r.ReloadFailedAt = failure
+	}
+	return r, nil
+}
+
+// parseFamilies parses only the named families: an API server's metrics
+// run to megabytes, and the text parser would build all of them.
+func parseFamilies(in io.Reader, names ...string) (map[string]*dto.MetricFamily, error) {
+	var kept bytes.Buffer
+	s := bufio.NewScanner(in)
+	s.Buffer(make([]byte, 64*1024), maxMetricsLineBytes)
+	for s.Scan() {
+		line := s.Text()
+		name := line
+		if rest, ok := strings.CutPrefix(line, "# HELP "); ok {
+			name = rest
+		} else if rest, ok := strings.CutPrefix(line, "# TYPE "); ok {
+			name = rest
+		}
+		for _, n := range names {
+			if strings.HasPrefix(name, n) && len(name) > len(n) && strings.ContainsRune(" {", rune(name[len(n)])) {
+				kept.WriteString(line)
+				kept.WriteByte('\n')
+				break
+			}
+		}
+	}
+	if err := s.Err(); err != nil {
+		return nil, fmt.Errorf("read metrics: %w", err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(&kept)
+	if err != nil {
+		return nil, fmt.Errorf("parse metrics: %w", err)
+	}
+	return families, nil
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+func seconds(v float64) time.Time {
+	if v <= 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return time.Time{}
+	}
+	sec, frac := math.Modf(v)
+	return time.Unix(int64(sec), int64(frac*1e9)).UTC()
+}

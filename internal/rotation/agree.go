@@ -1,0 +1,168 @@
+package rotation
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/svm-project/svm/internal/apiservers"
+)
+
+// Server is one API server as svm sees it: known from its identity lease,
+// from its metrics, or both.
+type Server struct {
+	// ID is its apiServerID, "" when only its metrics were read.
+	ID string `json:"id,omitempty"`
+	// IDHash is how its metrics name it.
+	IDHash string `json:"idHash"`
+	// Endpoint is where its metrics were read, "" when they were not.
+	Endpoint string `json:"endpoint,omitempty"`
+	// ConfigHash is the encryption configuration it has loaded, "" for
+	// none (or when it was not read).
+	ConfigHash string `json:"configHash,omitempty"`
+	// LoadedAt is when it loaded it.
+	LoadedAt time.Time `json:"loadedAt,omitzero"`
+	// ReloadFailedAt is when a later reload of its configuration file
+	// failed, if one did. It holds nothing up: the server goes on writing
+	// with the configuration it has (ConfigHash), which is what counts; but
+	// the file on disk is not what it uses, and an operator should know.
+	ReloadFailedAt time.Time `json:"reloadFailedAt,omitzero"`
+	// Reached says whether its metrics were read.
+	Reached bool `json:"reached"`
+}
+
+// Failure is an endpoint whose metrics could not be read.
+type Failure struct {
+	Endpoint string
+	Err      error
+}
+
+// Agreement is what the API servers have loaded, together.
+type Agreement struct {
+	// Servers are every server known, by IDHash.
+	Servers []Server `json:"servers"`
+	// Agreed is set when every server was read and all have loaded the
+	// same configuration (or all none).
+	Agreed bool `json:"agreed"`
+	// ConfigHash is that configuration, "" when Agreed on none.
+	ConfigHash string `json:"configHash,omitempty"`
+	// Since is when the last of them loaded it.
+	Since time.Time `json:"since,omitzero"`
+	// Waiting says, when not Agreed, why not, in words.
+	Waiting string `json:"waiting,omitempty"`
+}
+
+// Encrypting reports whether the servers agree on a configuration (not on
+// having none).
+func (a Agreement) Encrypting() bool { return a.Agreed && a.ConfigHash != "" }
+
+// Agree puts together the identity leases of the running API servers
+// (nil when they could not be listed: the servers reached are then taken
+// to be all), the reports read from endpoints and the endpoints that
+// could not be read.
+func Agree(ids []apiservers.Identity, reports []apiservers.Report, failures []Failure) Agreement {
+	byHash := map[string]*Server{}
+	var order []string
+	add := func(hash string) *Server {
+		if s, ok := byHash[hash]; ok {
+			return s
+		}
+		byHash[hash] = &Server{IDHash: hash}
+		order = append(order, hash)
+		return byHash[hash]
+	}
+	for _, id := range ids {
+		add(id.IDHash).ID = id.ID
+	}
+	var anonymous []apiservers.Report
+	for _, r := range reports {
+		if r.IDHash == "" {
+			// A server with no encryption configuration and no reload
+			// series does not name itself.
+			anonymous = append(anonymous, r)
+			continue
+		}
+		s := add(r.IDHash)
+		s.Endpoint, s.ConfigHash, s.LoadedAt, s.ReloadFailedAt, s.Reached = r.Endpoint, r.ConfigHash, r.LoadedAt, r.ReloadFailedAt, true
+	}
+	slices.Sort(order)
+	a := Agreement{}
+	for _, h := range order {
+		a.Servers = append(a.Servers, *byHash[h])
+	}
+
+	var why []string
+	for _, f := range failures {
+		why = append(why, fmt.Sprintf("the metrics of %s could not be read (%v)", f.Endpoint, f.Err))
+	}
+	var unreached []string
+	for _, s := range a.Servers {
+		if !s.Reached {
+			unreached = append(unreached, s.ID)
+		}
+	}
+	// A server that names no configuration has none; if the leases name
+	// servers that were not reached, it may be one of them, or not: svm
+	// cannot tell, and waits.
+	if len(unreached) > 0 {
+		why = append(why, fmt.Sprintf("API server %s did not report its encryption configuration (give its address with --apiserver-endpoints)", strings.Join(unreached, ", ")))
+	}
+	configs := map[string]bool{}
+	for _, s := range a.Servers {
+		if s.Reached {
+			configs[s.ConfigHash] = true
+		}
+	}
+	if len(anonymous) > 0 {
+		configs[""] = true
+	}
+	if len(a.Servers) == 0 && len(anonymous) == 0 && len(failures) == 0 {
+		why = append(why, "no API server was found")
+	}
+	if len(configs) > 1 {
+		var loaded []string
+		for _, s := range a.Servers {
+			if s.Reached {
+				loaded = append(loaded, fmt.Sprintf("%s has %s", name(s), orNone(s.ConfigHash)))
+			}
+		}
+		for range anonymous {
+			loaded = append(loaded, "a server has none")
+		}
+		why = append(why, "API servers have loaded different encryption configurations: "+strings.Join(loaded, ", "))
+	}
+	if len(why) > 0 {
+		a.Waiting = strings.Join(why, "; ")
+		return a
+	}
+	a.Agreed = true
+	for h := range configs {
+		a.ConfigHash = h
+	}
+	for _, s := range a.Servers {
+		if s.LoadedAt.After(a.Since) {
+			a.Since = s.LoadedAt
+		}
+	}
+	for _, r := range anonymous {
+		if r.LoadedAt.After(a.Since) {
+			a.Since = r.LoadedAt
+		}
+	}
+	return a
+}
+
+func name(s Server) string {
+	if s.ID != "" {
+		return "API server " + s.ID
+	}
+	return "the API server at " + s.Endpoint
+}
+
+func orNone(hash string) string {
+	if hash == "" {
+		return "no encryption configuration"
+	}
+	return "configuration " + hash
+}
