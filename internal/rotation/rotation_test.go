@@ -184,7 +184,7 @@ func TestDecide(t *testing.T) {
 		noStatus: true,
 	}, {
 		name: "recorded under an older configuration: re-encrypt", agreement: agreed,
-		state: state(&migrationv1alpha1.StorageEncryption{ConfigHash: c1, RewrittenConfigHash: c1, RewrittenBy: "secrets-0"}),
+		state:  state(&migrationv1alpha1.StorageEncryption{ConfigHash: c1, RewrittenConfigHash: c1, RewrittenBy: "secrets-0"}),
 		create: true, recorded: c1,
 	}, {
 		name: "failed: retry after the backoff", agreement: agreed,
