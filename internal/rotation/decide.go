@@ -96,14 +96,19 @@ func Decide(in Input) (d Decision) {
 		status.Message = rewrittenMessage(in.Resource, status)
 		return d
 	}
-	// Only a re-encryption created after every server had loaded the
-	// configuration proves anything.
-	var live []*migrationv1alpha1.StorageVersionMigration
+	// A migration created after every server had loaded the configuration
+	// rewrites every object under it, whoever made it: svm's
+	// re-encryption, the trigger's, a user's. Others prove nothing.
+	var live, own []*migrationv1alpha1.StorageVersionMigration
 	for i := range in.Migrations {
 		m := &in.Migrations[i]
 		// Creation times are kept to the second.
-		if isOwned(m) && m.Annotations[ConfigHashAnnotation] == hash && !m.CreationTimestamp.Time.Before(a.Since.Truncate(time.Second)) {
-			live = append(live, m)
+		if m.CreationTimestamp.Time.Before(a.Since.Truncate(time.Second)) {
+			continue
+		}
+		live = append(live, m)
+		if isOwned(m) && m.Annotations[ConfigHashAnnotation] == hash {
+			own = append(own, m)
 		}
 	}
 	if m := lastSucceeded(live); m != nil {
@@ -118,7 +123,7 @@ func Decide(in Input) (d Decision) {
 			return d
 		}
 	}
-	if failures, last := failed(live); failures > 0 {
+	if failures, last := failed(own); failures > 0 {
 		due := last.Add(backoff(in.RetryBase, in.RetryMax, failures))
 		if in.Now.Before(due) {
 			d.RequeueAfter = due.Sub(in.Now)

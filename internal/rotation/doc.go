@@ -9,8 +9,10 @@
 //
 // The rule: a re-encryption starts only once every running API server has
 // loaded the same configuration, since until then a server still on the
-// old one writes with the old key. It counts only if it began after the
-// last of them loaded that configuration; then every object written
-// through the API is encrypted as that configuration writes, and keys it
-// only reads with are no longer needed for the resource.
+// old one writes with the old key. A migration of the resource that
+// succeeded (svm's re-encryption, the trigger's, a user's) proves the
+// objects rewritten if it was created after the last of them loaded that
+// configuration; then every object written through the API is encrypted
+// as that configuration writes, and keys it only reads with are no longer
+// needed for the resource.
 package rotation

@@ -115,6 +115,13 @@ func migration(name, config string, created time.Time, conds ...migrationv1alpha
 	}
 }
 
+// users is a migration svm's re-encryption did not make.
+func users(name string, created time.Time, conds ...migrationv1alpha1.MigrationCondition) migrationv1alpha1.StorageVersionMigration {
+	m := migration(name, "", created, conds...)
+	m.Labels, m.Annotations = nil, nil
+	return m
+}
+
 func succeeded(at time.Time) migrationv1alpha1.MigrationCondition {
 	return migrationv1alpha1.MigrationCondition{Type: migrationv1alpha1.MigrationSucceeded, Status: corev1.ConditionTrue, LastUpdateTime: metav1.NewTime(at)}
 }
@@ -172,13 +179,21 @@ func TestDecide(t *testing.T) {
 		migrations: []migrationv1alpha1.StorageVersionMigration{migration("secrets-0", c2, t0.Add(-time.Minute), succeeded(t0.Add(time.Minute)))},
 		create:     true,
 	}, {
-		name: "a user's migration is not svm's re-encryption", agreement: agreed,
-		migrations: []migrationv1alpha1.StorageVersionMigration{func() migrationv1alpha1.StorageVersionMigration {
-			m := migration("users", c2, t0.Add(time.Minute), succeeded(t0.Add(2*time.Minute)))
-			m.Labels = nil
-			return m
-		}()},
-		create: true,
+		name: "a user's migration made since every server loaded the configuration counts too", agreement: agreed,
+		migrations: []migrationv1alpha1.StorageVersionMigration{users("users", t0.Add(time.Minute), succeeded(t0.Add(2*time.Minute)))},
+		rewritten:  true, recorded: c2,
+	}, {
+		name: "a user's migration made before proves nothing", agreement: agreed,
+		migrations: []migrationv1alpha1.StorageVersionMigration{users("users", t0.Add(-time.Minute), succeeded(t0.Add(2*time.Minute)))},
+		create:     true,
+	}, {
+		name: "the trigger's migration is running: wait for it rather than start another", agreement: agreed,
+		migrations: []migrationv1alpha1.StorageVersionMigration{users("secrets-abcde", t0.Add(time.Minute))},
+		message:    "migration secrets-abcde",
+	}, {
+		name: "a user's failures do not hold a re-encryption back", agreement: agreed,
+		migrations: []migrationv1alpha1.StorageVersionMigration{users("users", t0.Add(time.Minute), failedAt(t0.Add(9*time.Minute)))},
+		create:     true,
 	}, {
 		name: "recorded and current: nothing to do, nothing to write", agreement: agreed, state: state(done),
 		noStatus: true,

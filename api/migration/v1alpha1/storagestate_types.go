@@ -89,8 +89,9 @@ type StorageEncryption struct {
 	ConfigSince *metav1.Time `json:"configSince,omitempty"`
 
 	// RewrittenConfigHash is the configuration that every API server had
-	// loaded from before the last completed re-encryption of the resource
-	// began until it ended. Every object written through the API since is
+	// loaded from before the last successful migration of the resource
+	// (svm's re-encryption, or any other made since they all loaded it)
+	// was created until it ended. Every object written through the API since is
 	// encrypted as that configuration writes (with its first provider and
 	// key). When it equals ConfigHash, the configuration's other keys are
 	// no longer needed for this resource.
@@ -98,7 +99,7 @@ type StorageEncryption struct {
 	// +kubebuilder:validation:MaxLength=80
 	RewrittenConfigHash string `json:"rewrittenConfigHash,omitempty"`
 
-	// RewrittenTime is when that re-encryption completed.
+	// RewrittenTime is when that migration completed.
 	// +optional
 	RewrittenTime *metav1.Time `json:"rewrittenTime,omitempty"`
 
