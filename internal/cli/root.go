@@ -59,6 +59,7 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		newControllerCommand(configFlags),
 		newStatusCommand(configFlags, stdout, stderr),
 		newCheckUpgradeCommand(configFlags, stdout, stderr),
+		newEtcdScanCommand(stdout, stderr),
 	)
 	return root
 }

@@ -1,6 +1,8 @@
 // Package etcdvalue explains a raw value that kube-apiserver stored in etcd:
 // whether it is encrypted and under which provider and key, and, when it is
-// not, which apiVersion and kind it is encoded in.
+// not, which apiVersion and kind it is encoded in. A Census counts many
+// such values by the resource their key belongs to and how they are
+// stored, keeping neither keys nor values.
 //
 // It exists so that svm's claims are checked where they matter, in the bytes
 // the API server really stored, rather than in what the API server serves
@@ -18,9 +20,14 @@ import (
 
 // Encryption names the encryption-at-rest provider and key that wrapped a value.
 type Encryption struct {
-	// Provider is the provider type, such as aescbc, aesgcm or secretbox.
+	// Provider is the provider type, such as aescbc, aesgcm, secretbox or
+	// kms.
 	Provider string
-	// Key is the name of the key in the encryption configuration.
+	// Version is the version of the provider's envelope: v1, or v2 for
+	// KMS v2, whose values the deprecated KMS v1 cannot read.
+	Version string
+	// Key is the name of the key in the encryption configuration; for KMS,
+	// the name of the KMS provider.
 	Key string
 }
 
@@ -66,11 +73,12 @@ func Inspect(raw []byte) (Value, error) {
 	}
 }
 
-// inspectEncrypted parses "k8s:enc:<provider>:v1:<key>:<ciphertext>".
+// inspectEncrypted parses "k8s:enc:<provider>:<version>:<key>:<ciphertext>",
+// as in "k8s:enc:aescbc:v1:key1:..." and "k8s:enc:kms:v2:vault:...".
 func inspectEncrypted(raw []byte) (Value, error) {
 	fields := bytes.SplitN(raw[len(encryptedPrefix):], []byte(":"), 4)
 	if len(fields) < 4 || len(fields[0]) == 0 || len(fields[2]) == 0 {
 		return Value{}, errors.New("malformed encrypted value prefix")
 	}
-	return Value{Encryption: &Encryption{Provider: string(fields[0]), Key: string(fields[2])}}, nil
+	return Value{Encryption: &Encryption{Provider: string(fields[0]), Version: string(fields[1]), Key: string(fields[2])}}, nil
 }
