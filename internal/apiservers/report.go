@@ -13,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -60,6 +61,10 @@ func Scrape(ctx context.Context, cfg *rest.Config, endpoint string) (Report, err
 		return Report{}, err
 	}
 	raw, err := client.Discovery().RESTClient().Get().AbsPath(metricsPath).DoRaw(ctx)
+	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+		// The answer to a non-resource URL carries no Status to explain it.
+		return Report{}, fmt.Errorf("read %s%s: %s: reading it needs get on the non-resource URL %s", endpoint, metricsPath, apierrors.ReasonForError(err), metricsPath)
+	}
 	if err != nil {
 		return Report{}, fmt.Errorf("read %s%s: %w", endpoint, metricsPath, err)
 	}

@@ -111,10 +111,8 @@ func (o *ControllerOptions) Validate() error {
 			return fmt.Errorf("--encrypted-resources has an empty name in %q", strings.Join(o.EncryptedResources, ","))
 		}
 	}
-	for _, e := range o.APIServerEndpoints {
-		if u, err := url.Parse(e); err != nil || u.Scheme != "https" || u.Host == "" {
-			return fmt.Errorf("--apiserver-endpoints: %q is not an https://host:port URL", e)
-		}
+	if err := validateAPIServerEndpoints(o.APIServerEndpoints); err != nil {
+		return err
 	}
 	if o.CRDSettleDelay < 0 {
 		return fmt.Errorf("--crd-settle-delay must not be negative, got %s", o.CRDSettleDelay)
@@ -225,6 +223,17 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 		return err
 	}
 	return startUntilStopped(ctx, mgr.Start, shutdownGrace)
+}
+
+// validateAPIServerEndpoints checks --apiserver-endpoints of svm
+// controller and svm status: https URLs with a host, as API servers serve.
+func validateAPIServerEndpoints(endpoints []string) error {
+	for _, e := range endpoints {
+		if u, err := url.Parse(e); err != nil || u.Scheme != "https" || u.Host == "" {
+			return fmt.Errorf("--apiserver-endpoints: %q is not an https://host:port URL", e)
+		}
+	}
+	return nil
 }
 
 // setUpEncryption adds the re-encryption controller.

@@ -23,9 +23,12 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/controller/encryption"
 	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/internal/rotation"
 	"github.com/svm-project/svm/internal/status"
 )
 
@@ -36,12 +39,17 @@ type StatusOptions struct {
 	Output   string
 	Watch    bool
 	Interval time.Duration
+	// APIServerEndpoints are the URLs of every API server, to read each
+	// one's encryption configuration from; empty for the kubeconfig's
+	// server and the addresses the identity leases publish.
+	APIServerEndpoints []string
 
 	Out, ErrOut io.Writer
 	// Terminal selects progress bars redrawn in place over plain lines.
 	Terminal bool
 
 	host      string
+	config    *rest.Config
 	discovery discovery.DiscoveryInterface
 	dynamic   dynamic.Interface
 	kube      kubernetes.Interface
@@ -67,9 +75,14 @@ func newStatusCommand(configFlags *genericclioptions.ConfigFlags, out, errOut io
 		Long: "Show svm's StorageVersionMigrations and the in-tree storagemigration.k8s.io ones with their\n" +
 			"state, progress, rate and last error, and svm's StorageStates: a resource is migrated when\n" +
 			"its objects may be stored in the current storage version only.\n" +
+			"Where encryption at rest is configured or svm re-encrypts, also show the encryption\n" +
+			"configuration each API server has loaded (read from its /metrics) and since when, whether\n" +
+			"every object of each re-encrypted resource was rewritten under it, and what that means for\n" +
+			"the old keys.\n" +
 			"Works without svm's CRDs (in-tree migrations only) and without the in-tree API.",
-		Example: "  svm status\n  svm status -o json\n  svm status --watch --interval 5s",
-		Args:    cobra.NoArgs,
+		Example: "  svm status\n  svm status -o json\n  svm status --watch --interval 5s\n" +
+			"  svm status --apiserver-endpoints https://10.0.0.1:6443,https://10.0.0.2:6443",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Complete(); err != nil {
 				return err
@@ -84,6 +97,7 @@ func newStatusCommand(configFlags *genericclioptions.ConfigFlags, out, errOut io
 	fs.StringVarP(&o.Output, "output", "o", "table", "output format: "+strings.Join(statusOutputs, ", ")+" (json and yaml have a stable, versioned structure)")
 	fs.BoolVarP(&o.Watch, "watch", "w", false, "show a progress line per running migration, refreshed every --interval until interrupted")
 	fs.DurationVar(&o.Interval, "interval", 2*time.Second, "time between refreshes with --watch")
+	fs.StringSliceVar(&o.APIServerEndpoints, "apiserver-endpoints", nil, "URLs of every API server (https://host:port), to read each one's encryption configuration from its /metrics; default: the kubeconfig's server and the addresses the API servers' identity leases publish")
 	return cmd
 }
 
@@ -94,7 +108,7 @@ func (o *StatusOptions) Complete() error {
 	if err != nil {
 		return err
 	}
-	o.host = cfg.Host
+	o.host, o.config = cfg.Host, cfg
 	if o.discovery, err = discovery.NewDiscoveryClientForConfig(cfg); err != nil {
 		return err
 	}
@@ -116,7 +130,7 @@ func (o *StatusOptions) Validate() error {
 	if o.Interval <= 0 {
 		return fmt.Errorf("--interval must be positive, got %s", o.Interval)
 	}
-	return nil
+	return validateAPIServerEndpoints(o.APIServerEndpoints)
 }
 
 // Run prints the status once, or keeps refreshing it with --watch.
@@ -193,8 +207,33 @@ func (o *StatusOptions) fetch(ctx context.Context) (*status.Report, error) {
 		fmt.Fprintln(o.ErrOut, note)
 	}
 	o.noted = note
+	if !o.Watch {
+		// --watch shows progress lines only: nothing of this.
+		in.Encryption, in.EncryptionError = o.lookAtEncryption(ctx)
+	}
 	in.Now = time.Now()
 	return status.Build(in), nil
+}
+
+// encryptionTimeout bounds the reading of the API servers' encryption
+// configurations: an address a lease publishes may not be reachable from
+// where svm status runs, and the rest of the status must not wait long
+// for it.
+const encryptionTimeout = 15 * time.Second
+
+// lookAtEncryption reads what every API server reports about its
+// encryption configuration, as svm controller does. Nothing here fails
+// svm status: a lease list or /metrics the user may not read is in the
+// agreement (Waiting) or the error returned, and the report shows them
+// only where encryption at rest is in use.
+func (o *StatusOptions) lookAtEncryption(ctx context.Context) (*rotation.Agreement, string) {
+	ctx, cancel := context.WithTimeout(ctx, encryptionTimeout)
+	defer cancel()
+	a, err := encryption.Look(ctx, o.kube.CoordinationV1(), o.config, o.APIServerEndpoints, time.Now())
+	if err != nil {
+		return &a, err.Error()
+	}
+	return &a, ""
 }
 
 func served(groups *metav1.APIGroupList, gv schema.GroupVersion) bool {

@@ -14,8 +14,9 @@ import (
 type Server struct {
 	// ID is its apiServerID, "" when only its metrics were read.
 	ID string `json:"id,omitempty"`
-	// IDHash is how its metrics name it.
-	IDHash string `json:"idHash"`
+	// IDHash is how its metrics name it; "" for a server without an
+	// encryption configuration, known only by its Endpoint.
+	IDHash string `json:"idHash,omitempty"`
 	// Endpoint is where its metrics were read, "" when they were not.
 	Endpoint string `json:"endpoint,omitempty"`
 	// ConfigHash is the encryption configuration it has loaded, "" for
@@ -91,6 +92,10 @@ func Agree(ids []apiservers.Identity, reports []apiservers.Report, failures []Fa
 	for _, h := range order {
 		a.Servers = append(a.Servers, *byHash[h])
 	}
+	// A server that names itself nowhere is listed by where it was read.
+	for _, r := range anonymous {
+		a.Servers = append(a.Servers, Server{Endpoint: r.Endpoint, LoadedAt: r.LoadedAt, Reached: true})
+	}
 
 	var why []string
 	for _, f := range failures {
@@ -114,10 +119,7 @@ func Agree(ids []apiservers.Identity, reports []apiservers.Report, failures []Fa
 			configs[s.ConfigHash] = true
 		}
 	}
-	if len(anonymous) > 0 {
-		configs[""] = true
-	}
-	if len(a.Servers) == 0 && len(anonymous) == 0 && len(failures) == 0 {
+	if len(a.Servers) == 0 && len(failures) == 0 {
 		why = append(why, "no API server was found")
 	}
 	if len(configs) > 1 {
@@ -126,9 +128,6 @@ func Agree(ids []apiservers.Identity, reports []apiservers.Report, failures []Fa
 			if s.Reached {
 				loaded = append(loaded, fmt.Sprintf("%s has %s", name(s), orNone(s.ConfigHash)))
 			}
-		}
-		for range anonymous {
-			loaded = append(loaded, "a server has none")
 		}
 		why = append(why, "API servers have loaded different encryption configurations: "+strings.Join(loaded, ", "))
 	}
@@ -143,11 +142,6 @@ func Agree(ids []apiservers.Identity, reports []apiservers.Report, failures []Fa
 	for _, s := range a.Servers {
 		if s.LoadedAt.After(a.Since) {
 			a.Since = s.LoadedAt
-		}
-	}
-	for _, r := range anonymous {
-		if r.LoadedAt.After(a.Since) {
-			a.Since = r.LoadedAt
 		}
 	}
 	return a

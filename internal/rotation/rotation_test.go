@@ -82,7 +82,7 @@ func TestAgree(t *testing.T) {
 	}, {
 		name:    "one encrypts, one does not",
 		reports: []apiservers.Report{report("a", c2, t0), {Endpoint: "https://b", LoadedAt: t0}},
-		waiting: []string{"a server has none"},
+		waiting: []string{"the API server at https://a has configuration sha256:c2", "the API server at https://b has no encryption configuration"},
 	}, {
 		name:    "nothing found",
 		waiting: []string{"no API server was found"},

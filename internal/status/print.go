@@ -1,6 +1,7 @@
 package status
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -39,6 +40,13 @@ import (
 //     names the first maxHashes hashes and counts the rest ("a,b (+3)").
 //   - Newlines, tabs and runs of spaces in any cell become one space, so
 //     every row stays one line and the columns stay aligned.
+//   - In the encryption section, API SERVER keeps at most maxIDWidth
+//     characters and RESOURCE stateResourceWidth, both cut in the middle;
+//     configuration hashes keep their first hashWidth characters
+//     ("sha256:1a2b3c4d5e6f..."), as short commit and image digests do;
+//     BY gets what is left of TableWidth, down to minNameWidth, cut in
+//     the middle. The notes and the verdict under it are wrapped at
+//     TableWidth, with full hashes. -o wide keeps full hashes and names.
 //
 // The full values are in -o json and -o yaml.
 const (
@@ -51,11 +59,14 @@ const (
 	maxHashes          = 2
 	columnPadding      = 2
 	ellipsis           = "..."
+	hashWidth          = len("sha256:") + 12 + len(ellipsis)
 )
 
 // WriteTable prints r as two tables, the migrations and then the storage
 // states, separated by a blank line. Without svm's API there are no storage
-// states and the second table is left out.
+// states and the second table is left out. When the report has an
+// encryption section, it follows, after a blank line: the API servers and
+// their configurations, the resources svm re-encrypts, and the verdict.
 func WriteTable(w io.Writer, r *Report) error {
 	return writeTables(w, r, false)
 }
@@ -74,6 +85,10 @@ func writeTables(w io.Writer, r *Report, wide bool) error {
 	if r.SVMAPIServed {
 		b.WriteString("\n")
 		writeStorageStates(&b, r)
+	}
+	if r.Encryption != nil {
+		b.WriteString("\n")
+		writeEncryption(&b, r.Encryption, r.Time.Time, wide)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -173,6 +188,148 @@ func writeStorageStates(b *strings.Builder, r *Report) {
 		)
 	}
 	_ = tw.Flush()
+}
+
+// writeEncryption prints the encryption section: a table of the API
+// servers, notes on failed reloads, a table of the resources that record a
+// re-encryption, and the verdict.
+func writeEncryption(b *strings.Builder, e *Encryption, now time.Time, wide bool) {
+	b.WriteString("ENCRYPTION AT REST\n")
+	hash := shortHash
+	if wide {
+		hash = func(h string) string { return oneLine(h) }
+	}
+	switch {
+	case len(e.Servers) == 0 && e.Agreed:
+		// Servers that have no configuration do not name themselves in
+		// their metrics: they were reached, they are not listed.
+		b.WriteString("No API server reached has an encryption configuration loaded.\n")
+	case len(e.Servers) == 0:
+		// Known from neither a lease nor its metrics: Waiting or Error
+		// says why.
+		b.WriteString("No API server was read.\n")
+	default:
+		tw := tabwriter.NewWriter(b, 0, 0, columnPadding, ' ', 0)
+		if wide {
+			fmt.Fprintln(tw, "API SERVER\tENDPOINT\tCONFIGURATION\tLOADED")
+		} else {
+			fmt.Fprintln(tw, "API SERVER\tCONFIGURATION\tLOADED")
+		}
+		for _, s := range e.Servers {
+			config := hash(s.ConfigHash)
+			switch {
+			case !s.Reached:
+				config = "not reached"
+			case s.ConfigHash == "":
+				config = "none"
+			}
+			if wide {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", orDash(oneLine(s.ID)), orDash(oneLine(s.Endpoint)), config, timeCell(now, s.LoadedAt))
+			} else {
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", cutMiddle(serverName(s), maxIDWidth), config, timeCell(now, s.LoadedAt))
+			}
+		}
+		_ = tw.Flush()
+	}
+	for _, s := range e.Servers {
+		if s.ReloadFailedAt != nil {
+			writeWrapped(b, fmt.Sprintf("%s: reloading its encryption configuration file failed at %s; it still uses configuration %s.",
+				serverName(s), timeCell(now, s.ReloadFailedAt), orNone(s.ConfigHash)))
+		}
+	}
+	if len(e.Resources) > 0 {
+		writeEncryptedResources(b, e.Resources, now, wide, hash)
+	}
+	writeWrapped(b, e.Verdict)
+}
+
+func writeEncryptedResources(b *strings.Builder, resources []EncryptedResource, now time.Time, wide bool, hash func(string) string) {
+	rows := [][]string{{"RESOURCE", "REWRITTEN UNDER", "AT", "CURRENT"}}
+	by := []string{"BY"}
+	for _, r := range resources {
+		current := "no"
+		if r.Current {
+			current = "yes"
+		}
+		name := oneLine(r.Name)
+		if !wide {
+			name = cutMiddle(name, stateResourceWidth)
+		}
+		rows = append(rows, []string{name, orDash(hash(r.RewrittenConfigHash)), timeCell(now, r.RewrittenTime), current})
+		by = append(by, orDash(oneLine(r.RewrittenBy)))
+	}
+	room := math.MaxInt
+	if !wide {
+		// BY gives way: the migration's name is in -o wide and in the
+		// StorageState.
+		used := 0
+		for col := range rows[0] {
+			width := 0
+			for _, row := range rows {
+				width = max(width, utf8.RuneCountInString(row[col]))
+			}
+			used += width + columnPadding
+		}
+		room = max(minNameWidth, TableWidth-used)
+	}
+	tw := tabwriter.NewWriter(b, 0, 0, columnPadding, ' ', 0)
+	for i, row := range rows {
+		fmt.Fprintf(tw, "%s\t%s\n", strings.Join(row, "\t"), cutMiddle(by[i], room))
+	}
+	_ = tw.Flush()
+}
+
+// serverName names an API server as an operator knows it: its
+// apiServerID, else where it was read, else its hash.
+func serverName(s EncryptionServer) string {
+	return oneLine(cmp.Or(s.ID, s.Endpoint, s.IDHash))
+}
+
+// shortHash keeps the start of a configuration hash: its algorithm and
+// twelve hex digits tell configurations apart.
+func shortHash(h string) string { return cutEnd(oneLine(h), hashWidth) }
+
+func orNone(hash string) string {
+	if hash == "" {
+		return "none"
+	}
+	return oneLine(hash)
+}
+
+// timeCell is t and how long ago it was: "2026-11-25T08:01:02Z (3m ago)".
+func timeCell(now time.Time, t *metav1.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	at := t.UTC().Format(time.RFC3339)
+	if t.After(now) {
+		// A clock ahead of the reader's: no age to tell.
+		return at
+	}
+	return at + " (" + duration.HumanDuration(now.Sub(t.Time)) + " ago)"
+}
+
+// writeWrapped writes text in lines of at most TableWidth characters,
+// breaking between words; a word longer than that has a line of its own.
+func writeWrapped(b *strings.Builder, text string) {
+	line := 0
+	for _, word := range strings.Fields(text) {
+		n := utf8.RuneCountInString(word)
+		switch {
+		case line == 0:
+		case line+1+n > TableWidth:
+			b.WriteString("\n")
+			line = 0
+		default:
+			b.WriteString(" ")
+			line++
+		}
+		b.WriteString(word)
+		line += n
+	}
+	if line > 0 {
+		b.WriteString("\n")
+	}
 }
 
 // WriteJSON prints r as indented JSON.

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/rotation"
 )
 
 // Version identifies the shape of Report. Fields may be added under the
@@ -46,6 +47,11 @@ type Report struct {
 	Migrations []Migration `json:"migrations"`
 	// StorageStates are svm's StorageStates, by name.
 	StorageStates []StorageState `json:"storageStates"`
+	// Encryption is where encryption at rest stands. Absent when no API
+	// server reported an encryption configuration and no StorageState
+	// records a re-encryption: a cluster without encryption at rest has
+	// nothing to show.
+	Encryption *Encryption `json:"encryption,omitempty"`
 }
 
 // Source says which API a migration belongs to.
@@ -176,6 +182,14 @@ type Input struct {
 	// InTreeMigrations are ignored when it is not.
 	InTreeServed     bool
 	InTreeMigrations []storagemigrationv1.StorageVersionMigration
+	// Encryption is what the API servers reported about their
+	// encryption-at-rest configurations, put together; nil when it was
+	// not read.
+	Encryption *rotation.Agreement
+	// EncryptionError says why the API servers could not all be known
+	// (their identity leases could not be listed, say): Encryption then
+	// takes the servers it reached to be all, and the verdict says so.
+	EncryptionError string
 }
 
 // Build turns in into a Report.
@@ -208,6 +222,7 @@ func Build(in Input) *Report {
 		)
 	})
 	slices.SortFunc(r.StorageStates, func(a, b StorageState) int { return cmp.Compare(a.Name, b.Name) })
+	r.Encryption = buildEncryption(in)
 	return r
 }
 

@@ -3,6 +3,7 @@ package status
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -18,7 +19,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/apiservers"
 	"github.com/svm-project/svm/internal/controller/migration"
+	"github.com/svm-project/svm/internal/rotation"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata from the current output")
@@ -160,6 +163,110 @@ var (
 	stateBothUnknown = newStorageState("apiextensions.k8s.io", "customresourcedefinitions", migrationv1alpha1.UnknownStorageVersionHash, []string{migrationv1alpha1.UnknownStorageVersionHash}, 40*time.Second)
 )
 
+// Encryption at rest: two API servers, the configuration they had and the
+// one they move to, as their metrics name them.
+const (
+	serverA   = "apiserver-ktcmg4mklakbkvqzu5y4lbd6ny"
+	serverB   = "apiserver-w3vfbx7q2hzn5oyd6kjc4tmra4"
+	endpointA = "https://10.0.0.11:6443"
+	endpointB = "https://10.0.0.12:6443"
+	configOld = "sha256:0f9e8d7c6b5a49382716051f2e3d4c5b6a798897a6b5c4d3e2f1a0b9c8d7e6f5"
+	configNew = "sha256:1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f809"
+)
+
+func identities(names ...string) []apiservers.Identity {
+	var out []apiservers.Identity
+	for _, n := range names {
+		out = append(out, apiservers.Identity{ID: n, IDHash: apiservers.IDHash(n), Renewed: now.Add(-5 * time.Second)})
+	}
+	return out
+}
+
+func loaded(name, endpoint, config string, at time.Duration) apiservers.Report {
+	return apiservers.Report{Endpoint: endpoint, IDHash: apiservers.IDHash(name), ConfigHash: config, LoadedAt: now.Add(-at)}
+}
+
+func agree(ids []apiservers.Identity, reports ...apiservers.Report) *rotation.Agreement {
+	a := rotation.Agree(ids, reports, nil)
+	return &a
+}
+
+func withEncryption(s migrationv1alpha1.StorageState, e migrationv1alpha1.StorageEncryption) migrationv1alpha1.StorageState {
+	s.Status.Encryption = &e
+	return s
+}
+
+// rewritten is what svm controller records when a re-encryption under
+// config, by migration by, ended at ago before now.
+func rewritten(resource, config, by string, at time.Duration) migrationv1alpha1.StorageEncryption {
+	return migrationv1alpha1.StorageEncryption{
+		ConfigHash: config, ConfigSince: agoPtr(30 * time.Minute),
+		RewrittenConfigHash: config, RewrittenTime: agoPtr(at), RewrittenBy: by,
+		Message: "Every object of " + resource + " was rewritten under configuration " + config + " at " +
+			now.Add(-at).Format(time.RFC3339) + " (migration " + by + "): objects written through the API no longer need keys the configuration only reads with",
+	}
+}
+
+func reencryption(name, resource string, age time.Duration, st migrationv1alpha1.StorageVersionMigrationStatus) migrationv1alpha1.StorageVersionMigration {
+	m := newMigration(name, "", resource, age, st)
+	m.Labels = map[string]string{rotation.CreatedByLabel: rotation.CreatedByValue}
+	return m
+}
+
+var (
+	// Both servers loaded the new configuration half an hour ago, and
+	// svm rewrote secrets and configmaps under it since.
+	bothOnNew = agree(identities(serverA, serverB),
+		loaded(serverA, endpointA, configNew, 31*time.Minute), loaded(serverB, endpointB, configNew, 30*time.Minute))
+	// Server A reloaded three minutes ago; server B failed to, and keeps
+	// the configuration it started with a day ago.
+	oneReloaded = func() *rotation.Agreement {
+		b := loaded(serverB, endpointB, configOld, 26*time.Hour)
+		b.ReloadFailedAt = now.Add(-2 * time.Minute)
+		return agree(identities(serverA, serverB), loaded(serverA, endpointA, configNew, 3*time.Minute), b)
+	}()
+	// Both servers moved to the new configuration five minutes ago.
+	bothJustMoved = agree(identities(serverA, serverB),
+		loaded(serverA, endpointA, configNew, 6*time.Minute), loaded(serverB, endpointB, configNew, 5*time.Minute))
+	// A cluster without encryption at rest: the server names no
+	// configuration, nor itself.
+	noEncryption = agree(nil, apiservers.Report{Endpoint: endpointA, LoadedAt: now.Add(-48 * time.Hour)})
+
+	secretsRewrittenNew    = withEncryption(newStorageState("", "secrets", "k6S1K8hGv1A=", []string{"k6S1K8hGv1A="}, 40*time.Second), rewritten("secrets", configNew, "secrets-reencrypt-7xk2p", 20*time.Minute))
+	configMapsRewrittenNew = withEncryption(newStorageState("", "configmaps", "qFhB6QOjVdI=", []string{"qFhB6QOjVdI="}, 40*time.Second), rewritten("configmaps", configNew, "configmaps-reencrypt-m4q8z", 25*time.Minute))
+	secretsReencryptDone   = reencryption("secrets-reencrypt-7xk2p", "secrets", 29*time.Minute, migrationv1alpha1.StorageVersionMigrationStatus{
+		Conditions: []migrationv1alpha1.MigrationCondition{
+			cond(migrationv1alpha1.MigrationRunning, corev1.ConditionFalse, "Completed", "", 20*time.Minute),
+			cond(migrationv1alpha1.MigrationSucceeded, corev1.ConditionTrue, "AllObjectsRewritten", "migrated 2400 (re-stored 2400, already current 0), written since the start 0, gone 0, failed 0", 20*time.Minute),
+		},
+		Progress:       migrationv1alpha1.MigrationProgress{Listed: 2400, Restored: 2400},
+		StartTime:      agoPtr(29 * time.Minute),
+		CompletionTime: agoPtr(20 * time.Minute),
+	})
+	// The secrets were last rewritten under the old configuration, a week
+	// ago; svm controller now waits for server B.
+	secretsWaiting = withEncryption(newStorageState("", "secrets", "k6S1K8hGv1A=", []string{"k6S1K8hGv1A="}, 40*time.Second), func() migrationv1alpha1.StorageEncryption {
+		e := rewritten("secrets", configOld, "secrets-reencrypt-b2n6c", 7*24*time.Hour)
+		e.ConfigHash, e.ConfigSince, e.Message = "", nil, "Waiting: "+oneReloaded.Waiting
+		return e
+	}())
+	// The servers agree on the new configuration; svm controller
+	// re-encrypts the secrets, last rewritten under the old one, and is
+	// done with the configmaps.
+	secretsReencrypting = withEncryption(newStorageState("", "secrets", "k6S1K8hGv1A=", []string{"k6S1K8hGv1A="}, 40*time.Second), func() migrationv1alpha1.StorageEncryption {
+		e := rewritten("secrets", configOld, "secrets-reencrypt-b2n6c", 7*24*time.Hour)
+		e.ConfigHash, e.ConfigSince = configNew, agoPtr(5*time.Minute)
+		e.Message = "Re-encrypting every object under configuration " + configNew + " (migration secrets-reencrypt-q8w2e); until it succeeds, keys of earlier configurations are still needed"
+		return e
+	}())
+	configMapsJustRewritten = withEncryption(newStorageState("", "configmaps", "qFhB6QOjVdI=", []string{"qFhB6QOjVdI="}, 40*time.Second), rewritten("configmaps", configNew, "configmaps-reencrypt-k3v9d", time.Minute))
+	secretsReencryptRunning = reencryption("secrets-reencrypt-q8w2e", "secrets", 4*time.Minute, migrationv1alpha1.StorageVersionMigrationStatus{
+		Conditions: []migrationv1alpha1.MigrationCondition{cond(migrationv1alpha1.MigrationRunning, corev1.ConditionTrue, "Started", "", 4*time.Minute)},
+		Progress:   migrationv1alpha1.MigrationProgress{Listed: 900, Restored: 900, RemainingEstimate: ptr[int64](1500)},
+		StartTime:  agoPtr(4 * time.Minute),
+	})
+)
+
 func svmInput(ms ...migrationv1alpha1.StorageVersionMigration) Input {
 	return Input{Now: now, SVMServed: true, InTreeServed: true, Migrations: ms}
 }
@@ -196,6 +303,33 @@ func TestStatusGolden(t *testing.T) {
 			},
 			InTreeMigrations: []storagemigrationv1.StorageVersionMigration{inTreeSucceeded, inTreePending},
 			StorageStates:    []migrationv1alpha1.StorageState{stateMigrated, stateUnknown, stateChanged},
+		}},
+		// Encryption at rest.
+		{name: "encryption-rewritten", yaml: true, in: Input{Now: now, SVMServed: true, InTreeServed: true,
+			Migrations:    []migrationv1alpha1.StorageVersionMigration{secretsReencryptDone},
+			StorageStates: []migrationv1alpha1.StorageState{secretsRewrittenNew, stateMigrated, configMapsRewrittenNew},
+			Encryption:    bothOnNew,
+		}},
+		{name: "encryption-waiting", in: Input{Now: now, SVMServed: true, InTreeServed: true,
+			StorageStates: []migrationv1alpha1.StorageState{secretsWaiting},
+			Encryption:    oneReloaded,
+		}},
+		{name: "encryption-older-configuration", in: Input{Now: now, SVMServed: true, InTreeServed: true,
+			Migrations:    []migrationv1alpha1.StorageVersionMigration{secretsReencryptRunning},
+			StorageStates: []migrationv1alpha1.StorageState{secretsReencrypting, configMapsJustRewritten},
+			Encryption:    bothJustMoved,
+		}},
+		// Server B's lease names it, but its metrics were not read; nothing
+		// records a re-encryption.
+		{name: "encryption-not-recorded", in: Input{Now: now, SVMServed: true, InTreeServed: true,
+			StorageStates: []migrationv1alpha1.StorageState{stateMigrated},
+			Encryption:    agree(identities(serverA, serverB), loaded(serverA, endpointA, configNew, time.Hour)),
+		}},
+		// No configuration, nothing recorded: exactly what the table
+		// showed before svm knew of encryption at rest.
+		{name: "encryption-off", in: Input{Now: now, SVMServed: true, InTreeServed: true,
+			StorageStates: []migrationv1alpha1.StorageState{stateMigrated},
+			Encryption:    noEncryption,
 		}},
 	}
 	for _, tt := range tests {
@@ -419,5 +553,146 @@ func TestStatusCut(t *testing.T) {
 func TestStatusRetryingReason(t *testing.T) {
 	if reasonRetrying != migration.ReasonRetrying {
 		t.Errorf("reasonRetrying is %q, the controller sets %q", reasonRetrying, migration.ReasonRetrying)
+	}
+}
+
+// TestStatusEncryption checks when the encryption section shows and what
+// its verdict claims in each case the golden files do not cover.
+func TestStatusEncryption(t *testing.T) {
+	leasesForbidden := `list API server identity leases in kube-system: leases.coordination.k8s.io is forbidden: User "viewer" cannot list resource "leases"`
+	// Without the leases, the server reached is taken to be all.
+	reachedOnly := agree(nil, loaded(serverA, endpointA, configNew, 31*time.Minute))
+	metricsForbidden := func() *rotation.Agreement {
+		a := rotation.Agree(identities(serverA), nil, []rotation.Failure{{Endpoint: endpointA, Err: errors.New(`forbidden: User "viewer" cannot get path "/metrics"`)}})
+		return &a
+	}()
+	states := []migrationv1alpha1.StorageState{secretsRewrittenNew}
+	tests := []struct {
+		name string
+		in   Input
+		// want: no section when section is false; else allRewritten and
+		// what the verdict says, and never says.
+		section      bool
+		allRewritten bool
+		says         []string
+		never        []string
+	}{{
+		name: "metrics forbidden, nothing recorded: silent",
+		in:   Input{Now: now, SVMServed: true, StorageStates: []migrationv1alpha1.StorageState{stateMigrated}, Encryption: metricsForbidden},
+	}, {
+		name: "leases forbidden, nothing recorded, no configuration: silent",
+		in:   Input{Now: now, SVMServed: true, Encryption: noEncryption, EncryptionError: leasesForbidden},
+	}, {
+		name: "not read, nothing recorded: silent",
+		in:   Input{Now: now, SVMServed: true, StorageStates: []migrationv1alpha1.StorageState{stateMigrated}},
+	}, {
+		name: "svm's API not served: its states are ignored",
+		in:   Input{Now: now, StorageStates: states, Encryption: metricsForbidden},
+	}, {
+		// svm controller, with its own permissions, may well have read
+		// them: svm status says what it could not read, not that
+		// re-encryption waits.
+		name: "metrics forbidden, a re-encryption recorded: the section says why it cannot tell", section: true,
+		in: Input{Now: now, SVMServed: true, StorageStates: states, Encryption: metricsForbidden},
+		says: []string{"svm status cannot tell that every API server has loaded the same configuration: the metrics of " + endpointA + " could not be read", "still needed as far as it knows",
+			"svm controller last recorded for secrets: Every object of secrets was rewritten under configuration " + configNew},
+		never: []string{"Re-encryption waits"},
+	}, {
+		name: "leases and metrics forbidden", section: true,
+		in: Input{Now: now, SVMServed: true, StorageStates: states, EncryptionError: leasesForbidden,
+			Encryption: func() *rotation.Agreement {
+				a := rotation.Agree(nil, nil, []rotation.Failure{{Endpoint: endpointA, Err: errors.New("forbidden")}})
+				return &a
+			}()},
+		says:  []string{"svm status cannot tell that every API server has loaded the same configuration", leasesForbidden},
+		never: []string{"Re-encryption waits"},
+	}, {
+		// Both servers read and on the same configuration: an endpoint
+		// given that fails holds up svm status, not svm controller.
+		name: "a failed endpoint besides servers that agree", section: true,
+		in: Input{Now: now, SVMServed: true, StorageStates: states, Encryption: func() *rotation.Agreement {
+			a := rotation.Agree(identities(serverA), []apiservers.Report{loaded(serverA, endpointA, configNew, time.Hour)},
+				[]rotation.Failure{{Endpoint: "https://127.0.0.1:1", Err: errors.New("connection refused")}})
+			return &a
+		}()},
+		says:  []string{"cannot tell", "https://127.0.0.1:1"},
+		never: []string{"Re-encryption waits"},
+	}, {
+		name: "not read, a re-encryption recorded", section: true,
+		in:   Input{Now: now, SVMServed: true, StorageStates: states},
+		says: []string{"were not read", "every key is still needed as far as svm knows"},
+	}, {
+		name: "leases forbidden, all rewritten: no key let go of without the caveat", section: true,
+		in:    Input{Now: now, SVMServed: true, StorageStates: states, Encryption: reachedOnly, EncryptionError: leasesForbidden},
+		says:  []string{"Every API server reached has loaded encryption configuration " + configNew, "cannot tell whether other API servers run: if none does", leasesForbidden},
+		never: []string{"Every API server has loaded"},
+	}, {
+		name: "all rewritten", section: true, allRewritten: true,
+		in:   Input{Now: now, SVMServed: true, StorageStates: states, Encryption: reachedOnly},
+		says: []string{"Every API server has loaded encryption configuration " + configNew + " (since 2026-07-01T11:29:00Z) and every object of secrets has been rewritten under it"},
+	}, {
+		name: "encryption turned off after a re-encryption", section: true,
+		in:   Input{Now: now, SVMServed: true, StorageStates: states, Encryption: noEncryption},
+		says: []string{"No API server has an encryption configuration loaded: objects are written unencrypted."},
+	}, {
+		name: "encryption turned off, leases forbidden", section: true,
+		in:    Input{Now: now, SVMServed: true, StorageStates: states, Encryption: noEncryption, EncryptionError: leasesForbidden},
+		says:  []string{"No API server reached has an encryption configuration loaded", "cannot tell whether other API servers run"},
+		never: []string{"No API server has"},
+	}, {
+		name: "svm controller has not looked since the servers agreed", section: true,
+		in: Input{Now: now, SVMServed: true, Encryption: bothJustMoved, StorageStates: []migrationv1alpha1.StorageState{
+			withEncryption(newStorageState("", "secrets", "k6S1K8hGv1A=", nil, time.Hour), rewritten("secrets", configOld, "secrets-reencrypt-b2n6c", 7*24*time.Hour)),
+		}},
+		says: []string{"Objects of secrets have not all been rewritten under configuration " + configNew, "secrets: svm controller has not recorded configuration " + configNew + " yet."},
+		// The state's message speaks of the old configuration.
+		never: []string{"no longer need keys"},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := Build(tt.in)
+			if !tt.section {
+				if r.Encryption != nil {
+					t.Fatalf("encryption section %+v, want none", r.Encryption)
+				}
+				var table bytes.Buffer
+				if err := WriteTable(&table, r); err != nil {
+					t.Fatal(err)
+				}
+				if strings.Contains(table.String(), "ENCRYPTION") {
+					t.Errorf("the table shows encryption:\n%s", table.String())
+				}
+				return
+			}
+			if r.Encryption == nil {
+				t.Fatal("no encryption section")
+			}
+			e := r.Encryption
+			if e.AllRewritten != tt.allRewritten {
+				t.Errorf("allRewritten %v, want %v; verdict %q", e.AllRewritten, tt.allRewritten, e.Verdict)
+			}
+			for _, s := range tt.says {
+				if !strings.Contains(e.Verdict, s) {
+					t.Errorf("verdict %q does not say %q", e.Verdict, s)
+				}
+			}
+			for _, s := range tt.never {
+				if strings.Contains(e.Verdict, s) {
+					t.Errorf("verdict %q says %q", e.Verdict, s)
+				}
+			}
+			for _, res := range e.Resources {
+				var state *migrationv1alpha1.StorageState
+				for i := range tt.in.StorageStates {
+					if tt.in.StorageStates[i].Name == res.Name {
+						state = &tt.in.StorageStates[i]
+					}
+				}
+				want := tt.in.Encryption != nil && rotation.Current(*tt.in.Encryption, state.Status.Encryption)
+				if res.Current != want {
+					t.Errorf("%s: current %v, want %v", res.Name, res.Current, want)
+				}
+			}
+		})
 	}
 }

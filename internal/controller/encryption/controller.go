@@ -19,7 +19,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
@@ -56,12 +55,12 @@ const (
 const scrapeTimeout = 30 * time.Second
 
 // The controller reads the identity leases of the API servers and their
-// /metrics, keeps status.encryption of StorageStates, and creates and
-// deletes its own migrations.
+// /metrics, keeps status.encryption of the StorageStates the trigger
+// creates, and creates and deletes its own migrations.
 //
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=list,namespace=kube-system
 // +kubebuilder:rbac:urls=/metrics,verbs=get
-// +kubebuilder:rbac:groups=migration.k8s.io,resources=storagestates,verbs=list;create
+// +kubebuilder:rbac:groups=migration.k8s.io,resources=storagestates,verbs=list
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storagestates/status,verbs=update
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations,verbs=list;watch;create;delete
 
@@ -247,6 +246,14 @@ func (c *Controller) round(ctx context.Context) time.Duration {
 		}); i >= 0 {
 			state = &states.Items[i]
 		}
+		if state == nil {
+			// The trigger creates every resource's StorageState at its
+			// first round; this controller only adds to it, so that the
+			// state always carries its storage version hashes.
+			log.V(1).Info("No StorageState yet; deciding at the next look", "resource", gr)
+			c.Metrics.ResourceRewritten(gr, false)
+			continue
+		}
 		var ms []migrationv1alpha1.StorageVersionMigration
 		for _, m := range migrations.Items {
 			if m.Spec.Resource.Group == gr.Group && m.Spec.Resource.Resource == gr.Resource {
@@ -296,7 +303,7 @@ func (c *Controller) apply(ctx context.Context, r resources.Resource, state *mig
 		log.Info("Stopped a re-encryption under a configuration the API servers no longer agree on", "migration", name)
 	}
 	if d.Status != nil {
-		updated, err := c.writeStatus(ctx, r.GroupResource(), state, d.Status)
+		updated, err := c.writeStatus(ctx, state, d.Status)
 		if err != nil {
 			return recorded, err
 		}
@@ -317,21 +324,10 @@ func (c *Controller) apply(ctx context.Context, r resources.Resource, state *mig
 	return recorded, nil
 }
 
-// writeStatus sets status.encryption of gr's StorageState, creating the
-// state if there is none. The update carries the resourceVersion read: a
-// state changed since (by the trigger, say) makes the write fail, and the
-// next round decides again.
-func (c *Controller) writeStatus(ctx context.Context, gr schema.GroupResource, state *migrationv1alpha1.StorageState, e *migrationv1alpha1.StorageEncryption) (*migrationv1alpha1.StorageState, error) {
-	if state == nil {
-		r := migrationv1alpha1.GroupResource{Group: gr.Group, Resource: gr.Resource}
-		state = &migrationv1alpha1.StorageState{
-			ObjectMeta: metav1.ObjectMeta{Name: migrationv1alpha1.StorageStateName(r)},
-			Spec:       migrationv1alpha1.StorageStateSpec{Resource: r},
-		}
-		if err := c.Client.Create(ctx, state, client.FieldOwner(FieldManager)); err != nil {
-			return nil, fmt.Errorf("create storage state %s: %w", state.Name, err)
-		}
-	}
+// writeStatus sets status.encryption of a StorageState. The update
+// carries the resourceVersion read: a state changed since (by the
+// trigger, say) makes the write fail, and a look soon after decides again.
+func (c *Controller) writeStatus(ctx context.Context, state *migrationv1alpha1.StorageState, e *migrationv1alpha1.StorageEncryption) (*migrationv1alpha1.StorageState, error) {
 	updated := state.DeepCopy()
 	updated.Status.Encryption = e.DeepCopy()
 	if err := c.Client.Status().Update(ctx, updated, client.FieldOwner(FieldManager)); err != nil {

@@ -9,6 +9,7 @@ package encryption_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controlplane"
 	"github.com/svm-project/svm/internal/rotation"
+	"github.com/svm-project/svm/internal/status"
 	"github.com/svm-project/svm/test/framework"
 )
 
@@ -82,6 +84,24 @@ func storedSecrets(t *testing.T, env *framework.Env) map[string]int {
 		}
 	}
 	return all
+}
+
+// svmStatus runs `svm status -o json` with args and returns its
+// encryption section, failing the test when there is none.
+func svmStatus(t *testing.T, env *framework.Env, args ...string) *status.Encryption {
+	t.Helper()
+	code, stdout, stderr := framework.RunSVM(t, env.KubeconfigFile(t), time.Minute, append([]string{"status", "-o", "json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("svm status exited %d:\n%s\n%s", code, stdout, stderr)
+	}
+	var r status.Report
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatalf("svm status -o json: %v\n%s", err, stdout)
+	}
+	if r.Encryption == nil {
+		t.Fatalf("svm status shows no encryption at rest:\n%s", stdout)
+	}
+	return r.Encryption
 }
 
 // TestReencryptsAfterKeyRotation is an operator's key rotation with svm
@@ -151,6 +171,11 @@ func TestReencryptsAfterKeyRotation(t *testing.T) {
 	if diff := cmp.Diff(map[string]int{"encrypted:aescbc:key2": n}, storedSecrets(t, env)); diff != "" {
 		t.Errorf("after the re-encryption (-want +got):\n%s", diff)
 	}
+	if e := svmStatus(t, env); !e.AllRewritten || e.ConfigHash != config2 ||
+		!strings.Contains(e.Verdict, "no object written through the API needs a key that configuration only reads with") {
+		t.Errorf("svm status after the re-encryption: allRewritten %v, configuration %s, verdict %q; want true, %s, old keys no longer needed",
+			e.AllRewritten, e.ConfigHash, e.Verdict, config2)
+	}
 	framework.Eventually(t, "svm's metric says Secrets are rewritten", time.Minute, func(context.Context) (bool, error) {
 		return framework.Scrape(t, metrics).Value("storage_migrator_encryption_resource_rewritten", "resource", "secrets") == 1 &&
 			framework.Scrape(t, metrics).Value("storage_migrator_encryption_config_agreed") == 1, nil
@@ -208,6 +233,10 @@ func TestRotationWaitsForEveryAPIServer(t *testing.T) {
 		return s.Status.Encryption != nil && s.Status.Encryption.ConfigHash == "" &&
 			strings.Contains(s.Status.Encryption.Message, "different encryption configurations")
 	})
+	endpoints := "--apiserver-endpoints=" + env.CP.APIServerURL + "," + peer.URL
+	if e := svmStatus(t, env, endpoints); e.Agreed || e.AllRewritten || !strings.Contains(e.Verdict, "Re-encryption waits") {
+		t.Errorf("svm status while one server reloaded: agreed %v, allRewritten %v, verdict %q; want a verdict saying it waits", e.Agreed, e.AllRewritten, e.Verdict)
+	}
 	time.Sleep(3 * checkInterval)
 	if ms := reencryptions(t, env, config2); len(ms) != 0 {
 		t.Fatalf("a re-encryption under %s started while only one of two API servers had loaded it: %s", config2, ms[0].Name)
@@ -224,5 +253,8 @@ func TestRotationWaitsForEveryAPIServer(t *testing.T) {
 	waitRewritten(t, env, config2, 3*time.Minute)
 	if diff := cmp.Diff(map[string]int{"encrypted:aescbc:key2": n}, storedSecrets(t, env)); diff != "" {
 		t.Errorf("after both reloaded (-want +got):\n%s", diff)
+	}
+	if e := svmStatus(t, env, endpoints); !e.AllRewritten || len(e.Servers) != 2 {
+		t.Errorf("svm status after both reloaded: allRewritten %v, %d servers, verdict %q; want true and 2", e.AllRewritten, len(e.Servers), e.Verdict)
 	}
 }
