@@ -58,6 +58,17 @@ type Agreement struct {
 // having none).
 func (a Agreement) Encrypting() bool { return a.Agreed && a.ConfigHash != "" }
 
+// anyConfig reports whether any server read has an encryption
+// configuration loaded.
+func (a Agreement) anyConfig() bool {
+	for _, s := range a.Servers {
+		if s.Reached && s.ConfigHash != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // Agree puts together the identity leases of the running API servers
 // (nil when they could not be listed: the servers reached are then taken
 // to be all), the reports read from endpoints and the endpoints that

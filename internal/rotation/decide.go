@@ -75,6 +75,12 @@ func Decide(in Input) (d Decision) {
 		// Until the servers agree, a re-encryption would be redone by any
 		// server still writing with another configuration: stop svm's.
 		d.DeleteMigrations = unfinished(in.Migrations, "")
+		if old == nil && !a.anyConfig() {
+			// No server reached encrypts and nothing was ever recorded:
+			// a server svm could not read is no news about encryption.
+			status = nil
+			return d
+		}
 		status.ConfigHash, status.ConfigSince = "", nil
 		status.Message = "Waiting: " + a.Waiting
 		return d

@@ -138,6 +138,7 @@ func TestDecide(t *testing.T) {
 	agreed := Agree([]apiservers.Identity{id("a")}, []apiservers.Report{report("a", c2, t0)}, nil)
 	split := Agree([]apiservers.Identity{id("a"), id("b")}, []apiservers.Report{report("a", c2, t0), report("b", c1, t0)}, nil)
 	none := Agree(nil, []apiservers.Report{{Endpoint: "https://a", LoadedAt: t0}}, nil)
+	unread := Agree(nil, []apiservers.Report{{Endpoint: "https://a", LoadedAt: t0}}, []Failure{{Endpoint: "https://b", Err: errors.New("connection refused")}})
 	now := t0.Add(10 * time.Minute)
 	since := metav1.NewTime(t0)
 	done := &migrationv1alpha1.StorageEncryption{ConfigHash: c2, ConfigSince: &since, RewrittenConfigHash: c2, RewrittenTime: ptr(metav1.NewTime(t0.Add(5 * time.Minute))), RewrittenBy: "secrets-x"}
@@ -215,6 +216,12 @@ func TestDecide(t *testing.T) {
 	}, {
 		name: "no encryption and no state: nothing written", agreement: none,
 		noStatus: true,
+	}, {
+		name: "a server not read, none encrypting, nothing recorded: nothing written", agreement: unread,
+		noStatus: true,
+	}, {
+		name: "a server not read after a record: waiting", agreement: unread, state: state(done),
+		recorded: c2, message: "Waiting: the metrics of https://b could not be read",
 	}, {
 		name: "encryption turned off: the record stays, the message says so", agreement: none, state: state(done),
 		recorded: c2, message: "objects are written unencrypted",

@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -48,17 +49,24 @@ func (e *Env) createObjects(t testing.TB, r Resource, version, prefix string, na
 	for _, ns := range namespaces {
 		e.CreateNamespace(t, ns)
 	}
+	inParallel(t, "create "+r.Plural, n, func(ctx context.Context, i int) error {
+		ns := namespaces[i%len(namespaces)]
+		_, err := e.Dynamic.Resource(r.GVR(version)).Namespace(ns).Create(ctx, r.Object(version, fmt.Sprintf("%s-%05d", prefix, i), i), metav1.CreateOptions{})
+		return err
+	})
+}
+
+// inParallel runs do for 0 to n-1 with a few parallel writers, and fails
+// the test with the first error.
+func inParallel(t testing.TB, what string, n int, do func(ctx context.Context, i int) error) {
+	t.Helper()
 	g, ctx := errgroup.WithContext(Context(t, 10*time.Minute))
 	g.SetLimit(8)
 	for i := range n {
-		ns := namespaces[i%len(namespaces)]
-		g.Go(func() error {
-			_, err := e.Dynamic.Resource(r.GVR(version)).Namespace(ns).Create(ctx, r.Object(version, fmt.Sprintf("%s-%05d", prefix, i), i), metav1.CreateOptions{})
-			return err
-		})
+		g.Go(func() error { return do(ctx, i) })
 	}
 	if err := g.Wait(); err != nil {
-		t.Fatalf("create %s: %v", r.Plural, err)
+		t.Fatalf("%s: %v", what, err)
 	}
 }
 
@@ -80,21 +88,14 @@ func (e *Env) CreateSecrets(t testing.TB, namespaces []string, n int) {
 	for _, ns := range namespaces {
 		e.CreateNamespace(t, ns)
 	}
-	g, ctx := errgroup.WithContext(Context(t, 10*time.Minute))
-	g.SetLimit(8)
-	for i := range n {
+	inParallel(t, "create secrets", n, func(ctx context.Context, i int) error {
 		s := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("secret-%05d", i), Namespace: namespaces[i%len(namespaces)], Labels: map[string]string{"index": fmt.Sprint(i)}},
 			Data:       SecretData(i),
 		}
-		g.Go(func() error {
-			_, err := e.Kube.CoreV1().Secrets(s.Namespace).Create(ctx, s, metav1.CreateOptions{})
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		t.Fatalf("create secrets: %v", err)
-	}
+		_, err := e.Kube.CoreV1().Secrets(s.Namespace).Create(ctx, s, metav1.CreateOptions{})
+		return err
+	})
 }
 
 // Widget returns widget number i, named name, in the given API version.

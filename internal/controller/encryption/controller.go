@@ -10,6 +10,7 @@
 package encryption
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -102,9 +103,9 @@ func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
 	}
-	c.Interval = cmpOr(c.Interval, time.Minute)
-	c.RetryBase = cmpOr(c.RetryBase, time.Minute)
-	c.RetryMax = cmpOr(c.RetryMax, time.Hour)
+	c.Interval = cmp.Or(c.Interval, time.Minute)
+	c.RetryBase = cmp.Or(c.RetryBase, time.Minute)
+	c.RetryMax = cmp.Or(c.RetryMax, time.Hour)
 	c.kick = make(chan struct{}, 1)
 	informer, err := mgr.GetCache().GetInformer(ctx, &migrationv1alpha1.StorageVersionMigration{})
 	if err != nil {
@@ -124,13 +125,6 @@ func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		return err
 	}
 	return mgr.Add(c)
-}
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d <= 0 {
-		return def
-	}
-	return d
 }
 
 func (c *Controller) poke() {
