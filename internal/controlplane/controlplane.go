@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mathrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -394,8 +395,27 @@ func httpGet(ctx context.Context, client *http.Client, url string) ([]byte, erro
 	return io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 }
 
-// freePorts asks the kernel for n distinct free loopback ports.
+// The ports servers listen on are picked below the kernel's ephemeral
+// range (32768-60999 by default on Linux). A port the kernel hands out
+// for a listener on port 0 is an ephemeral one: between the check and the
+// server's bind, any outgoing connection on the machine (a test's client,
+// an API server's etcd client) may take it as its local port, and the
+// server then fails to start. Ports below the range are only ever taken
+// by listeners.
+const (
+	lowestPort  = 15000
+	highestPort = 32000
+)
+
+// freePorts finds n distinct loopback ports that are free now, below the
+// ephemeral range, at random so that parallel tests rarely try the same.
 func freePorts(n int) ([]int, error) {
+	return FreePorts(n)
+}
+
+// FreePorts finds n distinct free loopback ports for servers (see
+// freePorts); tests use it for the endpoints of the processes they start.
+func FreePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	var listeners []net.Listener
 	defer func() {
@@ -403,13 +423,18 @@ func freePorts(n int) ([]int, error) {
 			l.Close()
 		}
 	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
+	for attempt := 0; len(ports) < n; attempt++ {
+		if attempt >= 100*n {
+			return nil, fmt.Errorf("find %d free ports between %d and %d: %d found in %d attempts", n, lowestPort, highestPort, len(ports), attempt)
 		}
+		port := lowestPort + mathrand.IntN(highestPort-lowestPort)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue // taken: try another
+		}
+		// Held until all are found, so that none is picked twice.
 		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, port)
 	}
 	return ports, nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -15,18 +16,19 @@ import (
 	"github.com/prometheus/common/model"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/svm-project/svm/internal/controlplane"
 )
 
 // FreeAddress returns a loopback address with a port that was free a
 // moment ago, for an svm endpoint (--metrics-bind-address and the like).
 func FreeAddress(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := controlplane.FreePorts(1)
 	if err != nil {
-		t.Fatalf("find a free port: %v", err)
+		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 }
 
 // Get requests http://addr/path and returns the status code and body; code
