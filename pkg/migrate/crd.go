@@ -1,0 +1,309 @@
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apiextensionsv1client "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+
+	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/internal/resources"
+)
+
+// More reasons a TerminalError gives, about the CRD itself.
+const (
+	// ReasonCRDRejected: the API server refused to read the CRD or to
+	// update its status for a reason no retry fixes.
+	ReasonCRDRejected = "CRDRejected"
+)
+
+// maxPruneAttempts bounds the updates of a CRD's status that may meet a
+// conflict: each conflict is followed by a fresh read and a fresh
+// decision, and a CRD that keeps changing is left for a later call.
+const maxPruneAttempts = 5
+
+// CRDResult is what CRD did.
+type CRDResult struct {
+	// Name is the CRD's name.
+	Name string
+	// StorageVersion is the CRD's storage version when CRD read it.
+	StorageVersion string
+	// Migration is what the migration of the CRD's resource did, nil
+	// when none was run: status.storedVersions already listed the
+	// storage version alone, or CRD stopped before (see its error).
+	Migration *Result
+	// StoredVersionsBefore is status.storedVersions as first read;
+	// StoredVersionsAfter is what CRD last saw, or wrote.
+	StoredVersionsBefore, StoredVersionsAfter []string
+	// Pruned is whether CRD cut status.storedVersions to the storage
+	// version.
+	Pruned bool
+	// NotPrunedReason says why storedVersions were not pruned, "" when
+	// they were.
+	NotPrunedReason string
+}
+
+// CRD migrates the resource of the named CustomResourceDefinition to its
+// storage version, then prunes the CRD's status.storedVersions to the
+// storage version alone, so that the other versions can be removed from
+// spec.versions.
+//
+// It prunes only when every object was migrated (none failed), and only
+// when the CRD's generation, storage version and UID are the ones read
+// before the migration started: a migration that ran across a change of
+// storage version proves nothing about the new one. The status update
+// carries the CRD's resourceVersion as read; on a conflict the CRD is read
+// again and the decision made again, never carried across a change.
+//
+// When storedVersions already list the storage version alone, there is
+// nothing to migrate from, and CRD returns at once without a write: call
+// it as often as you like. (To rewrite the objects anyway, after an
+// encryption key rotation say, use Resource.)
+//
+// Errors are those of Resource, a *TerminalError about the CRD
+// (ReasonCRDNotFound, ReasonForbidden, ReasonCRDRejected, ReasonNotServed),
+// ErrCRDChanged when the CRD changed during the migration, and a
+// transient error when the API server had not yet taken up the CRD's
+// storage version (its discovery still reports another): call again
+// shortly. The CRDResult says what was done in every case.
+func CRD(ctx context.Context, cfg *rest.Config, name string, opts Options) (CRDResult, error) {
+	out := CRDResult{Name: name}
+	if cfg == nil {
+		return out, terminal(ReasonInvalidOptions, "no rest.Config")
+	}
+	if err := opts.validate(); err != nil {
+		return out, err
+	}
+	client, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return out, terminal(ReasonInvalidOptions, "build CRD client: %w", err)
+	}
+	crds := client.ApiextensionsV1().CustomResourceDefinitions()
+	crd, err := crds.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return out, crdError("read", name, err)
+	}
+	start := storageOf(crd)
+	out.StorageVersion = start.StorageVersion
+	out.StoredVersionsBefore = slices.Clone(start.StoredVersions)
+	out.StoredVersionsAfter = slices.Clone(start.StoredVersions)
+	if start.StorageVersion == "" {
+		// The API server validates that there is one; say so rather
+		// than prune to nothing should one ever lack it.
+		out.NotPrunedReason = "the CRD has no storage version"
+		return out, terminal(ReasonCRDRejected, "customresourcedefinition %s has no storage version", name)
+	}
+	if onlyStorage(start) {
+		out.NotPrunedReason = "status.storedVersions lists only the storage version: nothing to migrate from"
+		return out, nil
+	}
+	version, ok := servedVersion(crd)
+	if !ok {
+		out.NotPrunedReason = "the CRD serves no version"
+		return out, terminal(ReasonNotServed, "customresourcedefinition %s serves no version", name)
+	}
+	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: version, Resource: crd.Spec.Names.Plural}
+	want := resources.StorageVersionHash(crd.Spec.Group, start.StorageVersion, crd.Spec.Names.Kind)
+
+	m, err := newEngine(cfg, opts)
+	if err != nil {
+		return out, err
+	}
+	// The API server takes up a CRD's new storage version a moment after
+	// the CRD changes; objects rewritten before then would be stored in
+	// the old one again. Discovery reports which it stores.
+	info, err := m.Lookup(ctx, gvr)
+	if err != nil {
+		out.NotPrunedReason = "the resource could not be migrated"
+		return out, publicError(resources.DisplayName(gvr.GroupResource()), err)
+	}
+	if err := storageTakenUp(info.StorageVersionHash, want, gvr, start.StorageVersion); err != nil {
+		out.NotPrunedReason = "the API server does not store the storage version yet"
+		return out, err
+	}
+
+	res, hash, err := migrateWith(ctx, m, gvr, opts)
+	out.Migration = &res
+	if err != nil {
+		out.NotPrunedReason = "the migration did not complete"
+		if res.Failed > 0 {
+			out.NotPrunedReason = fmt.Sprintf("%d objects could not be rewritten", res.Failed)
+		}
+		return out, err
+	}
+	if err := storageTakenUp(hash, want, gvr, start.StorageVersion); err != nil {
+		out.NotPrunedReason = "the API server does not store the storage version yet"
+		return out, err
+	}
+	return prune(ctx, crds, start, res.Failed, opts.fieldManager(), out)
+}
+
+// prune cuts the CRD's storedVersions to start's storage version, if the
+// CRD as read now still allows it.
+func prune(ctx context.Context, crds apiextensionsv1client.CustomResourceDefinitionInterface, start crdStorage, failed int64, fieldManager string, out CRDResult) (CRDResult, error) {
+	for range maxPruneAttempts {
+		crd, err := crds.Get(ctx, out.Name, metav1.GetOptions{})
+		var now *crdStorage
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return out, crdError("read", out.Name, err)
+		default:
+			s := storageOf(crd)
+			now = &s
+			out.StoredVersionsAfter = slices.Clone(s.StoredVersions)
+		}
+		verdict, why := decidePrune(start, now, failed)
+		switch verdict {
+		case pruneNothingLeft:
+			out.NotPrunedReason = why
+			return out, nil
+		case pruneObjectsFailed:
+			out.NotPrunedReason = why
+			return out, &ObjectsFailedError{Count: failed}
+		case pruneCRDGone:
+			out.NotPrunedReason = why
+			out.StoredVersionsAfter = nil
+			return out, terminal(ReasonCRDNotFound, "customresourcedefinition %s: %s", out.Name, why)
+		case pruneCRDChanged:
+			out.NotPrunedReason = why
+			return out, fmt.Errorf("customresourcedefinition %s: %w: %s", out.Name, ErrCRDChanged, why)
+		}
+		pruned := crd.DeepCopy()
+		pruned.Status.StoredVersions = []string{start.StorageVersion}
+		// The update carries the resourceVersion just read: if anything
+		// changed since, it is refused, and the loop decides again.
+		updated, err := crds.UpdateStatus(ctx, pruned, metav1.UpdateOptions{FieldManager: fieldManager})
+		switch {
+		case apierrors.IsConflict(err):
+			continue
+		case err != nil:
+			return out, crdError("prune storedVersions of", out.Name, err)
+		}
+		out.Pruned, out.NotPrunedReason = true, ""
+		out.StoredVersionsAfter = slices.Clone(updated.Status.StoredVersions)
+		return out, nil
+	}
+	out.NotPrunedReason = "the CRD kept changing"
+	return out, fmt.Errorf("prune storedVersions of customresourcedefinition %s: %d conflicts in a row", out.Name, maxPruneAttempts)
+}
+
+// storageTakenUp returns a transient error unless discovery's hash, got,
+// is the hash of the CRD's storage version. A server that reports no hash
+// cannot be checked; the CRD's generation still is.
+func storageTakenUp(got, want string, gvr schema.GroupVersionResource, storageVersion string) error {
+	if got == "" || got == want {
+		return nil
+	}
+	return fmt.Errorf("migrate %s: the API server does not store it in version %s yet (discovery reports storage version hash %s, not %s)",
+		resources.DisplayName(gvr.GroupResource()), storageVersion, got, want)
+}
+
+// crdError classifies an error reading or updating a CRD.
+func crdError(what, name string, err error) error {
+	wrapped := fmt.Errorf("%s customresourcedefinition %s: %w", what, name, err)
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return wrapped
+	case apierrors.IsNotFound(err):
+		return &TerminalError{Reason: ReasonCRDNotFound, Err: wrapped}
+	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+		return &TerminalError{Reason: ReasonForbidden, Err: wrapped}
+	case migrator.IsTransient(err):
+		return wrapped
+	}
+	return &TerminalError{Reason: ReasonCRDRejected, Err: wrapped}
+}
+
+// crdStorage is what the decision to prune depends on, read from a CRD.
+type crdStorage struct {
+	UID            types.UID
+	Generation     int64
+	StorageVersion string
+	StoredVersions []string
+}
+
+func storageOf(crd *apiextensionsv1.CustomResourceDefinition) crdStorage {
+	s := crdStorage{UID: crd.UID, Generation: crd.Generation, StoredVersions: crd.Status.StoredVersions}
+	for _, v := range crd.Spec.Versions {
+		if v.Storage {
+			s.StorageVersion = v.Name
+		}
+	}
+	return s
+}
+
+// onlyStorage reports whether storedVersions list the storage version
+// alone: no object can be stored in another.
+func onlyStorage(s crdStorage) bool {
+	return len(s.StoredVersions) == 1 && s.StoredVersions[0] == s.StorageVersion
+}
+
+// servedVersion is the version to write through: the storage version if
+// it is served, or else the first served one. Any served version will do,
+// since the API server stores whatever it is written through in the
+// storage version.
+func servedVersion(crd *apiextensionsv1.CustomResourceDefinition) (string, bool) {
+	first := ""
+	for _, v := range crd.Spec.Versions {
+		if !v.Served {
+			continue
+		}
+		if v.Storage {
+			return v.Name, true
+		}
+		if first == "" {
+			first = v.Name
+		}
+	}
+	return first, first != ""
+}
+
+// pruneVerdict is what to do with a CRD's storedVersions after its
+// resource was migrated.
+type pruneVerdict int
+
+const (
+	// prunePrune: cut storedVersions to the storage version.
+	prunePrune pruneVerdict = iota
+	// pruneNothingLeft: storedVersions list the storage version alone.
+	pruneNothingLeft
+	// pruneObjectsFailed: some objects may still be in an old version.
+	pruneObjectsFailed
+	// pruneCRDGone: the CRD was deleted, and its objects with it.
+	pruneCRDGone
+	// pruneCRDChanged: the storage version may have changed during the
+	// migration.
+	pruneCRDChanged
+)
+
+// decidePrune decides from the CRD as read before the migration (start)
+// and as read now (nil when it is gone), and the number of objects the
+// migration could not rewrite, whether storedVersions may be pruned; why
+// says why not.
+func decidePrune(start crdStorage, now *crdStorage, failed int64) (verdict pruneVerdict, why string) {
+	switch {
+	case now == nil:
+		return pruneCRDGone, "the CRD was deleted"
+	case now.UID != start.UID:
+		return pruneCRDChanged, "the CRD was deleted and created again"
+	case now.StorageVersion != start.StorageVersion:
+		return pruneCRDChanged, fmt.Sprintf("the storage version changed from %s to %s", start.StorageVersion, now.StorageVersion)
+	case now.Generation != start.Generation:
+		return pruneCRDChanged, fmt.Sprintf("the CRD changed (generation %d, now %d)", start.Generation, now.Generation)
+	case failed > 0:
+		return pruneObjectsFailed, fmt.Sprintf("%d objects could not be rewritten", failed)
+	case onlyStorage(*now):
+		return pruneNothingLeft, "status.storedVersions lists only the storage version already"
+	}
+	return prunePrune, ""
+}

@@ -1,0 +1,115 @@
+// Package migrate rewrites the stored objects of a Kubernetes resource in
+// its current storage version, and prunes a CustomResourceDefinition's
+// status.storedVersions once that is done, from any Go program.
+//
+// It exists for operators that ship CRDs: when a release changes the
+// storage version of one of them, the objects stored earlier stay in the
+// old version until something rewrites them, and the old version cannot be
+// removed from the CRD until status.storedVersions no longer lists it.
+// This package is that something, svm's migration engine behind a small
+// API, so that an operator need not write its own "re-store every object,
+// then prune" loop:
+//
+//   - Resource migrates one resource;
+//   - CRD migrates a CRD's resource and then prunes its storedVersions;
+//   - StartupMigrator does CRD for a few CRDs when a controller-runtime
+//     manager starts (mgr.Add), on the leader only.
+//
+// The exported names of this package keep their meaning from one release
+// of svm to the next; the engine behind them may change.
+//
+// # What is promised
+//
+// No content changes. The resource is listed in chunks (Options.ChunkSize),
+// metadata only, and every listed object is written back with an empty
+// JSON merge patch that carries nothing but its metadata.uid and
+// metadata.resourceVersion as listed. The patch sets both to the values
+// they have, so it cannot change content; the API server re-encodes the
+// object in the current storage version (and under the current encryption
+// key) and stores it. Both fields act as preconditions: an object written,
+// or deleted and created again, since it was listed is refused with a
+// conflict instead of being overwritten.
+//
+// Conflicts and deletions are skipped, not failures. An object refused
+// with a conflict was stored by that other write, in the current form:
+// it is counted as WrittenSinceStart and not written again. One deleted
+// since it was listed is counted as Gone. Every listed object ends under
+// exactly one of Restored, AlreadyCurrent, WrittenSinceStart, Gone and
+// Failed (see Counts).
+//
+// An object fails when its write is refused for a reason about that
+// object: an admission webhook or policy denies it, the API server finds
+// it invalid, or a webhook it needs cannot be called even after retries.
+// It is counted and named with the API server's reason in
+// Result.FailedObjects (the first 100; never its contents), and the
+// migration goes on with the others; the call then returns an
+// *ObjectsFailedError, and CRD does not prune.
+//
+// Errors. Throttling, server errors, timeouts and broken connections are
+// retried with backoff inside the engine, every request under its own
+// deadline. What outlives those retries is returned as a transient error
+// (IsTransient): call again later. Errors no retry can fix stop the
+// migration at once with a *TerminalError whose Reason says why (the
+// resource is not served, RBAC forbids a request, ...). Test for them
+// with errors.As. A cancelled context stops the migration and is returned.
+//
+// Pruning. CRD prunes only after a migration in which every object was
+// rewritten (or needed no write), and only if the CRD's generation,
+// storage version and UID are still those it read before the migration
+// started; the status update carries the resourceVersion read, so a CRD
+// changed in between is read and judged again, and storedVersions are
+// never pruned across a change of storage version (ErrCRDChanged). It
+// also checks, through discovery, that the API server it talks to stores
+// the CRD's storage version before it writes anything.
+//
+// Idempotence, and resuming. The package keeps no state, in the cluster
+// or elsewhere. A call made again, after an error or a restart, lists and
+// writes the resource again from the start; objects stored in the current
+// form already cost one request each and no write to etcd, since the API
+// server stores nothing when the bytes would not change. CRD on a CRD whose
+// storedVersions list the storage version alone costs one read and writes
+// nothing.
+//
+// Load. Options.Workers writes are in flight at most, fewer while the API
+// server's answers slow down or it throttles (adaptive pacing);
+// Options.QPS caps the requests per second. The engine reads metadata
+// only, and its memory depends on the chunk size, not on the number or
+// size of the objects.
+//
+// # What is not promised
+//
+//   - That every API server of a highly available control plane has taken
+//     up a CRD's new storage version. CRD checks the one it talks to;
+//     another that has not yet seen the change writes the old version, and
+//     objects it writes during the migration are taken as current. After
+//     changing a CRD's storage version, give the API servers time to see
+//     it (svm's controller waits 15 seconds) before calling CRD.
+//   - Anything about conversion: writing through a version is converting
+//     to the storage version. A lossy conversion webhook loses on this
+//     write what it loses on any other.
+//   - Coordination with other migrators (svm's controller, the in-tree
+//     storage version migrator of kube-controller-manager). Running beside
+//     them is safe, since every write is guarded by its preconditions, but
+//     the work is done twice.
+//   - Pruning for built-in resources, which have no storedVersions.
+//   - Progress that survives the process: a call cut short starts over
+//     (cheaply, as said above) when made again.
+//
+// # RBAC
+//
+// For a CRD's resource (Resource needs only the first line):
+//
+//   - list and patch on the resource; watch too, which lets the engine
+//     skip objects others write during the migration without a request
+//     (without it they cost a write answered with a conflict);
+//   - get on customresourcedefinitions and update on
+//     customresourcedefinitions/status (apiextensions.k8s.io), which may
+//     be limited to the CRDs' names.
+//
+// Discovery is read too, which every authenticated user may by default.
+// As kubebuilder markers, for widgets.example.com:
+//
+//	// +kubebuilder:rbac:groups=example.com,resources=widgets,verbs=list;watch;patch
+//	// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get,resourceNames=widgets.example.com
+//	// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions/status,verbs=update,resourceNames=widgets.example.com
+package migrate

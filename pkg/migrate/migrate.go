@@ -1,0 +1,204 @@
+package migrate
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"golang.org/x/time/rate"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+
+	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/internal/resources"
+)
+
+// DefaultFieldManager names the writes when Options.FieldManager is empty.
+const DefaultFieldManager = migrator.DefaultFieldManager
+
+// Options tune a migration. The zero value is a good start.
+type Options struct {
+	// Workers is the most writes in flight at once. Fewer are while the
+	// API server's answers slow down or it throttles, and more again as
+	// it recovers. 0 means 8.
+	Workers int
+	// QPS caps the requests per second the migration sends, with bursts
+	// of QPS rounded up. 0 means no cap but the adaptive one above. It
+	// replaces the rest.Config's own QPS, Burst and RateLimiter, which
+	// are ignored for the migration's requests.
+	QPS float64
+	// ChunkSize is the number of objects listed per request: memory
+	// grows with it, not with the number of objects. 0 means 500.
+	ChunkSize int64
+	// FieldManager names the writes in the API server's audit log, and
+	// the update of a CRD's status. "" means DefaultFieldManager.
+	FieldManager string
+	// OnProgress, if set, is told the counts as chunks complete, and
+	// about every second while a chunk is being written. It is called
+	// from one goroutine at a time and must return quickly.
+	OnProgress func(Progress)
+}
+
+func (o Options) validate() error {
+	switch {
+	case o.Workers < 0:
+		return terminal(ReasonInvalidOptions, "workers must not be negative, got %d", o.Workers)
+	case o.QPS < 0 || math.IsNaN(o.QPS) || math.IsInf(o.QPS, 0):
+		return terminal(ReasonInvalidOptions, "qps must be a non-negative number, got %v", o.QPS)
+	case o.ChunkSize < 0:
+		return terminal(ReasonInvalidOptions, "chunk size must not be negative, got %d", o.ChunkSize)
+	}
+	return nil
+}
+
+// engineOptions are the engine's options for o: the engine's defaults
+// fill the zero values.
+func (o Options) engineOptions() migrator.Options {
+	opts := migrator.Options{Workers: o.Workers, ChunkSize: o.ChunkSize, FieldManager: o.FieldManager}
+	if o.QPS > 0 {
+		opts.Limiter = rate.NewLimiter(rate.Limit(o.QPS), max(1, int(math.Ceil(o.QPS))))
+	}
+	return opts
+}
+
+func (o Options) fieldManager() string {
+	if o.FieldManager == "" {
+		return DefaultFieldManager
+	}
+	return o.FieldManager
+}
+
+// Counts says where the listed objects went: each is counted under
+// exactly one of Restored, AlreadyCurrent, WrittenSinceStart, Gone and
+// Failed.
+type Counts struct {
+	// Listed counts the objects listed.
+	Listed int64
+	// Restored counts objects written back and stored anew: they were in
+	// an old storage version (or under an old encryption key).
+	Restored int64
+	// AlreadyCurrent counts objects written back that the API server
+	// left as they were: they were stored in the current form already.
+	AlreadyCurrent int64
+	// WrittenSinceStart counts objects another client wrote (or deleted
+	// and re-created) after they were listed: that write stored them in
+	// the current form, so they were not written again.
+	WrittenSinceStart int64
+	// Gone counts objects deleted after they were listed.
+	Gone int64
+	// Failed counts objects that could not be written back.
+	Failed int64
+}
+
+// Migrated counts the objects now in the current form because the
+// migration wrote them.
+func (c Counts) Migrated() int64 { return c.Restored + c.AlreadyCurrent }
+
+// Handled counts the listed objects whose outcome is known.
+func (c Counts) Handled() int64 { return c.Migrated() + c.WrittenSinceStart + c.Gone + c.Failed }
+
+// Progress is a migration's counts so far.
+type Progress struct {
+	// Resource is the resource being migrated.
+	Resource schema.GroupVersionResource
+	Counts
+	// RemainingEstimate is the API server's estimate of the objects not
+	// listed yet, nil when it gave none.
+	RemainingEstimate *int64
+}
+
+// FailedObject is an object that could not be rewritten: its name and the
+// API server's reason, never its contents.
+type FailedObject struct {
+	Namespace, Name, Reason string
+}
+
+// Result is what a migration did. When it stopped early (see Resource's
+// errors), the counts are those of its last completed chunk.
+type Result struct {
+	// Resource is the resource migrated.
+	Resource schema.GroupVersionResource
+	Counts
+	// FailedObjects names the objects counted in Failed, the first 100.
+	FailedObjects []FailedObject
+}
+
+// Resource rewrites every object of gvr, through the API server cfg
+// points at, so that each is stored again in the current storage version
+// (and under the current encryption key) with its content unchanged.
+//
+// The error is nil when every listed object was rewritten or needed no
+// write. Otherwise it is an *ObjectsFailedError when some objects could
+// not be rewritten (Result.FailedObjects says which and why), a
+// *TerminalError when the resource cannot be migrated, the context's
+// error when ctx ended, and anything else is transient trouble that
+// outlived the engine's retries (see IsTransient): call again later. The
+// Result holds the counts in every case.
+func Resource(ctx context.Context, cfg *rest.Config, gvr schema.GroupVersionResource, opts Options) (Result, error) {
+	if cfg == nil {
+		return Result{Resource: gvr}, terminal(ReasonInvalidOptions, "no rest.Config")
+	}
+	if err := opts.validate(); err != nil {
+		return Result{Resource: gvr}, err
+	}
+	m, err := newEngine(cfg, opts)
+	if err != nil {
+		return Result{Resource: gvr}, err
+	}
+	res, _, err := migrateWith(ctx, m, gvr, opts)
+	return res, err
+}
+
+// migrateWith migrates gvr with m, and also returns the storage version
+// hash discovery reported at the start, which CRD compares with the CRD's.
+func migrateWith(ctx context.Context, m *migrator.Migrator, gvr schema.GroupVersionResource, opts Options) (Result, string, error) {
+	req := migrator.Request{Resource: gvr}
+	if opts.OnProgress != nil {
+		req.OnProgress = func(p migrator.Progress) {
+			opts.OnProgress(Progress{Resource: gvr, Counts: countsOf(p), RemainingEstimate: p.RemainingEstimate})
+		}
+	}
+	res, err := m.Run(ctx, req)
+	out := Result{Resource: gvr, Counts: countsOf(res.Progress)}
+	for _, f := range res.FailedObjects {
+		out.FailedObjects = append(out.FailedObjects, FailedObject{Namespace: f.Namespace, Name: f.Name, Reason: f.Reason})
+	}
+	return out, res.StorageVersionHash, publicError(resources.DisplayName(gvr.GroupResource()), err)
+}
+
+// newEngine builds the engine over cfg as `svm migrate` does: a metadata
+// client (the engine reads nothing but metadata) and discovery, with the
+// engine's limiter as the one limit on requests.
+func newEngine(cfg *rest.Config, opts Options) (*migrator.Migrator, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst, cfg.RateLimiter = -1, 0, nil
+	md, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, terminal(ReasonInvalidOptions, "build metadata client: %w", err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, terminal(ReasonInvalidOptions, "build discovery client: %w", err)
+	}
+	return migrator.New(md, disc, opts.engineOptions()), nil
+}
+
+func countsOf(p migrator.Progress) Counts {
+	return Counts{
+		Listed:            p.Listed,
+		Restored:          p.Restored,
+		AlreadyCurrent:    p.AlreadyCurrent,
+		WrittenSinceStart: p.WrittenSinceStart,
+		Gone:              p.Gone,
+		Failed:            p.Failed,
+	}
+}
+
+// Outcomes says where the objects went, in the words svm uses for them
+// everywhere.
+func (c Counts) Outcomes() string {
+	return fmt.Sprintf("listed %d: migrated %d (re-stored %d, already current %d), written since the start %d, gone %d, failed %d",
+		c.Listed, c.Migrated(), c.Restored, c.AlreadyCurrent, c.WrittenSinceStart, c.Gone, c.Failed)
+}

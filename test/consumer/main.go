@@ -1,0 +1,57 @@
+// Command consumer migrates one CustomResourceDefinition's objects and
+// prunes its storedVersions with svm's public Go API, from a module of its
+// own, as an operator would. svm's integration tests build it to show that
+// the API is usable from outside svm's module: it may import nothing of
+// svm but github.com/svm-project/svm/pkg/migrate.
+//
+// It prints what migrate.CRD returned as JSON on standard output, and
+// exits 1 when migrate.CRD returned an error.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/svm-project/svm/pkg/migrate"
+)
+
+func main() {
+	kubeconfig := flag.String("kubeconfig", "", "path to a kubeconfig (default: in-cluster)")
+	crd := flag.String("crd", "", "name of the CustomResourceDefinition to migrate, such as widgets.example.com")
+	flag.Parse()
+	if *crd == "" || flag.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "usage: consumer --crd NAME [--kubeconfig PATH]")
+		os.Exit(2)
+	}
+	if err := run(*kubeconfig, *crd); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func run(kubeconfig, crd string) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	res, err := migrate.CRD(ctx, cfg, crd, migrate.Options{
+		FieldManager: "consumer",
+		OnProgress: func(p migrate.Progress) {
+			fmt.Fprintf(os.Stderr, "%s: %s\n", p.Resource.Resource, p.Outcomes())
+		},
+	})
+	out := json.NewEncoder(os.Stdout)
+	out.SetIndent("", "  ")
+	if encErr := out.Encode(res); encErr != nil && err == nil {
+		err = fmt.Errorf("print the result: %w", encErr)
+	}
+	return err
+}
