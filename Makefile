@@ -22,6 +22,9 @@ KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 	-X k8s.io/client-go/pkg/version.gitMinor=$(KUBE_MINOR)
 
 TOOLS_MOD := hack/tools/go.mod hack/tools/go.sum
+HELM_MOD := hack/helm/go.mod hack/helm/go.sum
+# helm reports the release its module requires.
+HELM_VERSION := $(shell awk '$$1 == "helm.sh/helm/v4" { print $$2 }' hack/helm/go.mod)
 
 # Two packages at a time, and up to four of a package's tests side by side:
 # an integration test spends most of its time waiting on its API server, so
@@ -36,6 +39,18 @@ all: build
 .PHONY: build
 build: ## Build the svm binary into bin/.
 	go build -o $(BIN)/svm ./cmd/svm
+
+# What `make image` stamps into svm and labels the image with. Outside a git
+# checkout the version is dev and the commit is left out (svm version then
+# says unknown); the image's time is the commit's, so that building a commit
+# again gives the same image.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+
+.PHONY: image
+image: ## Build the container image without a Docker daemon into _output/svm-image.tar (docker load -i, podman load -i or crane push read it); VERSION=, COMMIT= override git's; ARGS="--arch arm64 --oci-layout DIR".
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) go run ./hack/image --version '$(VERSION)' --commit '$(COMMIT)' --output _output/svm-image.tar $(ARGS)
 
 .PHONY: controlplane
 controlplane: $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/kube-controller-manager $(BIN)/sample-apiserver ## Build kube-apiserver, etcd, kube-controller-manager and the sample aggregated API server into bin/ (skipped when up to date).
@@ -62,6 +77,15 @@ kubectl: $(BIN)/kubectl ## Build kubectl into bin/ (tests run svm as a kubectl p
 $(BIN)/kubectl: $(TOOLS_MOD)
 	cd hack/tools && go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kubectl
 
+.PHONY: helm
+helm: $(BIN)/helm ## Build helm into bin/ (tests render charts/svm with it and install it on a real API server).
+
+# helm comes from a module of its own, hack/helm, so that the Kubernetes
+# libraries it is released with stay out of svm's module and hack/tools'.
+$(BIN)/helm: $(HELM_MOD)
+	@echo "building helm $(HELM_VERSION) (the first build takes about 7 minutes on 2 cores, plus module downloads)"
+	cd hack/helm && go build -ldflags "-X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)" -o $@ helm.sh/helm/v4/cmd/helm
+
 $(BIN)/etcd: $(TOOLS_MOD) hack/tools/etcd/main.go
 	@echo "building etcd"
 	cd hack/tools && go build -o $@ ./etcd
@@ -73,16 +97,20 @@ $(CONTROLLER_GEN):
 ##@ Generate
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, CRDs and RBAC from markers.
+generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, CRDs and RBAC from markers, and the chart's copies of them.
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd:crdVersions=v1 paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=svm-controller paths=./internal/... output:rbac:artifacts:config=config/rbac
+	@# The chart installs the same CRDs and controller RBAC as config/default.
+	rm -f charts/svm/crds/*.yaml
+	cp config/crd/bases/*.yaml charts/svm/crds/
+	cp config/rbac/role.yaml charts/svm/files/role.yaml
 
 .PHONY: verify-generated
 verify-generated: ## Fail when regenerating changes any generated file.
-	@before=$$(find api config -type f -print0 | sort -z | xargs -0 sha256sum); \
+	@before=$$(find api config charts -type f -print0 | sort -z | xargs -0 sha256sum); \
 	$(MAKE) --no-print-directory generate >/dev/null || exit 1; \
-	after=$$(find api config -type f -print0 | sort -z | xargs -0 sha256sum); \
+	after=$$(find api config charts -type f -print0 | sort -z | xargs -0 sha256sum); \
 	if [ "$$before" != "$$after" ]; then \
 		echo "generated files were stale and have been regenerated:"; \
 		diff <(echo "$$before") <(echo "$$after") | grep '^>' ; exit 1; fi
@@ -99,7 +127,7 @@ vet: ## go vet both modules.
 	cd hack/tools && go vet ./etcd
 
 .PHONY: test
-test: controlplane kubectl verify-generated fmt-check vet test-race ## Build the control plane and kubectl, check generated code, and run every test.
+test: controlplane kubectl helm verify-generated fmt-check vet test-race ## Build the control plane, kubectl and helm, check generated code, and run every test.
 	SVM_BIN_DIR=$(BIN) go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-short

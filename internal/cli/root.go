@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -18,9 +20,15 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 )
 
-// Version is svm's version, set at build time with
-// -ldflags "-X github.com/svm-project/svm/internal/cli.Version=v1.2.3".
-var Version = "dev"
+// Version and Commit say which svm this is; `make image` sets them with
+// -ldflags "-X github.com/svm-project/svm/internal/cli.Version=v1.2.3
+// -X github.com/svm-project/svm/internal/cli.Commit=1a2b3c4". A binary
+// built without them still tells what the go command recorded in it (see
+// versionLine), so that a bug report can name the build.
+var (
+	Version = ""
+	Commit  = ""
+)
 
 // Main runs svm with args and returns the process exit code. Errors are
 // printed as one readable line.
@@ -67,12 +75,57 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 func newVersionCommand(out io.Writer) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print svm's version",
+		Short: "Print svm's version, the commit it was built from, and its Go version",
 		Args:  cobra.NoArgs,
 		Run: func(*cobra.Command, []string) {
-			fmt.Fprintln(out, Version)
+			info, _ := debug.ReadBuildInfo()
+			fmt.Fprintln(out, versionLine(Version, Commit, info))
 		},
 	}
+}
+
+// versionLine is what `svm version` prints, e.g.
+// "svm v0.3.0 (commit 1a2b3c4, go1.26.8, linux/amd64)". Values stamped
+// with -ldflags win; without them, the module version `go install
+// ...@v0.3.0` records, and the git revision a build in a checkout records
+// (shortened as in Go's pseudo-versions, "-dirty" when the tree had
+// changes); "dev" and "unknown" when there is nothing to go on.
+func versionLine(version, commit string, info *debug.BuildInfo) string {
+	if version == "" && info != nil && info.Main.Version != "" && info.Main.Version != "(devel)" {
+		version = info.Main.Version
+	}
+	if version == "" {
+		version = "dev"
+	}
+	if commit == "" && info != nil {
+		commit = recordedRevision(info.Settings)
+	}
+	if commit == "" {
+		commit = "unknown"
+	}
+	return fmt.Sprintf("svm %s (commit %s, %s, %s/%s)", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// recordedRevision is the git revision in the go command's build
+// settings, or "".
+func recordedRevision(settings []debug.BuildSetting) string {
+	var revision, modified string
+	for _, s := range settings {
+		switch s.Key {
+		case "vcs.revision":
+			revision = s.Value
+		case "vcs.modified":
+			modified = s.Value
+		}
+	}
+	if revision == "" {
+		return ""
+	}
+	revision = revision[:min(12, len(revision))]
+	if modified == "true" {
+		revision += "-dirty"
+	}
+	return revision
 }
 
 // pluginDisplayName is how kubectl users call svm when its binary is

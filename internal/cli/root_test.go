@@ -2,18 +2,24 @@ package cli
 
 import (
 	"bytes"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
 
 func TestMain(t *testing.T) {
+	// As -ldflags -X stamps them.
+	defer func(version, commit string) { Version, Commit = version, commit }(Version, Commit)
+	Version, Commit = "v1.2.3", "1a2b3c4"
+	toolchain := runtime.Version() + ", " + runtime.GOOS + "/" + runtime.GOARCH
 	tests := []struct {
 		name             string
 		args             []string
 		wantCode         int
 		wantOut, wantErr string
 	}{
-		{name: "version", args: []string{"version"}, wantOut: Version + "\n"},
+		{name: "version", args: []string{"version"}, wantOut: "svm v1.2.3 (commit 1a2b3c4, " + toolchain + ")\n"},
 		{name: "unknown command", args: []string{"frobnicate"}, wantCode: 1, wantErr: "svm: unknown command \"frobnicate\""},
 		{name: "extra argument", args: []string{"version", "x"}, wantCode: 1, wantErr: "svm: unknown command \"x\""},
 		{name: "controller: endpoint not https", args: []string{"controller", "--apiserver-endpoints", "https://10.0.0.1:6443,http://10.0.0.2:6443"}, wantCode: 1,
@@ -34,6 +40,46 @@ func TestMain(t *testing.T) {
 			}
 			if !strings.HasPrefix(errOut.String(), tt.wantErr) {
 				t.Errorf("stderr %q, want prefix %q", errOut.String(), tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestVersionLine(t *testing.T) {
+	toolchain := runtime.Version() + ", " + runtime.GOOS + "/" + runtime.GOARCH
+	checkout := &debug.BuildInfo{
+		Main: debug.Module{Path: "github.com/svm-project/svm", Version: "(devel)"},
+		Settings: []debug.BuildSetting{
+			{Key: "vcs", Value: "git"},
+			{Key: "vcs.revision", Value: "1a2b3c4d5e6f7a8b9c0d1a2b3c4d5e6f7a8b9c0d"},
+			{Key: "vcs.modified", Value: "false"},
+		},
+	}
+	dirty := &debug.BuildInfo{
+		Main: debug.Module{Path: "github.com/svm-project/svm", Version: "(devel)"},
+		Settings: []debug.BuildSetting{
+			{Key: "vcs.revision", Value: "1a2b3c4d5e6f7a8b9c0d1a2b3c4d5e6f7a8b9c0d"},
+			{Key: "vcs.modified", Value: "true"},
+		},
+	}
+	installed := &debug.BuildInfo{Main: debug.Module{Path: "github.com/svm-project/svm", Version: "v0.3.0"}}
+	tests := []struct {
+		name            string
+		version, commit string
+		info            *debug.BuildInfo
+		want            string
+	}{
+		{name: "stamped", version: "v0.3.0", commit: "abc1234", info: checkout, want: "svm v0.3.0 (commit abc1234, " + toolchain + ")"},
+		{name: "go build in a checkout", info: checkout, want: "svm dev (commit 1a2b3c4d5e6f, " + toolchain + ")"},
+		{name: "go build in a changed checkout", info: dirty, want: "svm dev (commit 1a2b3c4d5e6f-dirty, " + toolchain + ")"},
+		{name: "go install at a version", info: installed, want: "svm v0.3.0 (commit unknown, " + toolchain + ")"},
+		{name: "version stamped, commit recorded", version: "v0.4.0-rc.1", info: checkout, want: "svm v0.4.0-rc.1 (commit 1a2b3c4d5e6f, " + toolchain + ")"},
+		{name: "nothing to go on", want: "svm dev (commit unknown, " + toolchain + ")"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := versionLine(tt.version, tt.commit, tt.info); got != tt.want {
+				t.Errorf("versionLine = %q, want %q", got, tt.want)
 			}
 		})
 	}

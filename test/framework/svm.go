@@ -19,6 +19,9 @@ var (
 )
 
 // SVMBinary builds cmd/svm once per test process and returns its path.
+// It builds as the image does (hack/image: static, -trimpath), so that the
+// tests run the binary as it ships, and the image's build finds every
+// package compiled already.
 func SVMBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -28,8 +31,9 @@ func SVMBinary(t testing.TB) string {
 			return
 		}
 		svmBinary = filepath.Join(dir, "svm")
-		cmd := exec.Command("go", "build", "-o", svmBinary, "./cmd/svm")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", svmBinary, "./cmd/svm")
 		cmd.Dir = RepoRoot()
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = &buildError{out: out, err: err}
 		}
