@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/svm-project/svm/internal/controlplane"
 )
 
 var (
@@ -78,6 +80,9 @@ func startSVM(t testing.TB, kubeconfig string, args []string) *Process {
 	}
 	cmd := exec.Command(bin, append(args, "--kubeconfig", kubeconfig)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// A test that fails while svm runs asks it for its goroutines
+	// (SIGQUIT): all of them, so that a stall shows where it waits.
+	cmd.Env = append(os.Environ(), "GOTRACEBACK=all")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start svm: %v", err)
@@ -89,13 +94,35 @@ func startSVM(t testing.TB, kubeconfig string, args []string) *Process {
 		close(p.exited)
 	}()
 	t.Cleanup(func() {
-		p.Kill()
-		if t.Failed() {
-			data, _ := os.ReadFile(p.LogPath)
-			t.Logf("svm log:\n%s", tail(data, 60))
+		if !t.Failed() {
+			p.Kill()
+			return
 		}
+		dumped := p.Running() && p.quit(10*time.Second)
+		p.Kill()
+		data, _ := os.ReadFile(p.LogPath)
+		log, stacks := splitGoroutineDump(data)
+		t.Logf("svm log:\n%s", tail(log, 60))
+		if dumped {
+			t.Logf("svm's goroutines in its own code when the test failed:\n%s", summarizeGoroutines(stacks, modulePath))
+		}
+		controlplane.KeepArtifact(t, filepath.Base(p.LogPath), p.LogPath)
 	})
 	return p
+}
+
+// quit asks the process for its goroutines and to exit (SIGQUIT), and
+// reports whether it exited within timeout.
+func (p *Process) quit(timeout time.Duration) bool {
+	if err := p.cmd.Process.Signal(syscall.SIGQUIT); err != nil {
+		return false
+	}
+	select {
+	case <-p.exited:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
 }
 
 // Kill kills the process with SIGKILL and waits for it to exit.
