@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -67,6 +68,57 @@ func (e *Env) WaitMigration(t testing.TB, name string, timeout time.Duration, wh
 			name, what, timeout, lastErr, last.Spec, last.Status.Progress, last.Status.Conditions)
 	}
 	return last
+}
+
+// WaitMigrationMoving polls the migration named name until cond holds,
+// and returns it, for as long as the migration moves: it fails the test
+// once the migration's saved progress and conditions have stood still
+// for stall, or once limit has passed. A test that proves a migration
+// completes by itself through crashes and outages waits this way: on
+// two cores shared with other suites, a migration that the API server
+// answers slowly (and svm's pacing slows further) is late, not stuck,
+// and a fixed deadline cannot tell the two apart.
+func (e *Env) WaitMigrationMoving(t testing.TB, name string, stall, limit time.Duration, what string, cond func(*migrationv1alpha1.StorageVersionMigration) bool) *migrationv1alpha1.StorageVersionMigration {
+	t.Helper()
+	var last *migrationv1alpha1.StorageVersionMigration
+	var lastErr error
+	start, moved := time.Now(), time.Now()
+	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, limit, true, func(ctx context.Context) (bool, error) {
+		m := &migrationv1alpha1.StorageVersionMigration{}
+		if lastErr = e.Client.Get(ctx, client.ObjectKey{Name: name}, m); lastErr == nil {
+			if last == nil || movement(last) != movement(m) {
+				moved = time.Now()
+			}
+			last = m
+			if cond(m) {
+				return true, nil
+			}
+		}
+		if since := time.Since(moved); since > stall {
+			return false, fmt.Errorf("stood still for %s", since.Round(time.Second))
+		}
+		return false, nil
+	})
+	if err != nil {
+		if last == nil {
+			t.Fatalf("migration %s: not %s after %s; never read: %v (%v)", name, what, time.Since(start).Round(time.Second), lastErr, err)
+		}
+		t.Fatalf("migration %s: not %s after %s (%v; last error: %v); spec %+v, progress %+v, conditions %+v",
+			name, what, time.Since(start).Round(time.Second), err, lastErr, last.Spec, last.Status.Progress, last.Status.Conditions)
+	}
+	return last
+}
+
+// movement is what changes when a migration moves: its saved place in the
+// list, its counts and its conditions (not their times, which a stuck
+// controller might refresh).
+func movement(m *migrationv1alpha1.StorageVersionMigration) string {
+	p := m.Status.Progress
+	key := fmt.Sprintf("%s|%d|%d|%d|%d|%d|", m.Spec.ContinueToken, p.Listed, p.Migrated(), p.Skipped(), p.Failed, p.SkippedWithoutWrite)
+	for _, c := range m.Status.Conditions {
+		key += fmt.Sprintf("%s=%s/%s|", c.Type, c.Status, c.Reason)
+	}
+	return key
 }
 
 // WaitMigrationSucceeded waits until the migration named name has

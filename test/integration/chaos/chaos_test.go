@@ -37,10 +37,16 @@ const (
 	// in flight can be repeated while a server is away.
 	workers  = 8
 	attempts = 10
-	// within bounds every wait for a migration's progress or end: 20,000
-	// writes have taken up to four minutes on two cores shared with other
-	// tests (the scenarios' own among them: they run side by side).
-	within = 8 * time.Minute
+	// A migration must keep moving: every wait for its progress or end
+	// fails once its saved progress has stood still for stall (a chunk of
+	// 200 objects, or a restart and its retries, takes far less), or
+	// after limit in all. On two cores shared with other suites (the
+	// scenarios' own among them: they run side by side), 20,000 writes
+	// have taken from two to over eight minutes: the API server answers
+	// slowly, and svm's pacing then sends fewer writes at once, as it
+	// should. A fixed deadline would fail a migration for being slow.
+	stall = 4 * time.Minute
+	limit = 20 * time.Minute
 	// retries is svm's counter of requests repeated after a transient error.
 	retries = "storage_migrator_core_migrator_retries_total"
 )
@@ -140,7 +146,7 @@ func svmKilledRepeatedly(t *testing.T, env *framework.Env, before framework.Snap
 		// Each run saves at least one chunk of its own before it is
 		// killed, whatever the previous run managed after its kill point.
 		target := max(point*chunkSize, saved+chunkSize)
-		env.WaitMigration(t, "svm-killed", within, fmt.Sprintf("past %d listed objects", target), listed(target))
+		env.WaitMigrationMoving(t, "svm-killed", stall, limit, fmt.Sprintf("past %d listed objects", target), listed(target))
 		// Retries are counted by each process, and are lost with it.
 		scrape := func() {
 			retried += int(framework.Scrape(t, metricsAddr).Sum(retries, "resource", "widgets.example.com"))
@@ -175,7 +181,7 @@ func svmKilledRepeatedly(t *testing.T, env *framework.Env, before framework.Snap
 
 	metricsAddr := framework.FreeAddress(t)
 	proxy.StartSVM(t, args(metricsAddr)...)
-	m := env.WaitMigration(t, "svm-killed", within, "finished", framework.Finished)
+	m := env.WaitMigrationMoving(t, "svm-killed", stall, limit, "finished", framework.Finished)
 	retried += int(framework.Scrape(t, metricsAddr).Sum(retries, "resource", "widgets.example.com"))
 	writes := env.ServerRequests(t, "PATCH", "widgets") - writesBefore
 	// A run resumes from the last saved continue token: at most the chunk
@@ -228,8 +234,8 @@ func (h *saveHolder) holdNext(t *testing.T) (release func()) {
 	select {
 	case <-held:
 		return func() { close(until) }
-	case <-time.After(3 * time.Minute):
-		t.Fatal("svm saved no progress within 3 minutes")
+	case <-time.After(stall):
+		t.Fatalf("svm saved no progress within %s", stall)
 		return nil
 	}
 }
@@ -285,7 +291,7 @@ func apiServerKilled(t *testing.T, env *framework.Env, before framework.Snapshot
 	// the same process must ride out the outage.
 	svm := proxy.StartSVM(t, controllerArgs(metricsAddr, "--leader-elect=false", "--qps", strconv.Itoa(qps))...)
 	env.CreateMigration(t, "apiserver-killed", framework.Widgets)
-	env.WaitMigration(t, "apiserver-killed", within, fmt.Sprintf("past %d listed objects", point), listed(point))
+	env.WaitMigrationMoving(t, "apiserver-killed", stall, limit, fmt.Sprintf("past %d listed objects", point), listed(point))
 	time.Sleep(delay)
 	if err := env.CP.KillAPIServer(); err != nil {
 		t.Fatalf("kill kube-apiserver: %v", err)
@@ -302,7 +308,7 @@ func apiServerKilled(t *testing.T, env *framework.Env, before framework.Snapshot
 	}
 	t.Logf("kube-apiserver ready again %s after its start", time.Since(start).Round(time.Millisecond))
 
-	m := env.WaitMigration(t, "apiserver-killed", within, "finished", framework.Finished)
+	m := env.WaitMigrationMoving(t, "apiserver-killed", stall, limit, "finished", framework.Finished)
 	if !svm.Running() {
 		t.Error("svm controller exited during the outage")
 	}
@@ -332,7 +338,7 @@ func etcdStopped(t *testing.T, env *framework.Env, before framework.Snapshot, rn
 	// cannot be renewed without etcd either.
 	svm := env.StartSVM(t, controllerArgs(metricsAddr, "--leader-elect=false", "--qps", strconv.Itoa(qps))...)
 	env.CreateMigration(t, "etcd-stopped", framework.Widgets)
-	env.WaitMigration(t, "etcd-stopped", within, fmt.Sprintf("past %d listed objects", point), listed(point))
+	env.WaitMigrationMoving(t, "etcd-stopped", stall, limit, fmt.Sprintf("past %d listed objects", point), listed(point))
 	time.Sleep(delay)
 	if err := env.CP.StopEtcd(); err != nil {
 		t.Fatalf("stop etcd: %v", err)
@@ -347,7 +353,7 @@ func etcdStopped(t *testing.T, env *framework.Env, before framework.Snapshot, rn
 		t.Fatalf("start etcd again: %v", err)
 	}
 
-	m := env.WaitMigration(t, "etcd-stopped", within, "finished", framework.Finished)
+	m := env.WaitMigrationMoving(t, "etcd-stopped", stall, limit, "finished", framework.Finished)
 	if !svm.Running() || !env.CP.APIServerRunning() {
 		t.Errorf("svm running: %v, kube-apiserver running: %v; both should have ridden out the outage", svm.Running(), env.CP.APIServerRunning())
 	}
