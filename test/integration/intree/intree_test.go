@@ -184,10 +184,10 @@ func TestSVMExecutesBesideKubeControllerManager(t *testing.T) {
 	// A user's in-tree migration is Running before svm's is created.
 	const user = "user-first"
 	env.CreateInTreeMigration(t, user, widgetsGR)
-	waitInTree(t, env, user, "Running", intree.IsRunning)
+	since := runningSince(t, waitInTree(t, env, user, "Running", intree.IsRunning))
 	env.CreateMigration(t, "widgets-1", framework.Widgets)
 	ended := waitInTree(t, env, user, "ended", intree.Ended)
-	expectNoPatchWhileRunning(t, proxy, ended)
+	expectNoPatchWhileRunning(t, proxy, ended, since)
 	waitSucceeded(t, env, "widgets-1")
 
 	// svm's is running when a user's in-tree migration starts: svm stops,
@@ -198,8 +198,9 @@ func TestSVMExecutesBesideKubeControllerManager(t *testing.T) {
 	})
 	const second = "user-during"
 	env.CreateInTreeMigration(t, second, widgetsGR)
+	since = runningSince(t, waitInTree(t, env, second, "Running", intree.IsRunning))
 	ended = waitInTree(t, env, second, "ended", intree.Ended)
-	expectNoPatchWhileRunning(t, proxy, ended)
+	expectNoPatchWhileRunning(t, proxy, ended, since)
 	waitSucceeded(t, env, "widgets-2")
 	reasons := framework.EventReasons(env.Events(t, "StorageVersionMigration", "widgets-2"))
 	if reasons["WaitingForInTreeMigration"] == 0 {
@@ -272,24 +273,35 @@ func waitInTree(t *testing.T, env *framework.Env, name, what string, cond func(*
 	return m
 }
 
+// runningSince is when kube-controller-manager marked the in-tree
+// migration m Running, read while it still is: the condition's time moves
+// again when it stops. It may come seconds after m was created on a busy
+// machine, and svm holds back only for a Running one.
+func runningSince(t *testing.T, m *storagemigrationv1.StorageVersionMigration) time.Time {
+	t.Helper()
+	running := meta.FindStatusCondition(m.Status.Conditions, string(storagemigrationv1.MigrationRunning))
+	if running == nil || running.Status != metav1.ConditionTrue {
+		t.Fatalf("in-tree migration %s is not Running: conditions %+v", m.Name, m.Status.Conditions)
+	}
+	return running.LastTransitionTime.Time
+}
+
 // expectNoPatchWhileRunning fails if svm sent a PATCH to widgets between
-// the moment the in-tree migration m was marked Running and the moment it
-// stopped being Running. Condition times have a resolution of one second:
-// the window checked is the one second shorter at each end.
-func expectNoPatchWhileRunning(t *testing.T, p *framework.Proxy, m *storagemigrationv1.StorageVersionMigration) {
+// the moment the in-tree migration m was marked Running (since) and the
+// moment it stopped being Running. Condition times have a resolution of
+// one second: the window checked is the one second shorter at each end.
+func expectNoPatchWhileRunning(t *testing.T, p *framework.Proxy, m *storagemigrationv1.StorageVersionMigration, since time.Time) {
 	t.Helper()
 	succeeded := meta.FindStatusCondition(m.Status.Conditions, string(storagemigrationv1.MigrationSucceeded))
 	running := meta.FindStatusCondition(m.Status.Conditions, string(storagemigrationv1.MigrationRunning))
 	if succeeded == nil || running == nil {
 		t.Fatalf("in-tree migration %s: conditions %+v", m.Name, m.Status.Conditions)
 	}
-	// Running's transition time is when it ended (its last transition);
-	// it started no later than svm's run could have seen it, which the
-	// Succeeded condition's time bounds from above. Use the creation time
-	// as the start: the runner marks it Running within a second.
-	from, to := m.CreationTimestamp.Add(time.Second), running.LastTransitionTime.Add(-time.Second)
+	// Running's transition time is now when it ended (its last
+	// transition).
+	from, to := since.Add(time.Second), running.LastTransitionTime.Add(-time.Second)
 	if !to.After(from) {
-		t.Fatalf("in-tree migration %s ran for under two seconds (%s to %s): the test proves nothing; use more objects", m.Name, m.CreationTimestamp, running.LastTransitionTime)
+		t.Fatalf("in-tree migration %s ran for under two seconds (%s to %s): the test proves nothing; use more objects", m.Name, since, running.LastTransitionTime)
 	}
 	for _, at := range widgetPatches(p) {
 		if at.After(from) && at.Before(to) {
