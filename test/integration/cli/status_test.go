@@ -268,8 +268,8 @@ func TestStatusErrors(t *testing.T) {
 	}
 }
 
-// TestKubectlPlugin installs svm as kubectl-svm on PATH and runs it through
-// a real kubectl, as `kubectl svm`.
+// TestKubectlPlugin installs svm as kubectl-svm on PATH with the README's
+// command and runs it through a real kubectl, as `kubectl svm`.
 //
 // Its comparisons cover every migration and StorageState on the control
 // plane it shares: the package's other tests there create none (see
@@ -296,14 +296,10 @@ func TestKubectlPlugin(t *testing.T) {
 	env.CreateInTreeMigration(t, inTree, schema.GroupResource{Resource: "configmaps"})
 	createStorageState(t, env, state.Group, state.Resource, "k6S1K8hGv1A=", []string{"k6S1K8hGv1A="})
 
-	plugins := t.TempDir()
-	data, err := os.ReadFile(framework.SVMBinary(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(plugins, "kubectl-svm"), data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	// Installed by the README's command, as a user would.
+	home, _ := installAsPrinted(t, readmePlugin)
+	plugins := filepath.Join(home, "bin")
+	expectVersion(t, filepath.Join(plugins, "kubectl-svm"))
 	runKubectl := func(args ...string) string {
 		t.Helper()
 		cmd := exec.CommandContext(framework.Context(t, 2*time.Minute), kubectl, args...)
