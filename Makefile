@@ -122,9 +122,10 @@ fmt-check: ## Fail when gofmt would change a file.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 
 .PHONY: vet
-vet: ## go vet both modules.
+vet: ## go vet svm's module, the tools module's etcd and the consumer module that imports svm's public API.
 	go vet ./...
 	cd hack/tools && go vet ./etcd
+	cd test/consumer && go vet ./...
 
 .PHONY: test
 test: controlplane kubectl helm verify-generated fmt-check vet test-race ## Build the control plane, kubectl and helm, check generated code, and run every test.
@@ -142,7 +143,7 @@ test-census: ## Count the integration tests, their subtests and their checks (a 
 
 .PHONY: test-race
 test-race: ## Run the unit tests (and the fuzz tests' seed corpora) with the race detector.
-	go test -race -count=1 ./internal/...
+	go test -race -count=1 ./internal/... ./pkg/...
 
 ##@ Try it
 
