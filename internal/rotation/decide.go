@@ -113,7 +113,7 @@ func Decide(in Input) (d Decision) {
 			continue
 		}
 		live = append(live, m)
-		if isOwned(m) && m.Annotations[ConfigHashAnnotation] == hash {
+		if IsOwned(m) && m.Annotations[ConfigHashAnnotation] == hash {
 			own = append(own, m)
 		}
 	}
@@ -157,19 +157,17 @@ func rewrittenMessage(resource string, s *migrationv1alpha1.StorageEncryption) s
 	return fmt.Sprintf("Every object of %s was rewritten under configuration %s%s (migration %s): objects written through the API no longer need keys the configuration only reads with", resource, s.RewrittenConfigHash, at, s.RewrittenBy)
 }
 
-func isOwned(m *migrationv1alpha1.StorageVersionMigration) bool {
+// IsOwned reports whether m is a re-encryption svm created.
+func IsOwned(m *migrationv1alpha1.StorageVersionMigration) bool {
 	return m.Labels[CreatedByLabel] == CreatedByValue
 }
-
-// IsOwned reports whether m is a re-encryption svm created.
-func IsOwned(m *migrationv1alpha1.StorageVersionMigration) bool { return isOwned(m) }
 
 // unfinished names svm's unfinished re-encryptions not under keep.
 func unfinished(ms []migrationv1alpha1.StorageVersionMigration, keep string) []string {
 	var out []string
 	for i := range ms {
 		m := &ms[i]
-		if isOwned(m) && !m.IsFinished() && m.DeletionTimestamp == nil && (keep == "" || m.Annotations[ConfigHashAnnotation] != keep) {
+		if IsOwned(m) && !m.IsFinished() && m.DeletionTimestamp == nil && (keep == "" || m.Annotations[ConfigHashAnnotation] != keep) {
 			out = append(out, m.Name)
 		}
 	}
