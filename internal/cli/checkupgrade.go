@@ -44,10 +44,6 @@ type CheckUpgradeOptions struct {
 	Output string
 
 	Out, ErrOut io.Writer
-	// Exit ends the process with a verdict's exit code. Main turns every
-	// error into exit code 1 and a message, but a verdict is neither, so
-	// the command exits with it itself, after printing.
-	Exit func(code int)
 
 	target    upgrade.Target
 	host      string
@@ -64,7 +60,7 @@ var (
 )
 
 func newCheckUpgradeCommand(configFlags *genericclioptions.ConfigFlags, out, errOut io.Writer) *cobra.Command {
-	o := &CheckUpgradeOptions{ConfigFlags: configFlags, Out: out, ErrOut: errOut, Exit: os.Exit}
+	o := &CheckUpgradeOptions{ConfigFlags: configFlags, Out: out, ErrOut: errOut}
 	cmd := &cobra.Command{
 		Use:   "check-upgrade (--decodable RESOURCE[.GROUP]=VERSION[,VERSION...]... | -f FILE)",
 		Short: "Check that a target API server can decode every version objects may be stored in",
@@ -95,7 +91,8 @@ func newCheckUpgradeCommand(configFlags *genericclioptions.ConfigFlags, out, err
 				return err
 			}
 			if code := ExitCode(verdict); code != 0 {
-				o.Exit(code)
+				// The verdict is printed; it is no error to print again.
+				return ExitError(code)
 			}
 			return nil
 		},

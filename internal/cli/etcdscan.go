@@ -93,9 +93,6 @@ type EtcdScanOptions struct {
 	FailOnIdentity bool
 
 	Out, ErrOut io.Writer
-	// Exit ends the process with a failed check's exit code, after the
-	// counts are printed: Main turns every error into exit code 1.
-	Exit func(code int)
 
 	endpoints []string
 	prefixes  []string
@@ -104,7 +101,7 @@ type EtcdScanOptions struct {
 var etcdScanOutputs = []string{"table", "json"}
 
 func newEtcdScanCommand(out, errOut io.Writer) *cobra.Command {
-	o := &EtcdScanOptions{Out: out, ErrOut: errOut, Exit: os.Exit}
+	o := &EtcdScanOptions{Out: out, ErrOut: errOut}
 	cmd := &cobra.Command{
 		Use:   "etcd-scan --endpoints URL[,URL...]",
 		Short: "Count the values in etcd by resource and encryption key, reading etcd directly",
@@ -140,7 +137,8 @@ func newEtcdScanCommand(out, errOut io.Writer) *cobra.Command {
 				return err
 			}
 			if code != 0 {
-				o.Exit(code)
+				// The counts and the failed check are printed.
+				return ExitError(code)
 			}
 			return nil
 		},

@@ -6,6 +6,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -31,18 +32,37 @@ var (
 )
 
 // Main runs svm with args and returns the process exit code. Errors are
-// printed as one readable line.
+// printed as one readable line, and exit with 1; an ExitError exits with
+// its code, silently.
 func Main(args []string, stdout, stderr io.Writer) int {
 	root := NewRootCommand(stdout, stderr)
 	root.SetArgs(args)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(stderr, "svm:", err)
-		return 1
-	}
-	return 0
+	return exitCode(root.ExecuteContext(ctx), stderr)
 }
+
+// exitCode is the exit code for a command's error, which it prints
+// unless it is an ExitError.
+func exitCode(err error, stderr io.Writer) int {
+	var exit ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &exit):
+		return int(exit)
+	}
+	fmt.Fprintln(stderr, "svm:", err)
+	return 1
+}
+
+// ExitError ends a command that has said what it found with an exit code
+// that tells a script the outcome (check-upgrade's verdict, etcd-scan's
+// failed check): not an error to print, and not exit code 1, which means
+// the command could not do its work.
+type ExitError int
+
+func (e ExitError) Error() string { return fmt.Sprintf("exit code %d", int(e)) }
 
 // NewRootCommand builds the svm command tree.
 func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {

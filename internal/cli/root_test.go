@@ -2,6 +2,8 @@ package cli
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -40,6 +42,28 @@ func TestMain(t *testing.T) {
 			}
 			if !strings.HasPrefix(errOut.String(), tt.wantErr) {
 				t.Errorf("stderr %q, want prefix %q", errOut.String(), tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	tests := []struct {
+		name     string
+		err      error
+		wantCode int
+		wantErr  string
+	}{
+		{name: "done", err: nil, wantCode: 0},
+		{name: "a verdict", err: ExitError(ExitUnsafe), wantCode: ExitUnsafe},
+		{name: "a verdict, wrapped", err: fmt.Errorf("scan: %w", ExitError(ExitUnknown)), wantCode: ExitUnknown},
+		{name: "an error", err: errors.New("connect: refused"), wantCode: 1, wantErr: "svm: connect: refused\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var errOut bytes.Buffer
+			if code := exitCode(tt.err, &errOut); code != tt.wantCode || errOut.String() != tt.wantErr {
+				t.Errorf("exit code %d and stderr %q, want %d and %q", code, errOut.String(), tt.wantCode, tt.wantErr)
 			}
 		})
 	}
