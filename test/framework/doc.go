@@ -13,7 +13,8 @@
 //     flips, objects by the thousand (SeedWidgets writes through etcd),
 //     and snapshots of their contents (ExpectUnchanged).
 //   - etcd.go: raw values, their versions and revisions (ExpectStored).
-//   - svm.go, cli.go, kubectl.go: svm and kubectl as processes.
+//   - svm.go, cli.go, kubectl.go, goroutines.go: svm and kubectl as
+//     processes, and where svm waited when a test failed.
 //   - migrations.go: creating migrations and waiting for their
 //     conditions, StorageStates and anything else (Eventually).
 //   - engine.go: svm's engine in the test process.
