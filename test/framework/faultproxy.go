@@ -98,6 +98,8 @@ type FaultRecord struct {
 	Fault    Fault
 	// RetryAfter is what a Throttle asked the client to wait.
 	RetryAfter time.Duration
+	// Delay is how long a Slow held the request before forwarding it.
+	Delay time.Duration
 	// Forwarded reports whether the proxy sent the request on to the API
 	// server.
 	Forwarded bool
@@ -281,6 +283,14 @@ func (p *FaultProxy) FailAll(f Fault) {
 	p.failAll = f
 }
 
+// SlowAll holds every request the proxy may fault for delay before
+// forwarding it (Slow), until FailAll(NoFault).
+func (p *FaultProxy) SlowAll(delay time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failAll, p.delay = Slow, delay
+}
+
 // Decide sets a function that chooses the fault for a request before the
 // random draw: when it returns ok, the request gets fault f, and a
 // Throttle asks for retryAfter (0: the proxy's default). It is called with
@@ -349,6 +359,9 @@ func (p *FaultProxy) begin(r *http.Request) (int, FaultRecord) {
 	if rec.Fault != Throttle {
 		rec.RetryAfter = 0
 	}
+	if rec.Fault == Slow {
+		rec.Delay = p.delay
+	}
 	p.log = append(p.log, rec)
 	if !isWatch(r) {
 		p.inFlight[len(p.log)-1] = true
@@ -409,7 +422,7 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 	default:
 		if rec.Fault == Slow {
 			select {
-			case <-time.After(p.delay):
+			case <-time.After(rec.Delay):
 			case <-r.Context().Done():
 				p.end(i, false, 0, true)
 				return

@@ -2,6 +2,7 @@ package faults_test
 
 import (
 	"net/http"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ import (
 func testAdaptivePacing(t *testing.T, f *fixture) {
 	before := f.flip(t)
 	const workers = 16
-	proxy := f.env.StartFaultProxy(t, framework.FaultOptions{Delay: 400 * time.Millisecond})
+	proxy := f.env.StartFaultProxy(t, framework.FaultOptions{})
 	m := newMigrator(t, proxy.Config, migrator.Options{Workers: workers, ChunkSize: 100})
 	done := make(chan error, 1)
 	var res migrator.Result
@@ -26,10 +27,23 @@ func testAdaptivePacing(t *testing.T, f *fixture) {
 		res, err = m.Run(framework.Context(t, 5*time.Minute), migrator.Request{Resource: framework.Widgets})
 		done <- err
 	}()
+	isWrite := func(r framework.FaultRecord) bool { return r.Method == http.MethodPatch }
 	waitWrites(t, proxy, 200)
+	// The slowdown is one the pacer must read as congestion however busy
+	// the machine: answers at least six times as slow as the server's
+	// usual ones (its fastest are faster still), and at least 400ms, past
+	// the pacer's 4x its fastest answer. On an idle server that is 400ms;
+	// on two cores shared with other suites the usual answer takes tens or
+	// hundreds of milliseconds. The phases are measured in round trips of
+	// the slowed answers, rt: the window halves at most once a round trip,
+	// so from 16 it is down to 2 after about four, and the writes sent
+	// before are answered one round trip later.
+	usual := medianDuration(proxy.Requests().Filter(isWrite))
+	delay := max(400*time.Millisecond, 5*usual)
+	rt := delay + usual
 	slowFrom := time.Now()
-	proxy.FailAll(framework.Slow)
-	time.Sleep(6 * time.Second)
+	proxy.SlowAll(delay)
+	time.Sleep(12 * rt)
 	fastFrom := time.Now()
 	proxy.FailAll(framework.NoFault)
 	if err := <-done; err != nil {
@@ -38,26 +52,42 @@ func testAdaptivePacing(t *testing.T, f *fixture) {
 	proxy.WaitIdle(t)
 	expectProgress(t, res.Progress, f.objects)
 
-	writes := proxy.Requests().Filter(func(r framework.FaultRecord) bool { return r.Method == http.MethodPatch })
-	fast := peakInFlight(writes, slowFrom.Add(-2*time.Second), slowFrom)
-	// Two seconds into the slow phase: several 400 ms round trips.
-	slow := peakInFlight(writes, slowFrom.Add(2*time.Second), fastFrom)
+	writes := proxy.Requests().Filter(isWrite)
+	fast := peakInFlight(writes, slowFrom.Add(-5*rt), slowFrom)
+	slow := peakInFlight(writes, slowFrom.Add(5*rt), fastFrom)
 	// Once the answers are fast again the window grows back (additively,
 	// one write per window of answers: TestPacer* in internal/migrator
 	// show the arithmetic, which a loopback server's timing cannot).
 	recovered := peakInFlight(writes, fastFrom.Add(time.Second), time.Now())
-	t.Logf("writes in flight at most: %d before the slowdown, %d during it, %d after it", fast, slow, recovered)
+	t.Logf("usual answer %s, slowed by %s: writes in flight at most %d before the slowdown, %d from %s into it, %d after it",
+		usual.Round(time.Millisecond), delay.Round(time.Millisecond), fast, slow, (5 * rt).Round(time.Millisecond), recovered)
 	if fast < workers/2 {
 		t.Errorf("%d writes in flight on a fast server, want near the %d workers", fast, workers)
 	}
 	if slow > 2 {
-		t.Errorf("%d writes in flight while every answer took 400ms, want the window cut to 1 or 2", slow)
+		t.Errorf("%d writes in flight while every answer took %s more, want the window cut to 1 or 2", slow, delay.Round(time.Millisecond))
 	}
 	if recovered < workers/2 {
 		t.Errorf("%d writes in flight after the slowdown ended, want the window grown back near the %d workers", recovered, workers)
 	}
 	verified := f.expectMigrated(t, before)
-	framework.Scenario{Name: "adaptive pacing: 6s of 400ms answers", Objects: f.objects, Writes: len(writes), Retries: -1, Verified: verified}.Report(t)
+	framework.Scenario{Name: "adaptive pacing: 12 round trips of slowed answers", Objects: f.objects, Writes: len(writes), Retries: -1, Verified: verified}.Report(t)
+}
+
+// medianDuration is the median time the proxy took to answer the
+// requests of log.
+func medianDuration(log framework.FaultLog) time.Duration {
+	var ds []time.Duration
+	for _, r := range log {
+		if r.Duration > 0 {
+			ds = append(ds, r.Duration)
+		}
+	}
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2]
 }
 
 func waitWrites(t *testing.T, proxy *framework.FaultProxy, n int) {
