@@ -284,7 +284,8 @@ func (p *FaultProxy) FailAll(f Fault) {
 }
 
 // SlowAll holds every request the proxy may fault for delay before
-// forwarding it (Slow), until FailAll(NoFault).
+// forwarding it (Slow), until FailAll(NoFault); delay stays what Slow
+// holds a request for afterwards.
 func (p *FaultProxy) SlowAll(delay time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
