@@ -50,24 +50,8 @@ func (e *Env) GetMigration(t testing.TB, name string) *migrationv1alpha1.Storage
 // it (the API server may be down on purpose) count as "not yet".
 func (e *Env) WaitMigration(t testing.TB, name string, timeout time.Duration, what string, cond func(*migrationv1alpha1.StorageVersionMigration) bool) *migrationv1alpha1.StorageVersionMigration {
 	t.Helper()
-	var last *migrationv1alpha1.StorageVersionMigration
-	var lastErr error
-	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		m := &migrationv1alpha1.StorageVersionMigration{}
-		if lastErr = e.Client.Get(ctx, client.ObjectKey{Name: name}, m); lastErr != nil {
-			return false, nil
-		}
-		last = m
-		return cond(m), nil
-	})
-	if err != nil {
-		if last == nil {
-			t.Fatalf("migration %s: not %s within %s; never read: %v", name, what, timeout, lastErr)
-		}
-		t.Fatalf("migration %s: not %s within %s (last error: %v); spec %+v, progress %+v, conditions %+v",
-			name, what, timeout, lastErr, last.Spec, last.Status.Progress, last.Status.Conditions)
-	}
-	return last
+	// Standing still for as long as the whole wait can never end it first.
+	return e.WaitMigrationMoving(t, name, timeout, timeout, what, cond)
 }
 
 // WaitMigrationMoving polls the migration named name until cond holds,
