@@ -24,6 +24,11 @@ import (
 // remembers at once, a few megabytes of names (see changes).
 const maxRecordedChanges = 100_000
 
+// DefaultWorkers is the most writes in flight per migration by default:
+// room enough for adaptive pacing to reach the knee of the servers measured
+// (docs/benchmarks.md), where it then holds.
+const DefaultWorkers = 64
+
 // DefaultFieldManager names svm's writes in the API server's audit log.
 const DefaultFieldManager = "storage-version-migrator"
 
@@ -31,7 +36,8 @@ const DefaultFieldManager = "storage-version-migrator"
 type Options struct {
 	// ChunkSize is the number of objects listed per request. Default 500.
 	ChunkSize int64
-	// Workers is the number of concurrent writes per migration. Default 8.
+	// Workers is the most writes a migration has in flight; adaptive
+	// pacing decides how many below it. Default 64.
 	Workers int
 	// Limiter, if set, is waited on before every request. Share one limiter
 	// between Migrators to cap the load of a whole process.
@@ -77,7 +83,7 @@ func (o Options) withDefaults() Options {
 		o.ChunkSize = 500
 	}
 	if o.Workers <= 0 {
-		o.Workers = 8
+		o.Workers = DefaultWorkers
 	}
 	if o.FieldManager == "" {
 		o.FieldManager = DefaultFieldManager
@@ -188,6 +194,10 @@ type State struct {
 	Progress Progress
 	// FailedObjects so far (at most Options.MaxFailedObjects).
 	FailedObjects []FailedObject
+	// Pacing is adaptive pacing's state when the State was taken: set in
+	// the States given to OnChunk while pacing is on, for display; a
+	// resumed run measures the server afresh.
+	Pacing *PacerState
 }
 
 // Request asks for one migration.
@@ -233,6 +243,8 @@ func (m *Migrator) migrate(ctx context.Context, req Request) (Result, error) {
 	run := &run{m: m, req: req, res: &res, saved: res.State, gr: req.Resource.GroupResource(), observer: m.opts.Observer}
 	if !m.opts.DisablePacing {
 		run.pacer = newPacer(m.opts.Workers, time.Now)
+		gr := req.Resource.GroupResource()
+		run.pacer.observe = func(s PacerState) { m.opts.Observer.Paced(gr, s) }
 	}
 	var info *metav1.APIResource
 	// Discovery requests are retried like the others but not observed:
@@ -624,6 +636,10 @@ func (r *run) snapshotState() State {
 	defer r.failedMu.Unlock()
 	s := r.res.State
 	s.FailedObjects = slices.Clone(r.res.FailedObjects)
+	if r.pacer != nil {
+		ps := r.pacer.state()
+		s.Pacing = &ps
+	}
 	return s
 }
 
@@ -664,8 +680,10 @@ func (r *run) retry(ctx context.Context, verb string, fn func(context.Context) e
 		// Writes wait for room in the pacer's window; lists are one at a
 		// time anyway.
 		paced := verb == "patch" && r.pacer != nil
+		var tk ticket
 		if paced {
-			if perr := r.pacer.acquire(ctx); perr != nil {
+			var perr error
+			if tk, perr = r.pacer.acquire(ctx); perr != nil {
 				return perr
 			}
 		}
@@ -674,7 +692,14 @@ func (r *run) retry(ctx context.Context, verb string, fn func(context.Context) e
 		err = fn(attemptCtx)
 		cancel()
 		if paced {
-			r.pacer.release(time.Since(sent), apierrors.IsTooManyRequests(err))
+			o := answered
+			switch {
+			case apierrors.IsTooManyRequests(err):
+				o = throttled
+			case err != nil && IsTransient(err) && ctx.Err() == nil:
+				o = failed
+			}
+			r.pacer.release(tk, time.Since(sent), o)
 		}
 		if verb != "" {
 			r.observer.Requested(r.gr, verb, err)

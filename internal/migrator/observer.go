@@ -38,6 +38,9 @@ type Observer interface {
 	Retry(resource schema.GroupResource, err error)
 	// LimiterWaited reports how long a request waited for the rate limiter.
 	LimiterWaited(resource schema.GroupResource, wait time.Duration)
+	// Paced reports a decision of adaptive pacing (see pacer): a few
+	// times a second while writes are answered, never per write.
+	Paced(resource schema.GroupResource, state PacerState)
 }
 
 // NopObserver ignores everything. Embed it to observe only some events.
@@ -69,6 +72,9 @@ func (NopObserver) Retry(schema.GroupResource, error) {}
 
 // LimiterWaited implements Observer.
 func (NopObserver) LimiterWaited(schema.GroupResource, time.Duration) {}
+
+// Paced implements Observer.
+func (NopObserver) Paced(schema.GroupResource, PacerState) {}
 
 // Observers tells each of obs everything, in order; nil entries are ignored.
 func Observers(obs ...Observer) Observer {
@@ -137,5 +143,11 @@ func (m multiObserver) Retry(r schema.GroupResource, err error) {
 func (m multiObserver) LimiterWaited(r schema.GroupResource, d time.Duration) {
 	for _, o := range m {
 		o.LimiterWaited(r, d)
+	}
+}
+
+func (m multiObserver) Paced(r schema.GroupResource, s PacerState) {
+	for _, o := range m {
+		o.Paced(r, s)
 	}
 }

@@ -1,7 +1,9 @@
 package migrator
 
 import (
+	"container/heap"
 	"context"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -12,94 +14,197 @@ type fakeClock struct{ t time.Time }
 func (c *fakeClock) now() time.Time          { return c.t }
 func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
 
-// answer sends and answers one write.
-func answer(t *testing.T, p *pacer, latency time.Duration, throttled bool) {
-	t.Helper()
-	if err := p.acquire(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	p.release(latency, throttled)
-}
+// server is a model of an API server for the pacer to drive: the time a
+// write takes when sent with inflight writes in flight (itself included),
+// and whether it is throttled.
+type server func(sent time.Time, inflight int) (latency time.Duration, throttled bool)
 
-func TestPacerFullSpeedOnAHealthyServer(t *testing.T) {
-	clock := &fakeClock{t: time.Unix(0, 0)}
-	p := newPacer(32, clock.now)
-	for range 1000 {
-		// Latency varies, as on any server, but stays well within bounds.
-		answer(t, p, 5*time.Millisecond, false)
-		answer(t, p, 15*time.Millisecond, false)
-		clock.advance(time.Millisecond)
-	}
-	if w := p.window(); w != 32 {
-		t.Errorf("window %d on a healthy server, want the configured 32", w)
+// linear is a server past its knee: a write takes base on its own, and
+// every write in flight adds perWrite (its ceiling is 1/perWrite).
+func linear(base, perWrite time.Duration) server {
+	return func(_ time.Time, inflight int) (time.Duration, bool) {
+		return base + time.Duration(inflight)*perWrite, false
 	}
 }
 
-func TestPacerHalvesOnCongestionAndRecoversAdditively(t *testing.T) {
-	clock := &fakeClock{t: time.Unix(0, 0)}
-	p := newPacer(32, clock.now)
-	for range 20 {
-		answer(t, p, 10*time.Millisecond, false)
-	}
+// simulation drives a pacer with a server model in simulated time, the
+// way the engine does: as many writes in flight as the window allows.
+type simulation struct {
+	t      *testing.T
+	clock  *fakeClock
+	p      *pacer
+	server server
+	queue  answers
+	// answered counts the answers; windowArea integrates the window
+	// over time, for its mean.
+	answered   int
+	windowArea float64
+}
 
-	// One slow answer among fast ones is noise, not a queue.
-	answer(t, p, 500*time.Millisecond, false)
-	for range 5 {
-		answer(t, p, 10*time.Millisecond, false)
-	}
-	if w := p.window(); w != 32 {
-		t.Fatalf("window %d after one slow answer among fast ones, want still 32", w)
-	}
-	// A queue builds up: answers keep coming slow, and within a few the
-	// window halves.
-	slow := 0
-	for p.window() == 32 && slow < 10 {
-		answer(t, p, 500*time.Millisecond, false)
-		slow++
-	}
-	if w := p.window(); w != 16 || slow > 3 {
-		t.Fatalf("window %d after %d slow answers in a row, want 16 within 3", w, slow)
-	}
-	// The writes that were in flight saw the same queue: no second cut
-	// within that answer's latency.
-	clock.advance(100 * time.Millisecond)
-	answer(t, p, 500*time.Millisecond, false)
-	if w := p.window(); w != 16 {
-		t.Fatalf("window %d after a second answer from the same queue, want still 16", w)
-	}
-	// Still congested later: halved again.
-	clock.advance(time.Second)
-	answer(t, p, 500*time.Millisecond, false)
-	if w := p.window(); w != 8 {
-		t.Fatalf("window %d after congestion persisted, want 8", w)
-	}
-	// A 429 is congestion whatever its latency.
-	clock.advance(time.Second)
-	answer(t, p, time.Millisecond, true)
-	if w := p.window(); w != 4 {
-		t.Fatalf("window %d after a 429, want 4", w)
-	}
-	// Nothing grows while the smoothed latency still shows the queue.
-	for p.smoothed > minCongestedLatency {
-		answer(t, p, 10*time.Millisecond, false)
-		if w := p.window(); w != 4 {
-			t.Fatalf("window %d while the smoothed latency is %s, want still 4", w, p.smoothed)
+type pending struct {
+	ticket    ticket
+	at        time.Time
+	latency   time.Duration
+	throttled bool
+}
+
+type answers []pending
+
+func (a answers) Len() int           { return len(a) }
+func (a answers) Less(i, j int) bool { return a[i].at.Before(a[j].at) }
+func (a answers) Swap(i, j int)      { a[i], a[j] = a[j], a[i] }
+func (a *answers) Push(x any)        { *a = append(*a, x.(pending)) }
+func (a *answers) Pop() any {
+	old := *a
+	x := old[len(old)-1]
+	*a = old[:len(old)-1]
+	return x
+}
+
+func simulate(t *testing.T, maxInFlight int, s server) *simulation {
+	clock := &fakeClock{t: time.Unix(0, 0)}
+	return &simulation{t: t, clock: clock, p: newPacer(maxInFlight, clock.now), server: s}
+}
+
+// run simulates d of the migration, and returns the answers per second
+// and the mean window over it.
+func (s *simulation) run(d time.Duration) (rate, window float64) {
+	s.t.Helper()
+	start, answered, area := s.clock.t, s.answered, s.windowArea
+	end := s.clock.t.Add(d)
+	for s.clock.t.Before(end) {
+		for s.p.inflight < s.p.window() {
+			tk, err := s.p.acquire(context.Background())
+			if err != nil {
+				s.t.Fatal(err)
+			}
+			latency, throttled := s.server(s.clock.t, s.p.inflight)
+			heap.Push(&s.queue, pending{ticket: tk, at: s.clock.t.Add(latency), latency: latency, throttled: throttled})
 		}
+		next := heap.Pop(&s.queue).(pending)
+		s.windowArea += float64(s.p.window()) * next.at.Sub(s.clock.t).Seconds()
+		s.clock.t = next.at
+		s.p.release(next.ticket, next.latency, outcomeOf(next.throttled))
+		s.answered++
 	}
-	// Recovery is additive: about one write more per window of answers.
-	answers := 0
-	for p.window() < 8 {
-		answer(t, p, 10*time.Millisecond, false)
-		answers++
+	elapsed := s.clock.t.Sub(start).Seconds()
+	return float64(s.answered-answered) / elapsed, (s.windowArea - area) / elapsed
+}
+
+func TestPacerFindsTheKneeOfALinearServer(t *testing.T) {
+	// 5ms on its own, 400 writes/s at most: the knee at nine tenths of
+	// the ceiling is 9 × 5ms / 2.5ms = 18 writes in flight.
+	sim := simulate(t, 256, linear(5*time.Millisecond, 2500*time.Microsecond))
+	sim.run(10 * time.Second)
+	rate, window := sim.run(20 * time.Second)
+	t.Logf("%.0f writes/s with %.1f in flight on average", rate, window)
+	if rate < 0.85*400 {
+		t.Errorf("%.0f writes/s, want at least 0.85 of the server's 400", rate)
 	}
-	if answers < 4+5+6+7-2 || answers > 4+5+6+7+2 {
-		t.Errorf("%d answers to grow from 4 to 8, want about 4+5+6+7", answers)
+	if window < 12 || window > 30 {
+		t.Errorf("%.1f writes in flight on average, want about the knee's 18, not the configured 256", window)
 	}
-	for range 10000 {
-		answer(t, p, 10*time.Millisecond, false)
+	st := sim.p.state()
+	if st.Knee < 14 || st.Knee > 24 || st.Decisions[PacerKnee] == 0 {
+		t.Errorf("state %+v: want a knee near 18 found by knee decisions", st)
 	}
-	if w := p.window(); w != 32 {
-		t.Errorf("window %d after a long calm, want back to 32", w)
+}
+
+func TestPacerGrowsToTheWorkersWhenLatencyStaysFlat(t *testing.T) {
+	// However many writes are in flight, each takes 5 to 6 ms: the
+	// server has room, and the window grows to what was configured.
+	jitter := 0
+	sim := simulate(t, 64, func(time.Time, int) (time.Duration, bool) {
+		jitter = (jitter + 7) % 11
+		return 5*time.Millisecond + time.Duration(jitter)*100*time.Microsecond, false
+	})
+	sim.run(5 * time.Second)
+	if w := sim.p.window(); w != 64 {
+		t.Errorf("window %d on a server whose latency stays flat, want the configured 64", w)
+	}
+}
+
+func TestPacerKeepsOneWriteInFlightOnASingleSeatServer(t *testing.T) {
+	// One write at a time, 10ms each: more in flight only queue, so the
+	// knee is one write.
+	var free time.Time
+	sim := simulate(t, 64, func(sent time.Time, _ int) (time.Duration, bool) {
+		start := sent
+		if free.After(start) {
+			start = free
+		}
+		free = start.Add(10 * time.Millisecond)
+		return free.Sub(sent), false
+	})
+	sim.run(5 * time.Second)
+	rate, window := sim.run(10 * time.Second)
+	t.Logf("%.0f writes/s with %.1f in flight on average", rate, window)
+	if rate < 95 {
+		t.Errorf("%.0f writes/s, want the server's 100", rate)
+	}
+	if window > 3 {
+		t.Errorf("%.1f writes in flight on average on a server that answers one at a time, want at most 3", window)
+	}
+}
+
+func TestPacerBacksOffWhenLatencySurges(t *testing.T) {
+	slower := false
+	sim := simulate(t, 256, func(sent time.Time, inflight int) (time.Duration, bool) {
+		l := 5*time.Millisecond + time.Duration(inflight)*2500*time.Microsecond
+		if slower {
+			// Another client's load arrived: every answer takes five
+			// times as long.
+			l *= 5
+		}
+		return l, false
+	})
+	sim.run(10 * time.Second)
+	before := sim.p.state()
+	slower = true
+	sim.run(time.Second)
+	after := sim.p.state()
+	if after.Decisions[PacerBackOff] == before.Decisions[PacerBackOff] {
+		t.Fatalf("no back-off within a second of answers five times slower than the model predicts: %+v", after)
+	}
+	// Uniformly slower, the server's knee is where it was: the model,
+	// learnt again, finds it.
+	rate, window := sim.run(30 * time.Second)
+	t.Logf("before %+v; after the surge %.0f writes/s with %.1f in flight", before, rate, window)
+	if rate < 0.85*80 || window < 12 || window > 30 {
+		t.Errorf("%.0f writes/s with %.1f in flight after the surge, want about the knee's 18 and 0.85 of the server's 80", rate, window)
+	}
+}
+
+func TestPacerHalvesOnThrottlingOncePerLatency(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(0, 0)}
+	p := newPacer(32, clock.now)
+	p.limit = 32
+	answer := func(latency time.Duration, throttled bool) {
+		t.Helper()
+		tk, err := p.acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.release(tk, latency, outcomeOf(throttled))
+	}
+	answer(10*time.Millisecond, true)
+	if w := p.window(); w != 16 {
+		t.Fatalf("window %d after a 429, want 16", w)
+	}
+	// The writes already in flight saw the same queue: no second cut
+	// within that answer's latency.
+	clock.advance(5 * time.Millisecond)
+	answer(10*time.Millisecond, true)
+	if w := p.window(); w != 16 {
+		t.Fatalf("window %d after a second 429 from the same queue, want still 16", w)
+	}
+	clock.advance(time.Second)
+	answer(10*time.Millisecond, true)
+	if w := p.window(); w != 8 {
+		t.Fatalf("window %d after throttling persisted, want 8", w)
+	}
+	if st := p.state(); st.Decision != PacerBackOff || st.Decisions[PacerBackOff] != 2 {
+		t.Errorf("state %+v, want two back-off decisions, the last one last", st)
 	}
 }
 
@@ -108,7 +213,11 @@ func TestPacerNeverBelowOne(t *testing.T) {
 	p := newPacer(4, clock.now)
 	for range 20 {
 		clock.advance(time.Minute)
-		answer(t, p, time.Millisecond, true)
+		tk, err := p.acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.release(tk, time.Millisecond, throttled)
 	}
 	if w := p.window(); w != 1 {
 		t.Errorf("window %d, want 1: a migration always makes progress", w)
@@ -116,16 +225,15 @@ func TestPacerNeverBelowOne(t *testing.T) {
 }
 
 func TestPacerBoundsWritesInFlight(t *testing.T) {
-	clock := &fakeClock{t: time.Unix(0, 0)}
-	p := newPacer(8, clock.now)
-	answer(t, p, 10*time.Millisecond, false)
-	answer(t, p, time.Second, false) // halved to 4
+	p := newPacer(8, time.Now)
+	p.limit = 4
 	var mu sync.Mutex
 	inflight, peak := 0, 0
 	var wg sync.WaitGroup
 	for range 64 {
 		wg.Go(func() {
-			if err := p.acquire(context.Background()); err != nil {
+			tk, err := p.acquire(context.Background())
+			if err != nil {
 				t.Error(err)
 				return
 			}
@@ -137,7 +245,7 @@ func TestPacerBoundsWritesInFlight(t *testing.T) {
 			mu.Lock()
 			inflight--
 			mu.Unlock()
-			p.release(10*time.Millisecond, false)
+			p.release(tk, 10*time.Millisecond, answered)
 		})
 	}
 	wg.Wait()
@@ -148,12 +256,78 @@ func TestPacerBoundsWritesInFlight(t *testing.T) {
 
 func TestPacerAcquireHonoursCancellation(t *testing.T) {
 	p := newPacer(1, time.Now)
-	if err := p.acquire(context.Background()); err != nil {
+	if _, err := p.acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
-	if err := p.acquire(ctx); err == nil {
+	if _, err := p.acquire(ctx); err == nil {
 		t.Error("acquire returned without room and without its context ending")
+	}
+}
+
+func outcomeOf(throttle bool) outcome {
+	if throttle {
+		return throttled
+	}
+	return answered
+}
+
+func TestPacerPausesAllWritesAfterFailures(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(0, 0)}
+	p := newPacer(64, clock.now)
+	tk, err := p.acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.release(tk, time.Millisecond, failed)
+	if w := p.window(); w != 1 {
+		t.Errorf("window %d after a write failed without an answer, want 1", w)
+	}
+	// Every failure in a row doubles the pause in which nothing is sent.
+	for i, want := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond} {
+		if i > 0 {
+			clock.advance(p.pauseUntil.Sub(clock.t))
+			tk, err := p.acquire(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.release(tk, time.Millisecond, failed)
+		}
+		if got := p.pauseUntil.Sub(clock.t); got != want {
+			t.Errorf("failure %d: pause %s, want %s", i+1, got, want)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := p.acquire(ctx); err == nil {
+			t.Fatalf("failure %d: a write was let through during the pause", i+1)
+		}
+	}
+	// An answer ends the series.
+	clock.advance(p.pauseUntil.Sub(clock.t))
+	tk, err = p.acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.release(tk, time.Millisecond, answered)
+	if p.failures != 0 {
+		t.Errorf("%d failures in a row after an answer, want 0", p.failures)
+	}
+}
+
+func TestFitLine(t *testing.T) {
+	points := []curvePoint{{4, 0.015}, {8, 0.025}, {16, 0.045}}
+	f := fit(points)
+	if math.Abs(f.slope-0.0025) > 1e-9 || math.Abs(f.intercept-0.005) > 1e-9 {
+		t.Errorf("fit %+v, want latency = 0.005 + 0.0025·inflight", f)
+	}
+	if k := f.knee(); math.Abs(k-18) > 1e-6 {
+		t.Errorf("knee %.3f, want 18", k)
+	}
+	if f := fit([]curvePoint{{8, 0.02}, {8, 0.03}, {8, 0.025}}); f.valid() {
+		t.Errorf("fit %+v of points at one window, want no slope", f)
+	}
+	if f := fit([]curvePoint{{4, 0.02}, {8, 0.02}, {16, 0.019}}); f.valid() {
+		t.Errorf("fit %+v of flat latency, want no slope", f)
 	}
 }
