@@ -19,8 +19,8 @@ type EngineFlags struct {
 	QPS       float64
 	Burst     int
 	ChunkSize int64
-	// AdaptivePacing lets the engine halve the writes in flight when the
-	// API server's latency climbs or it throttles, and grow them back.
+	// AdaptivePacing lets the engine choose the writes in flight from the
+	// API server's latency curve (see migrator's pacer).
 	AdaptivePacing bool
 }
 
@@ -30,11 +30,11 @@ func (f *EngineFlags) addFlags(fs interface {
 	Int64Var(*int64, string, int64, string)
 	BoolVar(*bool, string, bool, string)
 }) {
-	fs.IntVar(&f.Workers, "workers", 8, "concurrent writes per migration")
+	fs.IntVar(&f.Workers, "workers", migrator.DefaultWorkers, "the most writes in flight per migration; with adaptive pacing, how many below it is decided by the API server's latency")
 	fs.Float64Var(&f.QPS, "qps", 0, "requests per second to the API server, shared by all migrations (0: unlimited)")
 	fs.IntVar(&f.Burst, "burst", 0, "requests allowed in a burst above --qps (default: --qps rounded up, at least 1)")
 	fs.Int64Var(&f.ChunkSize, "chunk-size", 500, "objects listed per request")
-	fs.BoolVar(&f.AdaptivePacing, "adaptive-pacing", true, "when the API server's answers slow down or it throttles, halve the writes in flight, and add them back one at a time as it recovers (--workers is the most)")
+	fs.BoolVar(&f.AdaptivePacing, "adaptive-pacing", true, "keep the writes in flight at the knee of the API server's latency curve, and halve them when it throttles or its latency surges (--workers is the most; --qps stays a hard cap)")
 }
 
 func (f *EngineFlags) validate() error {

@@ -67,6 +67,11 @@ type Metrics struct {
 	retries           *prometheus.CounterVec
 	requests          *prometheus.CounterVec
 	limiterWait       prometheus.Histogram
+	pacerInFlight     *prometheus.GaugeVec
+	pacerWindow       *prometheus.GaugeVec
+	pacerLatency      *prometheus.GaugeVec
+	pacerKnee         *prometheus.GaugeVec
+	pacerDecisions    *prometheus.CounterVec
 
 	executor *prometheus.GaugeVec
 
@@ -125,6 +130,17 @@ func New() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}),
 
+		pacerInFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("pacer_writes_in_flight",
+			"Writes in flight of the running migration of a resource, at adaptive pacing's last decision.")), []string{"resource"}),
+		pacerWindow: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("pacer_window",
+			"Writes adaptive pacing allows in flight for the running migration of a resource.")), []string{"resource"}),
+		pacerLatency: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("pacer_smoothed_latency_seconds",
+			"Recent average time a write of the running migration of a resource took (weighted as TCP smooths round trips).")), []string{"resource"}),
+		pacerKnee: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("pacer_knee_writes",
+			"Writes in flight at which the latency curve adaptive pacing measured gives nine tenths of the API server's ceiling; 0 while latency has not grown with the writes in flight.")), []string{"resource"}),
+		pacerDecisions: prometheus.NewCounterVec(prometheus.CounterOpts(engine("pacer_decisions_total",
+			"Decisions of adaptive pacing, by resource and decision: grow (latency flat, the window grows by half), knee (the window set around the measured knee), back-off (a 429 or a latency surge halved it).")), []string{"resource", "decision"}),
+
 		executor: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "executor",
 			Help: "1 for who executes svm's migrations in this process (svm or in-tree), once chosen."}, []string{"executor"}),
 
@@ -155,6 +171,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.migratedObjects, m.objects, m.remainingObjects, m.migrations, m.migrationDuration, m.runningMigrations,
 		m.listedObjects, m.skippedObjects, m.failedObjects, m.retries, m.requests, m.limiterWait,
+		m.pacerInFlight, m.pacerWindow, m.pacerLatency, m.pacerKnee, m.pacerDecisions,
 		m.executor, m.discoveryPolls, m.discoveryErrors, m.stateTransitions,
 		m.encryptionAgreed, m.encryptionServers, m.encryptionRewritten, m.reencryptions,
 	}
@@ -191,6 +208,7 @@ func (m *Metrics) RunEnded(r schema.GroupResource, _ error) {
 	}
 	m.runningMigrations.WithLabelValues(label(r)).Dec()
 	m.remainingObjects.WithLabelValues(label(r)).Set(0)
+	m.pacerInFlight.WithLabelValues(label(r)).Set(0)
 }
 
 // Listed implements migrator.Observer.
@@ -265,6 +283,18 @@ func (m *Metrics) LimiterWaited(_ schema.GroupResource, wait time.Duration) {
 		return
 	}
 	m.limiterWait.Observe(wait.Seconds())
+}
+
+// Paced implements migrator.Observer: every call is one decision.
+func (m *Metrics) Paced(r schema.GroupResource, s migrator.PacerState) {
+	if m == nil {
+		return
+	}
+	m.pacerInFlight.WithLabelValues(label(r)).Set(float64(s.InFlight))
+	m.pacerWindow.WithLabelValues(label(r)).Set(float64(s.Window))
+	m.pacerLatency.WithLabelValues(label(r)).Set(s.SmoothedLatency.Seconds())
+	m.pacerKnee.WithLabelValues(label(r)).Set(s.Knee)
+	m.pacerDecisions.WithLabelValues(label(r), string(s.Decision)).Inc()
 }
 
 // MigrationFinished records a migration that ended for good with status

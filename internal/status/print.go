@@ -164,6 +164,28 @@ func writeMigrations(b *strings.Builder, r *Report, wide bool) {
 		fmt.Fprintf(tw, "%s\t%s\n", strings.Join(row, "\t"), cutEnd(messages[i], room))
 	}
 	_ = tw.Flush()
+	writePacing(b, r.Migrations)
+}
+
+// writePacing says, under the migrations, how adaptive pacing drives each
+// running migration of svm's: a sentence per migration, since its figures
+// need their words (in flight of a window, at a knee) to be read right.
+func writePacing(b *strings.Builder, migrations []Migration) {
+	for _, m := range migrations {
+		p := m.Pacing
+		if p == nil {
+			continue
+		}
+		fmt.Fprintf(b, "Pacing %s: %d writes in flight of a window of %d; writes take %s (smoothed)",
+			oneLine(m.Name), p.WritesInFlight, p.Window, p.SmoothedLatency.Duration)
+		if p.KneeWrites > 0 {
+			fmt.Fprintf(b, "; the knee of the server's latency curve is at %d writes", p.KneeWrites)
+		} else {
+			b.WriteString("; latency has not grown with the writes in flight")
+		}
+		fmt.Fprintf(b, ". Last decision %s (grow %d, knee %d, back-off %d).\n",
+			cmp.Or(p.LastDecision, "none"), p.GrowDecisions, p.KneeDecisions, p.BackOffDecisions)
+	}
 }
 
 func writeStorageStates(b *strings.Builder, r *Report) {

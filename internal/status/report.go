@@ -128,6 +128,9 @@ type Migration struct {
 	// ETASeconds estimates the seconds left at ObjectsPerSecond. Present
 	// only while Running, with a known total and a rate above zero.
 	ETASeconds *int64 `json:"etaSeconds,omitempty"`
+	// Pacing is adaptive pacing's state at the migration's last saved
+	// chunk (its status.pacing). Present only while Running.
+	Pacing *migrationv1alpha1.MigrationPacing `json:"pacing,omitempty"`
 }
 
 // Progress is a migration's counters (see the API's MigrationProgress)
@@ -255,6 +258,9 @@ func svmMigration(m *migrationv1alpha1.StorageVersionMigration, now time.Time) M
 		pr.TotalKnown = true
 	}
 	row.Progress = pr
+	if row.State == StateRunning && m.Status.Pacing != nil {
+		row.Pacing = m.Status.Pacing.DeepCopy()
+	}
 
 	if m.Status.StartTime == nil {
 		return row

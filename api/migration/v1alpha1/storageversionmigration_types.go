@@ -126,6 +126,38 @@ type MigrationProgress struct {
 	RemainingEstimate *int64 `json:"remainingEstimate,omitempty"`
 }
 
+// MigrationPacing is how many writes svm keeps in flight, and why: adaptive
+// pacing measures the API server's latency against the writes in flight and
+// aims for the knee of that curve, where the server gives nine tenths of its
+// ceiling at the lowest latency that gets it.
+type MigrationPacing struct {
+	// WritesInFlight is the number of writes sent and not yet answered.
+	WritesInFlight int32 `json:"writesInFlight"`
+	// Window is the most writes pacing allows in flight now.
+	Window int32 `json:"window"`
+	// SmoothedLatency is the recent average time a write took.
+	SmoothedLatency metav1.Duration `json:"smoothedLatency"`
+	// KneeWrites is the number of writes in flight at the knee of the
+	// latency curve measured so far; absent while latency has not grown
+	// with the writes in flight.
+	// +optional
+	KneeWrites int32 `json:"kneeWrites,omitempty"`
+	// LastDecision is pacing's last decision: Grow (latency stays flat, so
+	// the window grows by half), Knee (the window is set around the
+	// measured knee) or BackOff (a 429 or a surge of latency halved it).
+	// +optional
+	// +kubebuilder:validation:Enum=Grow;Knee;BackOff
+	LastDecision string `json:"lastDecision,omitempty"`
+	// GrowDecisions, KneeDecisions and BackOffDecisions count each
+	// decision since this run of the migration started.
+	// +optional
+	GrowDecisions int64 `json:"growDecisions,omitempty"`
+	// +optional
+	KneeDecisions int64 `json:"kneeDecisions,omitempty"`
+	// +optional
+	BackOffDecisions int64 `json:"backOffDecisions,omitempty"`
+}
+
 // FailedObject names an object a migration could not rewrite.
 type FailedObject struct {
 	// Namespace of the object; empty for cluster-scoped resources.
@@ -196,6 +228,11 @@ type StorageVersionMigrationStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	InTreeMigration string `json:"inTreeMigration,omitempty"`
+
+	// Pacing is adaptive pacing's state at the last saved chunk, while
+	// svm's engine runs the migration with pacing on; absent otherwise.
+	// +optional
+	Pacing *MigrationPacing `json:"pacing,omitempty"`
 
 	// FailedObjects names the objects svm could not rewrite (at most 100;
 	// progress.failed has the full count).

@@ -3,7 +3,9 @@ package migration
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -90,9 +92,30 @@ func applyState(st *migrationv1alpha1.StorageVersionMigrationStatus, s migrator.
 		st.StorageVersionHash = hash
 	}
 	st.Progress = progressOf(s.Progress)
+	st.Pacing = pacingOf(s.Pacing)
 	st.FailedObjects = nil
 	for _, f := range s.FailedObjects {
 		st.FailedObjects = append(st.FailedObjects, migrationv1alpha1.FailedObject{Namespace: f.Namespace, Name: f.Name, Reason: f.Reason})
+	}
+}
+
+// pacingOf is the engine's pacing state as the API shows it; nil for none.
+func pacingOf(p *migrator.PacerState) *migrationv1alpha1.MigrationPacing {
+	if p == nil {
+		return nil
+	}
+	decision := map[migrator.PacerDecision]string{
+		migrator.PacerGrow: "Grow", migrator.PacerKnee: "Knee", migrator.PacerBackOff: "BackOff",
+	}
+	return &migrationv1alpha1.MigrationPacing{
+		WritesInFlight:   int32(p.InFlight),
+		Window:           int32(p.Window),
+		SmoothedLatency:  metav1.Duration{Duration: p.SmoothedLatency.Round(time.Millisecond)},
+		KneeWrites:       int32(math.Round(p.Knee)),
+		LastDecision:     decision[p.Decision],
+		GrowDecisions:    p.Decisions[migrator.PacerGrow],
+		KneeDecisions:    p.Decisions[migrator.PacerKnee],
+		BackOffDecisions: p.Decisions[migrator.PacerBackOff],
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
@@ -25,6 +26,10 @@ const (
 	listedObjects    = "storage_migrator_core_migrator_listed_objects"
 	requests         = "storage_migrator_core_migrator_requests_total"
 	limiterWait      = "storage_migrator_core_migrator_rate_limiter_wait_seconds"
+	pacerInFlight    = "storage_migrator_core_migrator_pacer_writes_in_flight"
+	pacerWindow      = "storage_migrator_core_migrator_pacer_window"
+	pacerLatency     = "storage_migrator_core_migrator_pacer_smoothed_latency_seconds"
+	pacerDecisions   = "storage_migrator_core_migrator_pacer_decisions_total"
 	widgetsLabel     = "widgets.example.com"
 )
 
@@ -66,13 +71,34 @@ func TestMetricsEventsAndProbes(t *testing.T) {
 
 	// While it runs: objects are rewritten, fewer remain, and neither ever
 	// goes the wrong way.
+	// Adaptive pacing's state is in the metrics and, at every saved
+	// chunk, in the migration's status, which svm status shows.
 	type sample struct{ migrated, remaining, listed float64 }
 	var samples []sample
+	type pacing struct{ inFlight, window, latency, decisions float64 }
+	var pacings []pacing
+	statusShown := ""
+	kubeconfig := env.KubeconfigFile(t)
 	err := wait.PollUntilContextTimeout(t.Context(), 250*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
 		m := framework.Scrape(t, metricsAddr)
 		s := sample{m.Value(migratedObjects, "resource", widgetsLabel), m.Value(remainingObjects, "resource", widgetsLabel), m.Value(listedObjects, "resource", widgetsLabel)}
 		if s.migrated > 0 && s.migrated < n {
 			samples = append(samples, s)
+			decisions := 0.0
+			for _, d := range []string{"grow", "knee", "back-off"} {
+				decisions += m.Value(pacerDecisions, "resource", widgetsLabel, "decision", d)
+			}
+			pacings = append(pacings, pacing{m.Value(pacerInFlight, "resource", widgetsLabel), m.Value(pacerWindow, "resource", widgetsLabel),
+				m.Value(pacerLatency, "resource", widgetsLabel), decisions})
+			if statusShown == "" {
+				if mig := env.GetMigration(t, "widgets"); mig.Status.Pacing != nil && mig.HasCondition(migrationv1alpha1.MigrationRunning) && !mig.IsFinished() {
+					code, stdout, stderr := framework.RunSVM(t, kubeconfig, time.Minute, "status")
+					if code != 0 {
+						t.Fatalf("svm status exited %d: %s", code, stderr)
+					}
+					statusShown = stdout
+				}
+			}
 		}
 		return m.Value(migrations, "resource", widgetsLabel, "status", "succeeded") == 1, nil
 	})
@@ -93,6 +119,22 @@ func TestMetricsEventsAndProbes(t *testing.T) {
 	}
 	if first, last := samples[0], samples[len(samples)-1]; last.migrated <= first.migrated {
 		t.Errorf("migrated objects did not grow while scraped: %v", samples)
+	}
+	t.Logf("pacing scraped (in flight, window, smoothed latency, decisions): %v", pacings)
+	last := pacings[len(pacings)-1]
+	for i, p := range pacings {
+		// Before the first decision there is nothing to show. After a
+		// cut, the writes sent before it are still in flight: more than
+		// the window, never more than --workers.
+		if p.decisions > 0 && (p.window < 1 || p.window > 64 || p.inFlight < 0 || p.inFlight > 64) {
+			t.Errorf("pacing sample %d: %v writes in flight of a window of %v, want a window of 1 to 64 (--workers' default) and at most 64 in flight", i, p.inFlight, p.window)
+		}
+	}
+	if last.decisions == 0 || last.latency <= 0 {
+		t.Errorf("pacing during the migration: %+v, want decisions counted and a smoothed latency", last)
+	}
+	if !strings.Contains(statusShown, "Pacing widgets: ") || !strings.Contains(statusShown, " writes in flight of a window of ") {
+		t.Errorf("svm status during the migration, with status.pacing set, does not show its pacing:\n%s", statusShown)
 	}
 
 	m := env.WaitMigrationSucceeded(t, "widgets", time.Minute)
