@@ -98,8 +98,12 @@ type FaultRecord struct {
 	Fault    Fault
 	// RetryAfter is what a Throttle asked the client to wait.
 	RetryAfter time.Duration
-	// Delay is how long a Slow held the request before forwarding it.
+	// Delay is how long a Slow held the request before forwarding it, or
+	// a Seated one held the seat before forwarding it.
 	Delay time.Duration
+	// Seated reports a request forwarded through the one seat of
+	// OneAtATime.
+	Seated bool
 	// Forwarded reports whether the proxy sent the request on to the API
 	// server.
 	Forwarded bool
@@ -206,6 +210,10 @@ type FaultProxy struct {
 	rng      *rand.Rand
 	rates    FaultRates
 	failAll  Fault
+	// seatHold, when set, makes the proxy a server of one seat (see
+	// OneAtATime); seat is that seat.
+	seatHold time.Duration
+	seat     chan struct{}
 	decide   func(*http.Request) (Fault, time.Duration, bool)
 	log      FaultLog
 }
@@ -233,6 +241,7 @@ func (e *Env) StartFaultProxy(t testing.TB, opts FaultOptions) *FaultProxy {
 		match:      opts.Match,
 		stop:       make(chan struct{}),
 		inFlight:   map[int]bool{},
+		seat:       make(chan struct{}, 1),
 		rng:        rand.New(rand.NewPCG(uint64(seed), 0)),
 	}
 	// The reverse proxy logs every request its client gave up on, which
@@ -290,6 +299,17 @@ func (p *FaultProxy) SlowAll(delay time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.failAll, p.delay = Slow, delay
+}
+
+// OneAtATime makes the proxy a saturated server with one seat: the
+// requests it may fault are forwarded one at a time, each holding the seat
+// for hold before it is forwarded and until it is answered, while the
+// others queue. Latency then grows with every request in flight and the
+// rate does not: more in flight only wait longer. 0 ends it.
+func (p *FaultProxy) OneAtATime(hold time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seatHold = hold
 }
 
 // Decide sets a function that chooses the fault for a request before the
@@ -363,6 +383,9 @@ func (p *FaultProxy) begin(r *http.Request) (int, FaultRecord) {
 	if rec.Fault == Slow {
 		rec.Delay = p.delay
 	}
+	if match && p.seatHold > 0 && rec.Fault == NoFault {
+		rec.Seated, rec.Delay = true, p.seatHold
+	}
 	p.log = append(p.log, rec)
 	if !isWatch(r) {
 		p.inFlight[len(p.log)-1] = true
@@ -421,7 +444,19 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 		p.end(i, true, status, false)
 		hangUp()
 	default:
-		if rec.Fault == Slow {
+		if rec.Seated {
+			select {
+			case p.seat <- struct{}{}:
+				defer func() { <-p.seat }()
+			case <-r.Context().Done():
+				p.end(i, false, 0, true)
+				return
+			case <-p.stop:
+				p.end(i, false, 0, false)
+				return
+			}
+		}
+		if rec.Fault == Slow || rec.Seated {
 			select {
 			case <-time.After(rec.Delay):
 			case <-r.Context().Done():

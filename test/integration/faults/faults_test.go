@@ -105,7 +105,8 @@ func TestMigrationsRideOutFaults(t *testing.T) {
 			t.Run("adaptive pacing", func(t *testing.T) {
 				// Nothing to add after the mixed faults; this lets the
 				// scenario run alone (go test -run).
-				f.grow(t, 1000)
+				// 200 writes before, 300 during and plenty after.
+				f.grow(t, 1600)
 				testAdaptivePacing(t, f)
 			})
 		})

@@ -11,10 +11,11 @@ import (
 	"github.com/svm-project/svm/test/framework"
 )
 
-// testAdaptivePacing slows every answer down in the middle of a migration,
-// as an overloaded API server would: svm must cut the writes it has in
-// flight multiplicatively within a few round trips, and grow them back when
-// the answers are fast again.
+// testAdaptivePacing turns the API server, in the middle of a migration,
+// into one that is saturated at one write at a time (the fault proxy's
+// one seat: more writes in flight only queue, and wait longer): svm must
+// find that knee, one write or two in flight, and grow back to its workers
+// once the server has room again.
 func testAdaptivePacing(t *testing.T, f *fixture) {
 	before := f.flip(t)
 	const workers = 16
@@ -24,28 +25,25 @@ func testAdaptivePacing(t *testing.T, f *fixture) {
 	var res migrator.Result
 	go func() {
 		var err error
-		res, err = m.Run(framework.Context(t, 5*time.Minute), migrator.Request{Resource: framework.Widgets})
+		res, err = m.Run(framework.Context(t, 10*time.Minute), migrator.Request{Resource: framework.Widgets})
 		done <- err
 	}()
 	isWrite := func(r framework.FaultRecord) bool { return r.Method == http.MethodPatch }
 	waitWrites(t, proxy, 200)
-	// The slowdown is one the pacer must read as congestion however busy
-	// the machine: answers at least six times as slow as the server's
-	// usual ones (its fastest are faster still), and at least 400ms, past
-	// the pacer's 4x its fastest answer. On an idle server that is 400ms;
-	// on two cores shared with other suites the usual answer takes tens or
-	// hundreds of milliseconds. The phases are measured in round trips of
-	// the slowed answers, rt: the window halves at most once a round trip,
-	// so from 16 it is down to 2 after about four, and the writes sent
-	// before are answered one round trip later.
+	// Each write holds the seat for hold and for the server's own answer,
+	// s in all. The phases are measured in answers of s: the pacer
+	// decides once per epoch of at least twice its window in answers, so
+	// from 16 writes in flight it needs about a hundred answers to see the
+	// queue, cut the window and learn the new curve; a busy machine's
+	// slower server only makes s longer.
 	usual := medianDuration(proxy.Requests().Filter(isWrite))
-	delay := max(400*time.Millisecond, 5*usual)
-	rt := delay + usual
+	hold := max(40*time.Millisecond, usual)
+	s := hold + usual
 	slowFrom := time.Now()
-	proxy.SlowAll(delay)
-	time.Sleep(12 * rt)
+	proxy.OneAtATime(hold)
+	time.Sleep(300 * s)
 	fastFrom := time.Now()
-	proxy.FailAll(framework.NoFault)
+	proxy.OneAtATime(0)
 	if err := <-done; err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
@@ -53,25 +51,22 @@ func testAdaptivePacing(t *testing.T, f *fixture) {
 	expectProgress(t, res.Progress, f.objects)
 
 	writes := proxy.Requests().Filter(isWrite)
-	fast := peakInFlight(writes, slowFrom.Add(-5*rt), slowFrom)
-	slow := peakInFlight(writes, slowFrom.Add(5*rt), fastFrom)
-	// Once the answers are fast again the window grows back (additively,
-	// one write per window of answers: TestPacer* in internal/migrator
-	// show the arithmetic, which a loopback server's timing cannot).
+	fast := peakInFlight(writes, slowFrom.Add(-50*s), slowFrom)
+	slow := peakInFlight(writes, slowFrom.Add(150*s), fastFrom)
 	recovered := peakInFlight(writes, fastFrom.Add(time.Second), time.Now())
-	t.Logf("usual answer %s, slowed by %s: writes in flight at most %d before the slowdown, %d from %s into it, %d after it",
-		usual.Round(time.Millisecond), delay.Round(time.Millisecond), fast, slow, (5 * rt).Round(time.Millisecond), recovered)
+	t.Logf("usual answer %s, one seat held %s more per write: writes in flight at most %d before, %d from %s into it, %d after it",
+		usual.Round(time.Millisecond), hold.Round(time.Millisecond), fast, slow, (150 * s).Round(time.Millisecond), recovered)
 	if fast < workers/2 {
 		t.Errorf("%d writes in flight on a fast server, want near the %d workers", fast, workers)
 	}
-	if slow > 2 {
-		t.Errorf("%d writes in flight while every answer took %s more, want the window cut to 1 or 2", slow, delay.Round(time.Millisecond))
+	if slow > 3 {
+		t.Errorf("%d writes in flight on a server that answers one at a time, want the knee's 1 (2 or 3 while probing)", slow)
 	}
 	if recovered < workers/2 {
-		t.Errorf("%d writes in flight after the slowdown ended, want the window grown back near the %d workers", recovered, workers)
+		t.Errorf("%d writes in flight after the server had room again, want the window grown back near the %d workers", recovered, workers)
 	}
 	verified := f.expectMigrated(t, before)
-	framework.Scenario{Name: "adaptive pacing: 12 round trips of slowed answers", Objects: f.objects, Writes: len(writes), Retries: -1, Verified: verified}.Report(t)
+	framework.Scenario{Name: "adaptive pacing: 300 answers from a one-seat server", Objects: f.objects, Writes: len(writes), Retries: -1, Verified: verified}.Report(t)
 }
 
 // medianDuration is the median time the proxy took to answer the
