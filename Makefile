@@ -25,6 +25,9 @@ TOOLS_MOD := hack/tools/go.mod hack/tools/go.sum
 HELM_MOD := hack/helm/go.mod hack/helm/go.sum
 # helm reports the release its module requires.
 HELM_VERSION := $(shell awk '$$1 == "helm.sh/helm/v4" { print $$2 }' hack/helm/go.mod)
+REF_MOD := hack/ref/go.mod hack/ref/go.sum
+# The reference migrator reports (in its user agent) the release its module requires.
+REF_VERSION := $(shell awk '$$1 == "sigs.k8s.io/kube-storage-version-migrator" { print $$2 }' hack/ref/go.mod)
 
 # Two packages at a time, and up to four of a package's tests side by side:
 # an integration test spends most of its time waiting on its API server, so
@@ -85,6 +88,15 @@ helm: $(BIN)/helm ## Build helm into bin/ (tests render charts/svm with it and i
 $(BIN)/helm: $(HELM_MOD)
 	@echo "building helm $(HELM_VERSION) (the first build takes about 7 minutes on 2 cores, plus module downloads)"
 	cd hack/helm && go build -ldflags "-X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)" -o $@ helm.sh/helm/v4/cmd/helm
+
+.PHONY: ref-migrator
+ref-migrator: $(BIN)/ref-migrator ## Build the reference migrator (sigs.k8s.io/kube-storage-version-migrator) at its last release into bin/, for make bench's comparison.
+
+# The reference migrator comes from a module of its own, hack/ref, which
+# requires its last release as shipped (Kubernetes libraries v0.21).
+$(BIN)/ref-migrator: $(REF_MOD)
+	@echo "building the reference migrator $(REF_VERSION) (about a minute on 2 cores, plus module downloads)"
+	cd hack/ref && go build -ldflags "-X sigs.k8s.io/kube-storage-version-migrator/pkg/version.VERSION=$(REF_VERSION)" -o $@ sigs.k8s.io/kube-storage-version-migrator/cmd/migrator
 
 $(BIN)/etcd: $(TOOLS_MOD) hack/tools/etcd/main.go
 	@echo "building etcd"
@@ -168,6 +180,6 @@ BENCH ?= BenchmarkSuite
 # -v: benchmark logs (one line per pass) are cut after ten lines otherwise.
 BENCH_FLAGS ?= -benchtime 1x -v
 .PHONY: bench
-bench: controlplane ## Run the benchmark suite on a local control plane (not part of make test); table in _output/benchmarks.md, log in _output/bench.txt.
+bench: controlplane $(BIN)/ref-migrator ## Run the benchmark suite on a local control plane (not part of make test); table in _output/benchmarks.md, log in _output/bench.txt.
 	mkdir -p _output
 	SVM_BIN_DIR=$(BIN) SVM_BENCH_RESULTS=$(CURDIR)/_output/benchmarks.md go test -run '^$$' -bench '$(BENCH)' $(BENCH_FLAGS) -timeout 150m ./test/bench | tee _output/bench.txt
