@@ -168,23 +168,22 @@ func writeMigrations(b *strings.Builder, r *Report, wide bool) {
 }
 
 // writePacing says, under the migrations, how adaptive pacing drives each
-// running migration of svm's: a sentence per migration, since its figures
-// need their words (in flight of a window, at a knee) to be read right.
+// running migration of svm's: a sentence per migration, wrapped at
+// TableWidth, since its figures need their words (in flight of a window,
+// at a knee) to be read right.
 func writePacing(b *strings.Builder, migrations []Migration) {
 	for _, m := range migrations {
 		p := m.Pacing
 		if p == nil {
 			continue
 		}
-		fmt.Fprintf(b, "Pacing %s: %d writes in flight of a window of %d; writes take %s (smoothed)",
-			oneLine(m.Name), p.WritesInFlight, p.Window, p.SmoothedLatency.Duration)
+		knee := "latency has not grown with the writes in flight"
 		if p.KneeWrites > 0 {
-			fmt.Fprintf(b, "; the knee of the server's latency curve is at %d writes", p.KneeWrites)
-		} else {
-			b.WriteString("; latency has not grown with the writes in flight")
+			knee = fmt.Sprintf("the knee of the server's latency curve is at %d writes", p.KneeWrites)
 		}
-		fmt.Fprintf(b, ". Last decision %s (grow %d, knee %d, back-off %d).\n",
-			cmp.Or(p.LastDecision, "none"), p.GrowDecisions, p.KneeDecisions, p.BackOffDecisions)
+		writeWrapped(b, fmt.Sprintf("Pacing %s: %d writes in flight of a window of %d; writes take %s (smoothed); %s. Last decision %s (grow %d, knee %d, back-off %d).",
+			oneLine(m.Name), p.WritesInFlight, p.Window, p.SmoothedLatency.Duration, knee,
+			cmp.Or(p.LastDecision, "none"), p.GrowDecisions, p.KneeDecisions, p.BackOffDecisions))
 	}
 }
 

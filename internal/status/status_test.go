@@ -279,6 +279,9 @@ func TestStatusGolden(t *testing.T) {
 	}{
 		{name: "running-with-estimate", in: svmInput(runningWithEstimate)},
 		{name: "running-without-estimate", in: svmInput(runningWithoutEstimate)},
+		// Pacing is shown for running migrations only: a finished one's
+		// last status.pacing is history.
+		{name: "running-paced", in: svmInput(paced(runningWithEstimate, 18), paced(runningWithoutEstimate, 0), paced(succeeded, 12))},
 		{name: "succeeded", in: svmInput(succeeded)},
 		{name: "failed-long-message", in: svmInput(failedLong, notFound)},
 		{name: "retrying", in: svmInput(retrying)},
@@ -404,6 +407,20 @@ func golden(t *testing.T, name string, got []byte) {
 	if diff := cmp.Diff(string(want), string(got)); diff != "" {
 		t.Errorf("%s differs (-want +got; go test ./internal/status -update rewrites it):\n%s", path, diff)
 	}
+}
+
+// paced is m with status.pacing as svm's engine writes it; knee 0 is a
+// curve without one yet.
+func paced(m migrationv1alpha1.StorageVersionMigration, knee int32) migrationv1alpha1.StorageVersionMigration {
+	m = *m.DeepCopy()
+	m.Status.Pacing = &migrationv1alpha1.MigrationPacing{
+		WritesInFlight: 21, Window: 22, SmoothedLatency: metav1.Duration{Duration: 58 * time.Millisecond},
+		KneeWrites: knee, LastDecision: "Knee", GrowDecisions: 3, KneeDecisions: 40, BackOffDecisions: 1,
+	}
+	if knee == 0 {
+		m.Status.Pacing.LastDecision, m.Status.Pacing.KneeDecisions = "Grow", 0
+	}
+	return m
 }
 
 func TestStatusBuild(t *testing.T) {
