@@ -70,8 +70,9 @@
 // storedVersions list the storage version alone costs one read and writes
 // nothing.
 //
-// Load. Options.Workers writes are in flight at most, fewer while the API
-// server's answers slow down or it throttles (adaptive pacing);
+// Load. Options.Workers writes are in flight at most; adaptive pacing keeps
+// as many as take the API server to the knee of its latency curve, and
+// fewer when it throttles or its latency surges;
 // Options.QPS caps the requests per second. The engine reads metadata
 // only, and its memory depends on the chunk size, not on the number or
 // size of the objects.

@@ -20,9 +20,10 @@ const DefaultFieldManager = migrator.DefaultFieldManager
 
 // Options tune a migration. The zero value is a good start.
 type Options struct {
-	// Workers is the most writes in flight at once. Fewer are while the
-	// API server's answers slow down or it throttles, and more again as
-	// it recovers. 0 means 8.
+	// Workers is the most writes in flight at once. Adaptive pacing keeps
+	// fewer, as many as take the API server to the knee of its latency
+	// curve, and halves them when it throttles or its latency surges.
+	// 0 means 64.
 	Workers int
 	// QPS caps the requests per second the migration sends, with bursts
 	// of QPS rounded up. 0 means no cap but the adaptive one above. It
