@@ -180,9 +180,13 @@ const (
 	// initialWindow is the window before anything is measured.
 	initialWindow = 8
 	// failurePause and maxFailurePause bound the pause after writes that
-	// failed without an answer.
+	// failed without an answer. The pause only spaces the probes of an
+	// outage: each failed object still waits out its own backoff (see
+	// Options.Retry), so a longer one would stretch the retries of a few
+	// objects that keep failing (a webhook that times out) far beyond
+	// their own backoff.
 	failurePause    = 200 * time.Millisecond
-	maxFailurePause = 30 * time.Second
+	maxFailurePause = 2 * time.Second
 )
 
 // outcome is how a write ended, for the pacer.
