@@ -666,6 +666,14 @@ func (r *run) retry(ctx context.Context, verb string, fn func(context.Context) e
 	b := r.m.opts.Retry
 	delay := b.Initial
 	var err error
+	// held: the pacer kept this write's place in its window for the retry.
+	var tk ticket
+	held := false
+	defer func() {
+		if held {
+			r.pacer.drop()
+		}
+	}()
 	for attempt := 1; ; attempt++ {
 		if r.m.opts.Limiter != nil {
 			start := time.Now()
@@ -678,10 +686,10 @@ func (r *run) retry(ctx context.Context, verb string, fn func(context.Context) e
 			}
 		}
 		// Writes wait for room in the pacer's window; lists are one at a
-		// time anyway.
+		// time anyway. A write being retried may have kept its place (see
+		// pacer.release).
 		paced := verb == "patch" && r.pacer != nil
-		var tk ticket
-		if paced {
+		if paced && !held {
 			var perr error
 			if tk, perr = r.pacer.acquire(ctx); perr != nil {
 				return perr
@@ -699,7 +707,7 @@ func (r *run) retry(ctx context.Context, verb string, fn func(context.Context) e
 			case err != nil && IsTransient(err) && ctx.Err() == nil:
 				o = failed
 			}
-			r.pacer.release(tk, time.Since(sent), o)
+			held = r.pacer.release(tk, time.Since(sent), o)
 		}
 		if verb != "" {
 			r.observer.Requested(r.gr, verb, err)

@@ -41,10 +41,12 @@ import (
 //
 // A write that fails without an answer (a 5xx, a reset connection, a
 // timeout) says nothing about the curve but that the server is unwell:
-// the window drops to one write, and no write at all is sent for a pause
-// that doubles with every failure in a row, from failurePause to
-// maxFailurePause. However many workers hold an object, an outage then
-// costs a probe per pause, not a retry per worker.
+// the window drops to one write. A write that failed or was throttled
+// keeps its place in the window through its backoff and retry, as long as
+// the window has room for it; the others wait for room. However many
+// workers hold an object, an outage then costs the retries of the writes
+// the window holds (one, once it has dropped), each on its own backoff,
+// not a retry chain per worker.
 type pacer struct {
 	max float64
 	now func() time.Time
@@ -60,10 +62,6 @@ type pacer struct {
 	smoothed time.Duration
 	// calmUntil is when the window may be cut again.
 	calmUntil time.Time
-	// failures counts the writes in a row that failed without an answer
-	// (a 5xx, a reset, a timeout); no write is sent before pauseUntil.
-	failures   int
-	pauseUntil time.Time
 
 	epoch   epoch
 	samples []curvePoint
@@ -179,14 +177,6 @@ const (
 	smoothing = 8
 	// initialWindow is the window before anything is measured.
 	initialWindow = 8
-	// failurePause and maxFailurePause bound the pause after writes that
-	// failed without an answer. The pause only spaces the probes of an
-	// outage: each failed object still waits out its own backoff (see
-	// Options.Retry), so a longer one would stretch the retries of a few
-	// objects that keep failing (a webhook that times out) far beyond
-	// their own backoff.
-	failurePause    = 200 * time.Millisecond
-	maxFailurePause = 2 * time.Second
 )
 
 // outcome is how a write ended, for the pacer.
@@ -213,17 +203,6 @@ func newPacer(maxInFlight int, now func() time.Time) *pacer {
 func (p *pacer) acquire(ctx context.Context) (ticket, error) {
 	for {
 		p.mu.Lock()
-		if pause := p.pauseUntil.Sub(p.now()); pause > 0 {
-			p.mu.Unlock()
-			timer := time.NewTimer(pause)
-			select {
-			case <-ctx.Done():
-				timer.Stop()
-				return ticket{}, ctx.Err()
-			case <-timer.C:
-			}
-			continue
-		}
 		if p.inflight < int(p.limit) {
 			p.inflight++
 			t := ticket{inflight: p.inflight, generation: p.epoch.generation}
@@ -240,29 +219,34 @@ func (p *pacer) acquire(ctx context.Context) (ticket, error) {
 	}
 }
 
-// release ends the write of t, which took latency and ended as o.
-func (p *pacer) release(t ticket, latency time.Duration, o outcome) {
+// release ends the write of t, which took latency and ended as o. For a
+// write that failed or was throttled, it reports whether the write keeps
+// its place in the window for its retry: while the window, cut for it, has
+// room. The caller then sends the retry without acquire, and calls drop if
+// it sends none.
+func (p *pacer) release(t ticket, latency time.Duration, o outcome) (kept bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	defer func() {
+		if !kept {
+			p.inflight--
+			close(p.freed)
+			p.freed = make(chan struct{})
+		}
+	}()
 	now := p.now()
-	p.inflight--
 	if p.smoothed == 0 {
 		p.smoothed = latency
 	} else {
 		p.smoothed += (latency - p.smoothed) / smoothing
 	}
 	if o == failed {
-		p.failures++
-		p.pauseUntil = now.Add(min(maxFailurePause, failurePause<<min(p.failures-1, 16)))
 		p.newEpoch(now)
 		if p.limit > 1 {
 			p.decide(PacerBackOff, 1)
 		}
-		close(p.freed)
-		p.freed = make(chan struct{})
-		return
+		return p.inflight <= int(p.limit)
 	}
-	p.failures = 0
 	if t.generation == p.epoch.generation {
 		p.epoch.answers++
 		p.epoch.inflight += t.inflight
@@ -271,9 +255,18 @@ func (p *pacer) release(t ticket, latency time.Duration, o outcome) {
 	switch {
 	case o == throttled:
 		p.backOff(now, latency, false)
+		return p.inflight <= int(p.limit)
 	case p.epoch.answers >= max(2*int(p.limit), 4) && now.Sub(p.epoch.start) >= minEpoch:
 		p.endEpoch(now, latency)
 	}
+	return false
+}
+
+// drop gives up a place kept by release for a retry that is not sent.
+func (p *pacer) drop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inflight--
 	close(p.freed)
 	p.freed = make(chan struct{})
 }

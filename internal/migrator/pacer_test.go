@@ -185,7 +185,9 @@ func TestPacerHalvesOnThrottlingOncePerLatency(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.release(tk, latency, outcomeOf(throttled))
+		if p.release(tk, latency, outcomeOf(throttled)) {
+			p.drop() // not retried
+		}
 	}
 	answer(10*time.Millisecond, true)
 	if w := p.window(); w != 16 {
@@ -217,7 +219,9 @@ func TestPacerNeverBelowOne(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.release(tk, time.Millisecond, throttled)
+		if p.release(tk, time.Millisecond, throttled) {
+			p.drop()
+		}
 	}
 	if w := p.window(); w != 1 {
 		t.Errorf("window %d, want 1: a migration always makes progress", w)
@@ -273,45 +277,46 @@ func outcomeOf(throttle bool) outcome {
 	return answered
 }
 
-func TestPacerPausesAllWritesAfterFailures(t *testing.T) {
+func TestPacerKeepsOneFailingWriteInTheWindow(t *testing.T) {
 	clock := &fakeClock{t: time.Unix(0, 0)}
 	p := newPacer(64, clock.now)
-	tk, err := p.acquire(context.Background())
-	if err != nil {
+	p.limit = 20
+	var tickets []ticket
+	for range 20 {
+		tk, err := p.acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tickets = append(tickets, tk)
+	}
+	// An outage: all twenty fail at once. The window drops to one write,
+	// and only the last of them keeps its place for its retry.
+	kept := 0
+	for _, tk := range tickets {
+		if p.release(tk, time.Millisecond, failed) {
+			kept++
+		}
+	}
+	if w := p.window(); w != 1 || kept != 1 || p.inflight != 1 {
+		t.Fatalf("window %d, %d writes kept their place, %d in flight; want 1, 1 and 1", w, kept, p.inflight)
+	}
+	// The others wait for room while the kept one retries.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := p.acquire(ctx); err == nil {
+		t.Fatal("a write was let through while the one kept write retries")
+	}
+	// Its retry fails again: it still fits, and keeps its place.
+	if !p.release(tickets[19], time.Millisecond, failed) {
+		t.Fatal("the kept write lost its place though the window has room for it")
+	}
+	// It gives up (its retries are exhausted): the place is free.
+	p.drop()
+	if p.inflight != 0 {
+		t.Fatalf("%d in flight after the kept write gave up, want 0", p.inflight)
+	}
+	if _, err := p.acquire(context.Background()); err != nil {
 		t.Fatal(err)
-	}
-	p.release(tk, time.Millisecond, failed)
-	if w := p.window(); w != 1 {
-		t.Errorf("window %d after a write failed without an answer, want 1", w)
-	}
-	// Every failure in a row doubles the pause in which nothing is sent.
-	for i, want := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond} {
-		if i > 0 {
-			clock.advance(p.pauseUntil.Sub(clock.t))
-			tk, err := p.acquire(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			p.release(tk, time.Millisecond, failed)
-		}
-		if got := p.pauseUntil.Sub(clock.t); got != want {
-			t.Errorf("failure %d: pause %s, want %s", i+1, got, want)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		if _, err := p.acquire(ctx); err == nil {
-			t.Fatalf("failure %d: a write was let through during the pause", i+1)
-		}
-	}
-	// An answer ends the series.
-	clock.advance(p.pauseUntil.Sub(clock.t))
-	tk, err = p.acquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.release(tk, time.Millisecond, answered)
-	if p.failures != 0 {
-		t.Errorf("%d failures in a row after an answer, want 0", p.failures)
 	}
 }
 

@@ -22,7 +22,8 @@ import (
 // cannot know that the webhook will not recover, so it treats the answer as
 // transient: it retries each of the two with backoff, at most ten times in
 // all (the engine's attempts), then records them with the server's message
-// and goes on. The migration ends Failed with ObjectsFailed naming them,
+// and goes on. Adaptive pacing keeps one failing write in flight at a time,
+// so the two are retried one after the other. The migration ends Failed with ObjectsFailed naming them,
 // the others rewritten, and nothing more is sent.
 func (s *suite) webhookTimesOut(t *testing.T) {
 	env := s.env
@@ -46,8 +47,10 @@ func (s *suite) webhookTimesOut(t *testing.T) {
 	})
 	patches := env.ServerRequests(t, "PATCH", r.Plural)
 	s.env.CreateMigration(t, "slowhook", r.GVR("v1"))
-	// The backoff of ten attempts adds up to about a minute.
-	m := s.env.WaitMigration(t, "slowhook", 4*time.Minute, "finished", framework.Finished)
+	// The backoff of ten attempts adds up to about a minute, and each
+	// attempt waits a second for the webhook: about 70s per object, and
+	// the two are retried one after the other.
+	m := s.env.WaitMigration(t, "slowhook", 6*time.Minute, "finished", framework.Finished)
 	s.expectSettled(t, "slowhook")
 
 	failed := framework.Condition(m, migrationv1alpha1.MigrationFailed)

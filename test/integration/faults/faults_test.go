@@ -105,8 +105,10 @@ func TestMigrationsRideOutFaults(t *testing.T) {
 			t.Run("adaptive pacing", func(t *testing.T) {
 				// Nothing to add after the mixed faults; this lets the
 				// scenario run alone (go test -run).
-				// 200 writes before, 300 during and plenty after.
-				f.grow(t, 1600)
+				// 200 writes before, 300 during and plenty after: 600
+				// more, in namespaces of their own.
+				f.grow(t, 1000)
+				f.growIn(t, []string{"ns-i", "ns-j", "ns-k", "ns-l"}, 1600)
 				testAdaptivePacing(t, f)
 			})
 		})
@@ -150,7 +152,14 @@ func (f *fixture) flip(t *testing.T) framework.Snapshot {
 // version, until there are n.
 func (f *fixture) grow(t *testing.T, n int) {
 	t.Helper()
-	f.env.CreateWidgets(t, f.storage, []string{"ns-e", "ns-f", "ns-g", "ns-h"}, n-f.objects)
+	f.growIn(t, []string{"ns-e", "ns-f", "ns-g", "ns-h"}, n)
+}
+
+// growIn adds widgets in namespaces, which must hold none yet, until there
+// are n.
+func (f *fixture) growIn(t *testing.T, namespaces []string, n int) {
+	t.Helper()
+	f.env.CreateWidgets(t, f.storage, namespaces, n-f.objects)
 	f.objects = n
 }
 
