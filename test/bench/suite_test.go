@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -101,8 +102,9 @@ const unthrottledName = "svm (unthrottled: --workers 256 --adaptive-pacing=false
 // (default 3), interleaved, and the table shows medians. The table goes
 // to $SVM_BENCH_RESULTS (default _output/benchmarks.md at the repository
 // root). Run it with `make bench`; SVM_BENCH_OBJECTS sets the size
-// (default 10000) and SVM_BENCH_LARGE the size of the memory-scaling pass
-// (default 100000, 0 skips it).
+// (default 10000) and SVM_BENCH_LARGE the size of the largest pass of the
+// scaling series (default 100000, 0 skips the series); SVM_BENCH_ONLY, a
+// regular expression, keeps only the strategies whose names match it.
 func BenchmarkSuite(b *testing.B) {
 	n := envInt("SVM_BENCH_OBJECTS", 10000)
 	rounds := envInt("SVM_BENCH_ROUNDS", 3)
@@ -218,6 +220,13 @@ func runAll(b *testing.B, w *workload, rounds int, others ...strategy) []result 
 // each round, so that a machine that drifts (a noisy neighbour, a server
 // whose heap grew) hits them all alike.
 func compare(b *testing.B, w *workload, rounds int, strategies ...strategy) []result {
+	if only := os.Getenv("SVM_BENCH_ONLY"); only != "" {
+		re, err := regexp.Compile(only)
+		if err != nil {
+			b.Fatalf("SVM_BENCH_ONLY: %v", err)
+		}
+		strategies = slices.DeleteFunc(strategies, func(s strategy) bool { return !re.MatchString(s.name) })
+	}
 	out := make([]result, len(strategies))
 	for range rounds {
 		for i, s := range strategies {

@@ -211,7 +211,7 @@ type FaultProxy struct {
 	rates    FaultRates
 	failAll  Fault
 	// seatHold, when set, makes the proxy a server of one seat (see
-	// OneAtATime); seat is that seat.
+	// OneAtATime); seat holds that seat while it is free.
 	seatHold time.Duration
 	seat     chan struct{}
 	decide   func(*http.Request) (Fault, time.Duration, bool)
@@ -244,6 +244,7 @@ func (e *Env) StartFaultProxy(t testing.TB, opts FaultOptions) *FaultProxy {
 		seat:       make(chan struct{}, 1),
 		rng:        rand.New(rand.NewPCG(uint64(seed), 0)),
 	}
+	p.seat <- struct{}{}
 	// The reverse proxy logs every request its client gave up on, which
 	// is what faults are for; the records say all that matters.
 	p.forward.ErrorLog = log.New(io.Discard, "", 0)
@@ -445,33 +446,33 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 		hangUp()
 	default:
 		if rec.Seated {
-			select {
-			case p.seat <- struct{}{}:
-				defer func() { <-p.seat }()
-			case <-r.Context().Done():
-				p.end(i, false, 0, true)
-				return
-			case <-p.stop:
-				p.end(i, false, 0, false)
+			if !await(p, i, r, p.seat) {
 				return
 			}
+			defer func() { p.seat <- struct{}{} }()
 		}
-		if rec.Fault == Slow || rec.Seated {
-			select {
-			case <-time.After(rec.Delay):
-			case <-r.Context().Done():
-				p.end(i, false, 0, true)
-				return
-			case <-p.stop:
-				p.end(i, false, 0, false)
-				return
-			}
+		if (rec.Fault == Slow || rec.Seated) && !await(p, i, r, time.After(rec.Delay)) {
+			return
 		}
 		sw := &statusWriter{ResponseWriter: w}
 		p.forward.ServeHTTP(sw, r)
 		// net/http cancels the request's context when the client hangs up.
 		p.end(i, true, sw.status, r.Context().Err() != nil)
 	}
+}
+
+// await waits for ready, and reports whether it came before the client
+// gave up or the proxy stopped; if not, the request's record is ended.
+func await[T any](p *FaultProxy, i int, r *http.Request, ready <-chan T) bool {
+	select {
+	case <-ready:
+		return true
+	case <-r.Context().Done():
+		p.end(i, false, 0, true)
+	case <-p.stop:
+		p.end(i, false, 0, false)
+	}
+	return false
 }
 
 // reset closes the client's connection with a TCP reset rather than an
