@@ -8,36 +8,41 @@ import (
 )
 
 // pacer decides how many writes a migration has in flight: as many as take
-// the API server to the knee of its latency curve, and no more.
+// the API server to the knee of its curve, and no more.
 //
 // A server answers n writes in flight at a rate X(n) = n / L(n) (Little's
-// law), where L(n) is their latency. Past the point where it is busy,
-// latency grows in a straight line with what is queued: L(n) = a + b·n,
-// where a is the time a write takes on its own and 1/b is the rate the
-// server cannot exceed however many writes wait. Its rate is then
-// X(n) = n / (a + b·n), which reaches a fraction f of 1/b at
-// n = f/(1-f) · a/b. That is the knee the pacer aims for, with f =
-// kneeFraction: nine tenths of the server's ceiling at the lowest latency
-// that gets it. Beyond it, every added write buys almost no rate and adds
-// its whole latency to everyone's answers, the other clients' included.
+// law), where L(n) is their latency. X grows with n while the server has
+// room, then levels off at its ceiling: past that point every added write
+// only waits, adding its whole latency to everyone's answers, the other
+// clients' included, and buying no rate. The knee is the fewest writes in
+// flight that get kneeFraction of the best rate measured; the pacer keeps
+// the window a little above it (kneeMargin).
 //
-// The pacer measures the curve instead of assuming it. Time is cut into
-// epochs of a few round trips, one per decision; each gives one point: the
-// mean writes in flight when its writes were sent, and their mean latency
-// (writes sent before the decision saw another window and are left out), and the last modelEpochs points are fitted
-// with a straight line. The window alternates a little above and below
-// the knee it predicts (probeSpread), so that the points spread along the
-// curve and the fit stays true as the server changes. Where latency does
-// not grow with the window, the server is not busy, and the window grows
-// by half each epoch, up to the configured workers.
+// The pacer measures the curve instead of assuming its shape. Time is cut
+// into epochs of a few round trips (and at least minEpoch), one per
+// decision; each gives one point: the mean writes in flight when its
+// writes were sent, and the rate their latency gives by Little's law
+// (writes sent before the decision saw another window and are left out).
+// From the last modelEpochs points:
 //
-// Two signals override the model at once, whatever the epoch: a 429 (API
+//   - grow: when only about the most writes tried get the best rate, the
+//     knee may lie beyond them, and the window grows by half, up to the
+//     configured workers (there it probes a little lower every other
+//     epoch, so that the points spread);
+//   - knee: otherwise the window is set above the knee (kneeMargin and
+//     probeSpread), and every other epoch a little below it (probeSpread), so that the points keep spreading along the curve and the
+//     knee follows a server that changes, down as well as up.
+//
+// No decision moves the window by more than half: one noisy epoch must not
+// swing it far.
+//
+// Two signals override the curve at once, whatever the epoch: a 429 (API
 // Priority and Fairness rejecting, or a server's max-inflight limit), and
-// an epoch whose latency is more than surgeFactor times what the model
-// predicted (someone else's load arrived). Either halves the window, at
-// most once per smoothed latency since the writes already in flight saw
-// the same queue, and a surge also forgets the model, which then learns
-// the busier server from scratch.
+// a surge: an epoch at or past the knee whose rate is under 1/surgeFactor
+// of the best (someone else's load arrived, or the server slowed down).
+// Either halves the window, at most once per smoothed latency since the
+// writes already in flight saw the same queue, and a surge also forgets
+// the points, so that the busier server is learnt from scratch.
 //
 // A write that fails without an answer (a 5xx, a reset connection, a
 // timeout) says nothing about the curve but that the server is unwell:
@@ -65,10 +70,11 @@ type pacer struct {
 
 	epoch   epoch
 	samples []curvePoint
-	// above alternates the probe above and below the knee.
+	// above alternates the probes above and below the knee.
 	above bool
-	// model is the last fit, valid when model.slope > 0.
-	model     curveFit
+	// knee is the knee at the last decision, 0 while the points show
+	// none.
+	knee      float64
 	decisions [decisionKinds]int64
 	last      PacerDecision
 }
@@ -93,19 +99,27 @@ type ticket struct {
 	generation int
 }
 
-// curvePoint is one epoch's mean writes in flight and mean latency in
-// seconds.
-type curvePoint struct{ inflight, latency float64 }
+// curvePoint is one epoch's mean writes in flight and the rate, in writes
+// per second, their mean latency gives.
+type curvePoint struct{ inflight, rate float64 }
 
-// curveFit is latency = intercept + slope·inflight, in seconds.
-type curveFit struct{ intercept, slope float64 }
+// curveKnee is what the points show: the best rate, the fewest writes in
+// flight that got kneeFraction of it, and the most writes tried.
+type curveKnee struct{ best, knee, most float64 }
 
-func (f curveFit) valid() bool { return f.slope > 0 }
-
-// knee is the window at which the fitted server runs at kneeFraction of
-// its ceiling.
-func (f curveFit) knee() float64 {
-	return kneeFraction / (1 - kneeFraction) * max(f.intercept, 0) / f.slope
+func kneeOf(points []curvePoint) curveKnee {
+	var k curveKnee
+	for _, pt := range points {
+		k.best = max(k.best, pt.rate)
+		k.most = max(k.most, pt.inflight)
+	}
+	k.knee = k.most
+	for _, pt := range points {
+		if pt.rate >= kneeFraction*k.best {
+			k.knee = min(k.knee, pt.inflight)
+		}
+	}
+	return k
 }
 
 // PacerDecision is what the pacer did with the window.
@@ -147,8 +161,9 @@ type PacerState struct {
 	InFlight int
 	// SmoothedLatency is the recent average time a write took.
 	SmoothedLatency time.Duration
-	// Knee is the window the latency curve measured so far points to; 0
-	// while latency has not grown with the window.
+	// Knee is the window the latency curve measured so far points to (at
+	// the last decision, before probing above or below it); 0 while
+	// latency has not grown with the window.
 	Knee float64
 	// Decision is the last decision, Decisions how many of each were
 	// made (indexed as PacerDecisions).
@@ -157,20 +172,24 @@ type PacerState struct {
 }
 
 const (
-	// kneeFraction is the share of the server's ceiling the pacer aims
-	// for: the last tenth would cost as much latency again as the nine
-	// before it.
-	kneeFraction = 0.9
-	// modelEpochs is how many epochs the curve is fitted to: a few
-	// seconds, so that the model follows a server that changes.
-	modelEpochs = 8
+	// kneeFraction is the share of the best rate that marks the knee, and
+	// kneeMargin how far above it the window is kept: together about nine
+	// tenths of the server's ceiling and more, at the lowest latency that
+	// gets it.
+	kneeFraction = 0.95
+	kneeMargin   = 1.3
+	// modelEpochs is how many epochs the knee is read from: a few
+	// seconds, so that it follows a server that changes.
+	modelEpochs = 12
 	// minEpoch is the shortest epoch: shorter ones see the noise of single
-	// answers, not the curve.
-	minEpoch = 200 * time.Millisecond
-	// probeSpread is how far above and below the knee the window probes.
-	probeSpread = 0.2
-	// surgeFactor is how much slower than predicted an epoch's answers
-	// must be for the pacer to back off at once.
+	// answers and garbage collections, not the curve.
+	minEpoch = 500 * time.Millisecond
+	// probeSpread sets how far above and below the knee the window
+	// probes: enough for the points to spread, little enough to stay near
+	// the knee.
+	probeSpread = 0.1
+	// surgeFactor is how much below the best rate an epoch at or past the
+	// knee must fall for the pacer to back off at once.
 	surgeFactor = 2
 	// smoothing is how many answers the smoothed latency roughly
 	// averages, TCP's 8.
@@ -280,33 +299,52 @@ func (p *pacer) newEpoch(now time.Time) {
 // window from the curve.
 func (p *pacer) endEpoch(now time.Time, latency time.Duration) {
 	answers := float64(p.epoch.answers)
-	point := curvePoint{inflight: float64(p.epoch.inflight) / answers, latency: p.epoch.latency.Seconds() / answers}
+	inflight := float64(p.epoch.inflight) / answers
+	point := curvePoint{inflight: inflight, rate: inflight / (p.epoch.latency.Seconds() / answers)}
 	p.newEpoch(now)
-	if p.model.valid() && point.latency > surgeFactor*(p.model.intercept+p.model.slope*point.inflight) {
-		p.backOff(now, latency, true)
-		return
+	if len(p.samples) >= 3 {
+		if k := kneeOf(p.samples); point.inflight >= k.knee && point.rate < k.best/surgeFactor {
+			p.backOff(now, latency, true)
+			return
+		}
 	}
 	p.samples = append(p.samples, point)
 	if len(p.samples) > modelEpochs {
 		p.samples = p.samples[1:]
 	}
-	p.model = fit(p.samples)
-	if !p.model.valid() {
-		p.decide(PacerGrow, p.limit*1.5)
+	k := kneeOf(p.samples)
+	if len(p.samples) < 3 || k.knee >= 0.8*k.most {
+		p.knee = 0
+		target := p.limit + maxStep(p.limit)
+		if p.limit >= p.max {
+			// At the most it may grow, the window would stay where it is
+			// and the points would not spread: every other epoch it
+			// probes a little lower.
+			p.above = !p.above
+			if !p.above {
+				target = p.max * (1 - 2*probeSpread)
+			}
+		}
+		p.decide(PacerGrow, target)
 		return
 	}
-	target := p.model.knee()
-	// A knee far beyond what was measured is an extrapolation: approach
-	// it by doubling, measuring on the way.
-	target = min(target, 2*max(point.inflight, 1))
+	p.knee = k.knee
+	// Every other epoch probes below the knee, where the rate would tell
+	// that the knee lies lower, and the others keep the margin above it.
+	target := (kneeMargin + probeSpread) * k.knee
 	p.above = !p.above
-	if p.above {
-		target *= 1 + probeSpread
-	} else {
-		target *= 1 - probeSpread
+	if !p.above {
+		target = (1 - probeSpread) * k.knee
 	}
+	// One epoch's noise must not swing the window far: at most halved or
+	// grown by half (and one) per decision.
+	target = min(max(target, p.limit/2), p.limit+maxStep(p.limit))
 	p.decide(PacerKnee, target)
 }
+
+// maxStep is the most the window grows in one decision: by half, and by
+// one at least.
+func maxStep(limit float64) float64 { return max(1, limit/2) }
 
 // backOff halves the window, at most once per smoothed latency; a surge
 // also forgets the model, fitted to a server that is no longer there.
@@ -317,7 +355,7 @@ func (p *pacer) backOff(now time.Time, latency time.Duration, surge bool) {
 	}
 	p.calmUntil = now.Add(max(latency, p.smoothed))
 	if surge {
-		p.samples, p.model = nil, curveFit{}
+		p.samples, p.knee = nil, 0
 	}
 	p.newEpoch(now)
 	p.decide(PacerBackOff, math.Floor(p.limit/2))
@@ -330,36 +368,6 @@ func (p *pacer) decide(d PacerDecision, limit float64) {
 	if p.observe != nil {
 		p.observe(p.stateLocked())
 	}
-}
-
-// fit is the least-squares line through points; its slope is 0 when the
-// points do not spread along the window or latency does not grow with it.
-func fit(points []curvePoint) curveFit {
-	if len(points) < 3 {
-		return curveFit{}
-	}
-	var mx, my float64
-	for _, pt := range points {
-		mx += pt.inflight
-		my += pt.latency
-	}
-	n := float64(len(points))
-	mx, my = mx/n, my/n
-	var sxx, sxy float64
-	for _, pt := range points {
-		sxx += (pt.inflight - mx) * (pt.inflight - mx)
-		sxy += (pt.inflight - mx) * (pt.latency - my)
-	}
-	// Points within a tenth of a write of each other say nothing about
-	// the slope.
-	if sxx < 0.01*n {
-		return curveFit{}
-	}
-	slope := sxy / sxx
-	if slope <= 0 {
-		return curveFit{}
-	}
-	return curveFit{intercept: my - slope*mx, slope: slope}
 }
 
 // window is the current number of writes allowed in flight.
@@ -381,9 +389,7 @@ func (p *pacer) stateLocked() PacerState {
 		Window: int(p.limit), InFlight: p.inflight, SmoothedLatency: p.smoothed, Decision: p.last,
 		Decisions: make(map[PacerDecision]int64, decisionKinds),
 	}
-	if p.model.valid() {
-		s.Knee = p.model.knee()
-	}
+	s.Knee = p.knee
 	for _, d := range PacerDecisions {
 		s.Decisions[d] = p.decisions[d.index()]
 	}

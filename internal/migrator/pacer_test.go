@@ -3,7 +3,7 @@ package migrator
 import (
 	"container/heap"
 	"context"
-	"math"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -92,8 +92,9 @@ func (s *simulation) run(d time.Duration) (rate, window float64) {
 }
 
 func TestPacerFindsTheKneeOfALinearServer(t *testing.T) {
-	// 5ms on its own, 400 writes/s at most: the knee at nine tenths of
-	// the ceiling is 9 × 5ms / 2.5ms = 18 writes in flight.
+	// 5ms on its own, 400 writes/s at most, a curve that bends slowly:
+	// the best rate measured is a little under 400, and 0.95 of it takes
+	// some 13 writes in flight.
 	sim := simulate(t, 256, linear(5*time.Millisecond, 2500*time.Microsecond))
 	sim.run(10 * time.Second)
 	rate, window := sim.run(20 * time.Second)
@@ -101,12 +102,32 @@ func TestPacerFindsTheKneeOfALinearServer(t *testing.T) {
 	if rate < 0.85*400 {
 		t.Errorf("%.0f writes/s, want at least 0.85 of the server's 400", rate)
 	}
-	if window < 12 || window > 30 {
+	if window < 12 || window > 40 {
 		t.Errorf("%.1f writes in flight on average, want about the knee's 18, not the configured 256", window)
 	}
 	st := sim.p.state()
-	if st.Knee < 14 || st.Knee > 24 || st.Decisions[PacerKnee] == 0 {
+	if st.Knee < 10 || st.Knee > 30 || st.Decisions[PacerKnee] == 0 {
 		t.Errorf("state %+v: want a knee near 18 found by knee decisions", st)
+	}
+}
+
+func TestPacerFindsASharpKneeThroughNoise(t *testing.T) {
+	// Flat at 30ms up to 8 writes in flight, then 270 writes/s at most,
+	// every answer 20% faster or slower at random, as on the two shared
+	// cores of docs/benchmarks.md.
+	rng := rand.New(rand.NewPCG(1, 2))
+	sim := simulate(t, 64, func(_ time.Time, inflight int) (time.Duration, bool) {
+		l := max(30*time.Millisecond, time.Duration(inflight)*time.Second/270)
+		return time.Duration(float64(l) * (0.8 + 0.4*rng.Float64())), false
+	})
+	sim.run(10 * time.Second)
+	rate, window := sim.run(60 * time.Second)
+	t.Logf("%.0f writes/s with %.1f in flight on average", rate, window)
+	if rate < 0.9*270 {
+		t.Errorf("%.0f writes/s, want at least 0.9 of the server's 270", rate)
+	}
+	if window > 40 {
+		t.Errorf("%.1f writes in flight on average, want near the knee of 8, not the configured 64", window)
 	}
 }
 
@@ -161,16 +182,18 @@ func TestPacerBacksOffWhenLatencySurges(t *testing.T) {
 	sim.run(10 * time.Second)
 	before := sim.p.state()
 	slower = true
-	sim.run(time.Second)
+	// An epoch is two windows of answers, two round trips of about 0.5s
+	// now, and the writes sent before the change are left out of it.
+	sim.run(2 * time.Second)
 	after := sim.p.state()
 	if after.Decisions[PacerBackOff] == before.Decisions[PacerBackOff] {
-		t.Fatalf("no back-off within a second of answers five times slower than the model predicts: %+v", after)
+		t.Fatalf("no back-off within four round trips of answers five times slower than the model predicts: %+v", after)
 	}
 	// Uniformly slower, the server's knee is where it was: the model,
 	// learnt again, finds it.
 	rate, window := sim.run(30 * time.Second)
 	t.Logf("before %+v; after the surge %.0f writes/s with %.1f in flight", before, rate, window)
-	if rate < 0.85*80 || window < 12 || window > 30 {
+	if rate < 0.85*80 || window < 10 || window > 40 {
 		t.Errorf("%.0f writes/s with %.1f in flight after the surge, want about the knee's 18 and 0.85 of the server's 80", rate, window)
 	}
 }
@@ -320,19 +343,15 @@ func TestPacerKeepsOneFailingWriteInTheWindow(t *testing.T) {
 	}
 }
 
-func TestFitLine(t *testing.T) {
-	points := []curvePoint{{4, 0.015}, {8, 0.025}, {16, 0.045}}
-	f := fit(points)
-	if math.Abs(f.slope-0.0025) > 1e-9 || math.Abs(f.intercept-0.005) > 1e-9 {
-		t.Errorf("fit %+v, want latency = 0.005 + 0.0025·inflight", f)
+func TestKneeOf(t *testing.T) {
+	// The rate levels off at 300 from 10 writes in flight; 9.5 of them
+	// would get 0.95 of it, and the fewest measured that do are 10.
+	points := []curvePoint{{4, 150}, {10, 290}, {20, 300}, {40, 298}}
+	if k := kneeOf(points); k.best != 300 || k.knee != 10 || k.most != 40 {
+		t.Errorf("knee %+v, want best 300, knee 10, most 40", k)
 	}
-	if k := f.knee(); math.Abs(k-18) > 1e-6 {
-		t.Errorf("knee %.3f, want 18", k)
-	}
-	if f := fit([]curvePoint{{8, 0.02}, {8, 0.03}, {8, 0.025}}); f.valid() {
-		t.Errorf("fit %+v of points at one window, want no slope", f)
-	}
-	if f := fit([]curvePoint{{4, 0.02}, {8, 0.02}, {16, 0.019}}); f.valid() {
-		t.Errorf("fit %+v of flat latency, want no slope", f)
+	// Still growing at the most tried: the knee may lie beyond.
+	if k := kneeOf([]curvePoint{{4, 100}, {8, 190}, {12, 280}}); k.knee != 12 {
+		t.Errorf("knee %+v, want 12, the most tried", k)
 	}
 }

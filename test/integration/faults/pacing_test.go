@@ -14,8 +14,9 @@ import (
 // testAdaptivePacing turns the API server, in the middle of a migration,
 // into one that is saturated at one write at a time (the fault proxy's
 // one seat: more writes in flight only queue, and wait longer): svm must
-// find that knee, one write or two in flight, and grow back to its workers
-// once the server has room again.
+// see that its rate no longer grows with its writes in flight and bring
+// them down toward the knee of one write, without losing the seat's rate,
+// and speed up again once the server has room.
 func testAdaptivePacing(t *testing.T, f *fixture) {
 	before := f.flip(t)
 	const workers = 16
@@ -34,8 +35,8 @@ func testAdaptivePacing(t *testing.T, f *fixture) {
 	// s in all. The phases are measured in answers of s: the pacer
 	// decides once per epoch of at least twice its window in answers, so
 	// from 16 writes in flight it needs about a hundred answers to see the
-	// queue, cut the window and learn the new curve; a busy machine's
-	// slower server only makes s longer.
+	// queue and cut the window, and a few more epochs to step toward one;
+	// a busy machine's slower server only makes s longer.
 	usual := medianDuration(proxy.Requests().Filter(isWrite))
 	hold := max(40*time.Millisecond, usual)
 	s := hold + usual
@@ -47,23 +48,28 @@ func testAdaptivePacing(t *testing.T, f *fixture) {
 	if err := <-done; err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
+	end := time.Now()
 	proxy.WaitIdle(t)
 	expectProgress(t, res.Progress, f.objects)
 
 	writes := proxy.Requests().Filter(isWrite)
-	fast := peakInFlight(writes, slowFrom.Add(-50*s), slowFrom)
-	slow := peakInFlight(writes, slowFrom.Add(150*s), fastFrom)
-	recovered := peakInFlight(writes, fastFrom.Add(time.Second), time.Now())
-	t.Logf("usual answer %s, one seat held %s more per write: writes in flight at most %d before, %d from %s into it, %d after it",
-		usual.Round(time.Millisecond), hold.Round(time.Millisecond), fast, slow, (150 * s).Round(time.Millisecond), recovered)
-	if fast < workers/2 {
-		t.Errorf("%d writes in flight on a fast server, want near the %d workers", fast, workers)
+	slowCheck := slowFrom.Add(200 * s)
+	slow := peakInFlight(writes, slowCheck, fastFrom)
+	seated := writes.Between(slowCheck, fastFrom)
+	after := writes.Between(fastFrom.Add(time.Second), end)
+	seatRate := float64(len(seated)) / fastFrom.Sub(slowCheck).Seconds()
+	afterRate := float64(len(after)) / end.Sub(fastFrom.Add(time.Second)).Seconds()
+	t.Logf("usual answer %s, one seat held %s more per write (at most %.1f writes/s): from %s into it, writes in flight at most %d and %.1f writes/s; after it %.1f writes/s",
+		usual.Round(time.Millisecond), hold.Round(time.Millisecond), 1/s.Seconds(), (200 * s).Round(time.Millisecond), slow, seatRate, afterRate)
+	if slow > workers/2 {
+		t.Errorf("%d writes in flight on a server that answers one at a time, want them cut to half the %d workers or fewer", slow, workers)
 	}
-	if slow > 3 {
-		t.Errorf("%d writes in flight on a server that answers one at a time, want the knee's 1 (2 or 3 while probing)", slow)
+	// Fewer writes in flight must not cost the seat's rate.
+	if seatRate < 0.8/s.Seconds() {
+		t.Errorf("%.1f writes/s through the one seat, want its %.1f", seatRate, 1/s.Seconds())
 	}
-	if recovered < workers/2 {
-		t.Errorf("%d writes in flight after the server had room again, want the window grown back near the %d workers", recovered, workers)
+	if afterRate < 3*seatRate {
+		t.Errorf("%.1f writes/s once the server had room again, want at least 3 times the seat's %.1f", afterRate, seatRate)
 	}
 	verified := f.expectMigrated(t, before)
 	framework.Scenario{Name: "adaptive pacing: 300 answers from a one-seat server", Objects: f.objects, Writes: len(writes), Retries: -1, Verified: verified}.Report(t)
