@@ -20,7 +20,7 @@ type EngineFlags struct {
 	Burst     int
 	ChunkSize int64
 	// AdaptivePacing lets the engine choose the writes in flight from the
-	// API server's latency curve (see migrator's pacer).
+	// API server's rate curve (see migrator's pacer).
 	AdaptivePacing bool
 }
 
@@ -34,7 +34,7 @@ func (f *EngineFlags) addFlags(fs interface {
 	fs.Float64Var(&f.QPS, "qps", 0, "requests per second to the API server, shared by all migrations (0: unlimited)")
 	fs.IntVar(&f.Burst, "burst", 0, "requests allowed in a burst above --qps (default: --qps rounded up, at least 1)")
 	fs.Int64Var(&f.ChunkSize, "chunk-size", 500, "objects listed per request")
-	fs.BoolVar(&f.AdaptivePacing, "adaptive-pacing", true, "keep the writes in flight at the knee of the API server's latency curve, and halve them when it throttles or its latency surges (--workers is the most; --qps stays a hard cap)")
+	fs.BoolVar(&f.AdaptivePacing, "adaptive-pacing", true, "keep the writes in flight just past the knee of the API server's rate curve (the fewest that get nine tenths of its ceiling and more), and halve them when it throttles or its rate collapses (--workers is the most; --qps stays a hard cap)")
 }
 
 func (f *EngineFlags) validate() error {

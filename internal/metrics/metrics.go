@@ -137,9 +137,9 @@ func New() *Metrics {
 		pacerLatency: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("pacer_smoothed_latency_seconds",
 			"Recent average time a write of the running migration of a resource took (weighted as TCP smooths round trips).")), []string{"resource"}),
 		pacerKnee: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("pacer_knee_writes",
-			"Writes in flight at which the latency curve adaptive pacing measured gives nine tenths of the API server's ceiling; 0 while latency has not grown with the writes in flight.")), []string{"resource"}),
+			"The fewest writes in flight of the running migration of a resource that got 0.95 of the best rate adaptive pacing measured; 0 while only the most writes tried get it.")), []string{"resource"}),
 		pacerDecisions: prometheus.NewCounterVec(prometheus.CounterOpts(engine("pacer_decisions_total",
-			"Decisions of adaptive pacing, by resource and decision: grow (latency flat, the window grows by half), knee (the window set around the measured knee), back-off (a 429 or a latency surge halved it).")), []string{"resource", "decision"}),
+			"Decisions of adaptive pacing, by resource and decision: grow (only the most writes tried get the best rate; the window grows by half), knee (the window set around the measured knee), back-off (a 429, a surge or a failed write cut it).")), []string{"resource", "decision"}),
 
 		executor: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "executor",
 			Help: "1 for who executes svm's migrations in this process (svm or in-tree), once chosen."}, []string{"executor"}),

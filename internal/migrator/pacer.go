@@ -126,13 +126,14 @@ func kneeOf(points []curvePoint) curveKnee {
 type PacerDecision string
 
 const (
-	// PacerGrow: latency does not grow with the writes in flight, so the
-	// server has room; the window grows by half.
+	// PacerGrow: only about the most writes tried get the best rate, so
+	// the knee may lie beyond them; the window grows by half.
 	PacerGrow PacerDecision = "grow"
 	// PacerKnee: the window was set around the knee of the measured
-	// latency curve.
+	// rate curve.
 	PacerKnee PacerDecision = "knee"
-	// PacerBackOff: a 429 or a surge of latency halved the window.
+	// PacerBackOff: a 429 or a surge halved the window, or a failed write
+	// dropped it to one.
 	PacerBackOff PacerDecision = "back-off"
 )
 
@@ -161,9 +162,9 @@ type PacerState struct {
 	InFlight int
 	// SmoothedLatency is the recent average time a write took.
 	SmoothedLatency time.Duration
-	// Knee is the window the latency curve measured so far points to (at
-	// the last decision, before probing above or below it); 0 while
-	// latency has not grown with the window.
+	// Knee is the fewest writes in flight that got 0.95 of the best rate
+	// measured (at the last decision); 0 while only the most writes tried
+	// get it.
 	Knee float64
 	// Decision is the last decision, Decisions how many of each were
 	// made (indexed as PacerDecisions).

@@ -177,9 +177,9 @@ func writePacing(b *strings.Builder, migrations []Migration) {
 		if p == nil {
 			continue
 		}
-		knee := "latency has not grown with the writes in flight"
+		knee := "no knee yet: the most writes tried get the best rate"
 		if p.KneeWrites > 0 {
-			knee = fmt.Sprintf("the knee of the server's latency curve is at %d writes", p.KneeWrites)
+			knee = fmt.Sprintf("%d writes in flight get 0.95 of the best rate measured", p.KneeWrites)
 		}
 		writeWrapped(b, fmt.Sprintf("Pacing %s: %d writes in flight of a window of %d; writes take %s (smoothed); %s. Last decision %s (grow %d, knee %d, back-off %d).",
 			oneLine(m.Name), p.WritesInFlight, p.Window, p.SmoothedLatency.Duration, knee,

@@ -72,7 +72,7 @@
 //
 // Load. Options.Workers writes are in flight at most; adaptive pacing keeps
 // as many as take the API server to the knee of its latency curve, and
-// fewer when it throttles or its latency surges;
+// fewer when it throttles or its rate collapses;
 // Options.QPS caps the requests per second. The engine reads metadata
 // only, and its memory depends on the chunk size, not on the number or
 // size of the objects.

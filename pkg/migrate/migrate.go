@@ -22,7 +22,7 @@ const DefaultFieldManager = migrator.DefaultFieldManager
 type Options struct {
 	// Workers is the most writes in flight at once. Adaptive pacing keeps
 	// fewer, as many as take the API server to the knee of its latency
-	// curve, and halves them when it throttles or its latency surges.
+	// curve, and halves them when it throttles or its rate collapses.
 	// 0 means 64.
 	Workers int
 	// QPS caps the requests per second the migration sends, with bursts

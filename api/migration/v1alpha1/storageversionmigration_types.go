@@ -127,9 +127,9 @@ type MigrationProgress struct {
 }
 
 // MigrationPacing is how many writes svm keeps in flight, and why: adaptive
-// pacing measures the API server's latency against the writes in flight and
-// aims for the knee of that curve, where the server gives nine tenths of its
-// ceiling at the lowest latency that gets it.
+// pacing measures the API server's rate against the writes in flight and
+// aims just past the knee of that curve, where the server gives nine tenths
+// of its ceiling and more at the lowest latency that gets it.
 type MigrationPacing struct {
 	// WritesInFlight is the number of writes sent and not yet answered.
 	WritesInFlight int32 `json:"writesInFlight"`
@@ -137,14 +137,15 @@ type MigrationPacing struct {
 	Window int32 `json:"window"`
 	// SmoothedLatency is the recent average time a write took.
 	SmoothedLatency metav1.Duration `json:"smoothedLatency"`
-	// KneeWrites is the number of writes in flight at the knee of the
-	// latency curve measured so far; absent while latency has not grown
-	// with the writes in flight.
+	// KneeWrites is the fewest writes in flight that got 0.95 of the best
+	// rate measured so far; absent while only the most writes tried get
+	// it.
 	// +optional
 	KneeWrites int32 `json:"kneeWrites,omitempty"`
-	// LastDecision is pacing's last decision: Grow (latency stays flat, so
-	// the window grows by half), Knee (the window is set around the
-	// measured knee) or BackOff (a 429 or a surge of latency halved it).
+	// LastDecision is pacing's last decision: Grow (only the most writes
+	// tried get the best rate, so the window grows by half), Knee (the
+	// window is set around the measured knee) or BackOff (a 429, a surge
+	// of latency or a failed write cut it).
 	// +optional
 	// +kubebuilder:validation:Enum=Grow;Knee;BackOff
 	LastDecision string `json:"lastDecision,omitempty"`
