@@ -21,7 +21,7 @@ const DefaultFieldManager = migrator.DefaultFieldManager
 // Options tune a migration. The zero value is a good start.
 type Options struct {
 	// Workers is the most writes in flight at once. Adaptive pacing keeps
-	// fewer, as many as take the API server to the knee of its latency
+	// fewer, as many as take the API server just past the knee of its rate
 	// curve, and halves them when it throttles or its rate collapses.
 	// 0 means 64.
 	Workers int
