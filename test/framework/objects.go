@@ -204,5 +204,10 @@ func (e *Env) SeedWidgets(t testing.TB, version string, namespaces []string, n i
 	if err := g.Wait(); err != nil {
 		t.Fatalf("write widgets into etcd: %v", err)
 	}
+	// The API server learns of the widgets from its watch on etcd: wait
+	// until it lists them.
+	if _, err := e.listCaughtUp(Context(t, 5*time.Minute), gvr, metav1.ListOptions{Limit: 1}); err != nil {
+		t.Fatalf("list the widgets written into etcd: %v", err)
+	}
 	t.Logf("made %d widgets in %s", n, time.Since(start).Round(time.Millisecond))
 }

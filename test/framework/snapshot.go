@@ -1,13 +1,16 @@
 package framework
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Snapshot is every object of a resource, keyed by namespace/name, with the
@@ -78,7 +81,7 @@ func (e *Env) TakeSnapshotInPages(t testing.TB, gvr schema.GroupVersionResource)
 	snap := Snapshot{}
 	opts := metav1.ListOptions{Limit: 1000}
 	for {
-		list, err := e.Dynamic.Resource(gvr).List(ctx, opts)
+		list, err := e.listCaughtUp(ctx, gvr, opts)
 		if err != nil {
 			t.Fatalf("list %s: %v", gvr, err)
 		}
@@ -97,4 +100,22 @@ func (e *Env) ExpectUnchangedInPages(t testing.TB, gvr schema.GroupVersionResour
 	if diff := before.Diff(e.TakeSnapshotInPages(t, gvr)); diff != "" {
 		t.Errorf("objects of %s changed (-before +after):\n%s", gvr.Resource, diff)
 	}
+}
+
+// listCaughtUp lists gvr, waiting (within ctx) while the API server answers
+// that its cache has not caught up with etcd yet ("Too large resource
+// version"). A server busy decoding objects written straight into etcd, on
+// a machine shared with other control planes, can take minutes to, longer
+// than client-go retries one request.
+func (e *Env) listCaughtUp(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+	var list *unstructured.UnstructuredList
+	var err error
+	werr := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err = e.Dynamic.Resource(gvr).List(ctx, opts)
+		return !apierrors.IsTimeout(err), nil
+	})
+	if err == nil {
+		err = werr
+	}
+	return list, err
 }
