@@ -3,6 +3,7 @@ package migrator
 import (
 	"context"
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -61,7 +62,10 @@ type pacer struct {
 	mu       sync.Mutex
 	limit    float64
 	inflight int
-	freed    chan struct{} // closed and replaced whenever room may have appeared
+	// waiters are the writes waiting for room, longest waiting first:
+	// room is handed to one at a time, so that a freed place wakes one
+	// worker, not all of them.
+	waiters []chan ticket
 	// smoothed is the average latency, recent answers weighing most, as
 	// TCP smooths its round-trip time.
 	smoothed time.Duration
@@ -215,27 +219,51 @@ const (
 func newPacer(maxInFlight int, now func() time.Time) *pacer {
 	return &pacer{
 		max: float64(maxInFlight), limit: min(float64(maxInFlight), initialWindow), now: now,
-		freed: make(chan struct{}), epoch: epoch{start: now()},
+		epoch: epoch{start: now()},
 	}
 }
 
 // acquire waits until a write may be sent; release takes the ticket back.
 func (p *pacer) acquire(ctx context.Context) (ticket, error) {
-	for {
-		p.mu.Lock()
-		if p.inflight < int(p.limit) {
-			p.inflight++
-			t := ticket{inflight: p.inflight, generation: p.epoch.generation}
-			p.mu.Unlock()
-			return t, nil
-		}
-		freed := p.freed
+	p.mu.Lock()
+	if len(p.waiters) == 0 && p.inflight < int(p.limit) {
+		t := p.admitLocked()
 		p.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return ticket{}, ctx.Err()
-		case <-freed:
-		}
+		return t, nil
+	}
+	admitted := make(chan ticket, 1)
+	p.waiters = append(p.waiters, admitted)
+	p.mu.Unlock()
+	select {
+	case t := <-admitted:
+		return t, nil
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	if i := slices.Index(p.waiters, admitted); i >= 0 {
+		p.waiters = slices.Delete(p.waiters, i, i+1)
+		p.mu.Unlock()
+		return ticket{}, ctx.Err()
+	}
+	p.mu.Unlock()
+	// Admitted as the context ended: the place goes to the next.
+	<-admitted
+	p.drop()
+	return ticket{}, ctx.Err()
+}
+
+// admitLocked takes a place in the window.
+func (p *pacer) admitLocked() ticket {
+	p.inflight++
+	return ticket{inflight: p.inflight, generation: p.epoch.generation}
+}
+
+// wakeLocked hands the room in the window to the writes waiting longest.
+func (p *pacer) wakeLocked() {
+	for len(p.waiters) > 0 && p.inflight < int(p.limit) {
+		next := p.waiters[0]
+		p.waiters = p.waiters[1:]
+		next <- p.admitLocked()
 	}
 }
 
@@ -250,8 +278,7 @@ func (p *pacer) release(t ticket, latency time.Duration, o outcome) (kept bool) 
 	defer func() {
 		if !kept {
 			p.inflight--
-			close(p.freed)
-			p.freed = make(chan struct{})
+			p.wakeLocked()
 		}
 	}()
 	now := p.now()
@@ -287,8 +314,7 @@ func (p *pacer) drop() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.inflight--
-	close(p.freed)
-	p.freed = make(chan struct{})
+	p.wakeLocked()
 }
 
 // newEpoch starts an epoch at now.
@@ -364,6 +390,7 @@ func (p *pacer) backOff(now time.Time, latency time.Duration, surge bool) {
 
 func (p *pacer) decide(d PacerDecision, limit float64) {
 	p.limit = min(p.max, max(1, limit))
+	p.wakeLocked()
 	p.decisions[d.index()]++
 	p.last = d
 	if p.observe != nil {

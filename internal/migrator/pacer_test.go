@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -290,6 +291,58 @@ func TestPacerAcquireHonoursCancellation(t *testing.T) {
 	defer cancel()
 	if _, err := p.acquire(ctx); err == nil {
 		t.Error("acquire returned without room and without its context ending")
+	}
+}
+
+func TestPacerHandsEachFreedPlaceToTheLongestWaiting(t *testing.T) {
+	p := newPacer(2, time.Now)
+	p.limit = 1
+	first, err := p.acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Three writes wait, in order; a fourth gives up while waiting.
+	admitted := make(chan int, 3)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() {
+			tk, err := p.acquire(context.Background())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			admitted <- i
+			p.release(tk, time.Millisecond, answered)
+		})
+		waitFor(t, func() bool { p.mu.Lock(); defer p.mu.Unlock(); return len(p.waiters) == i+1 })
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error)
+	go func() { _, err := p.acquire(ctx); gaveUp <- err }()
+	waitFor(t, func() bool { p.mu.Lock(); defer p.mu.Unlock(); return len(p.waiters) == 4 })
+	cancel()
+	if err := <-gaveUp; err == nil {
+		t.Fatal("a write that gave up waiting was let through")
+	}
+	p.release(first, time.Millisecond, answered)
+	wg.Wait()
+	close(admitted)
+	var order []int
+	for i := range admitted {
+		order = append(order, i)
+	}
+	if !slices.Equal(order, []int{0, 1, 2}) || p.inflight != 0 || len(p.waiters) != 0 {
+		t.Errorf("admitted in order %v with %d in flight and %d waiting, want [0 1 2], 0 and 0", order, p.inflight, len(p.waiters))
+	}
+}
+
+// waitFor polls cond for up to ten seconds.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 10s")
+		}
 	}
 }
 
