@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,38 +22,13 @@ import (
 // server.
 const apfFactor = 1.5
 
-// apfSuite installs svm's manifests (its ServiceAccount, roles and API
-// Priority and Fairness objects) and runs `svm migrate` at its defaults
-// (adaptive pacing on) as svm's ServiceAccount while another client, an
-// ordinary ServiceAccount, reads a ConfigMap 20 times a second. It reports
-// that client's latency when the server is idle (30 seconds, after the
-// storage flip, once the server is quiet, right before svm starts) and
-// while svm runs, and judges the p99 against apfFactor times the idle
-// one.
+// apfSuite runs `svm migrate` at its defaults (adaptive pacing on) on a
+// shared server (see sharedPass). It reports the other client's latency
+// when the server is idle and while svm runs, and judges the p99 against
+// apfFactor times the idle one.
 func apfSuite(b *testing.B, n int) (result, string, target) {
-	env := framework.Start(b, benchControlPlane())
-	env.ApplyManifests(b, env.RenderManifests(b, "config/default"))
-	env.CreateWidgetCRD(b, "v1")
-	w := widgetsWorkload(b, env, "custom resources, svm as its ServiceAccount beside another client", n)
-	probe := probeClient(b, env)
-	ctx := b.Context()
-
-	var idle, during []time.Duration
-	w.during = func(ctx context.Context) int {
-		during = probeLatencies(ctx, probe, time.Hour)
-		return 0
-	}
-	svm := svmProcessAs(defaultsName+", as svm-controller", env.ServiceAccountKubeconfig(b, "svm-system", "svm-controller"))
-	// The idle latencies are measured on the server as svm finds it: after
-	// the storage flip, once quiet, right before svm starts.
-	svm.prepare = func(b *testing.B, w *workload) func(*testing.B, string, *usage) {
-		if _, err := settle(env.CP.APIServerPID(), settleLimit); err != nil {
-			b.Fatal(err)
-		}
-		idle = probeLatencies(ctx, probe, 30*time.Second)
-		return nil
-	}
-	r := pass(b, w, svm)
+	env, w, probe := sharedServer(b, "custom resources, svm as its ServiceAccount beside another client", n)
+	r, idle, during := sharedPass(b, env, w, probe, defaultsName+", as svm-controller")
 	note := fmt.Sprintf("API Priority and Fairness: another client's reads took p50 %s, p99 %s, max %s on the idle server (%d reads) and p50 %s, p99 %s, max %s while svm ran at %.0f objects/s in its own priority level (%d reads)",
 		percentile(idle, 50), percentile(idle, 99), percentile(idle, 100), len(idle),
 		percentile(during, 50), percentile(during, 99), percentile(during, 100), r.rate(), len(during))
@@ -64,6 +40,73 @@ func apfSuite(b *testing.B, n int) (result, string, target) {
 		met:      len(during) > 0 && ratio <= apfFactor,
 	}
 	return r, note, t
+}
+
+// priceSettings are the svm settings whose price to another client
+// apfPrice measures: fixed rates, fixed writes in flight, and the defaults.
+var priceSettings = [][]string{
+	{"--qps", "25"}, {"--qps", "50"}, {"--qps", "100"},
+	{"--workers", "1", "--adaptive-pacing=false"}, {"--workers", "4", "--adaptive-pacing=false"},
+	nil,
+}
+
+// apfPrice measures what svm's rate costs another client: the client's
+// p99 against its idle p99 with svm at each of priceSettings, on n
+// objects, one pass each. It returns the passes and a note with the
+// curve.
+func apfPrice(b *testing.B, n int) ([]result, string) {
+	env, w, probe := sharedServer(b, "custom resources, the price to another client", n)
+	var results []result
+	var points []string
+	for _, args := range priceSettings {
+		name := "svm " + strings.Join(args, " ")
+		if len(args) == 0 {
+			name = defaultsName
+		}
+		r, idle, during := sharedPass(b, env, w, probe, name+", as svm-controller", args...)
+		results = append(results, r)
+		points = append(points, fmt.Sprintf("%s: %.0f objects/s, p99 %s against %s idle (%.2fx)",
+			name, r.rate(), percentile(during, 99), percentile(idle, 99), float64(percentile(during, 99))/float64(percentile(idle, 99))))
+	}
+	note := fmt.Sprintf("The price of svm's rate to another client (%d objects, svm as its ServiceAccount in its own priority level, the client's reads at 20/s): %s",
+		n, strings.Join(points, "; "))
+	b.Log(note)
+	return results, note
+}
+
+// sharedServer starts a control plane with svm's manifests (its
+// ServiceAccount, roles and API Priority and Fairness objects), n widgets
+// and another client, an ordinary ServiceAccount that reads a ConfigMap.
+func sharedServer(b *testing.B, name string, n int) (*framework.Env, *workload, kubernetes.Interface) {
+	env := framework.Start(b, benchControlPlane())
+	env.ApplyManifests(b, env.RenderManifests(b, "config/default"))
+	env.CreateWidgetCRD(b, "v1")
+	w := widgetsWorkload(b, env, name, n)
+	return env, w, probeClient(b, env)
+}
+
+// sharedPass runs `svm migrate` with args as svm's ServiceAccount while the
+// other client reads 20 times a second, and returns the pass with the
+// client's latencies on the idle server (30 seconds, after the storage
+// flip, once the server is quiet, right before svm starts) and while svm
+// ran.
+func sharedPass(b *testing.B, env *framework.Env, w *workload, probe kubernetes.Interface, name string, args ...string) (result, []time.Duration, []time.Duration) {
+	var idle, during []time.Duration
+	w.during = func(ctx context.Context) int {
+		during = probeLatencies(ctx, probe, time.Hour)
+		return 0
+	}
+	defer func() { w.during = nil }()
+	svm := svmProcessAs(name, env.ServiceAccountKubeconfig(b, "svm-system", "svm-controller"), args...)
+	svm.prepare = func(b *testing.B, w *workload) func(*testing.B, string, *usage) {
+		if _, err := settle(env.CP.APIServerPID(), settleLimit); err != nil {
+			b.Fatal(err)
+		}
+		idle = probeLatencies(b.Context(), probe, 30*time.Second)
+		return nil
+	}
+	r := pass(b, w, svm)
+	return r, idle, during
 }
 
 // probeClient is a client as an ordinary ServiceAccount that may read

@@ -170,6 +170,11 @@ func BenchmarkSuite(b *testing.B) {
 		notes = append(notes, note)
 		targets = append(targets, t)
 	})
+	b.Run("price-to-another-client", func(b *testing.B) {
+		rs, note := apfPrice(b, envInt("SVM_BENCH_PRICE_OBJECTS", 3000))
+		results = append(results, rs...)
+		notes = append(notes, note)
+	})
 	b.Run("qps", func(b *testing.B) {
 		env := framework.Start(b, benchControlPlane())
 		env.CreateWidgetCRD(b, "v1")
