@@ -24,21 +24,35 @@ var (
 // It builds as the image does (hack/image: static, -trimpath), so that the
 // tests run the binary as it ships, and the image's build finds every
 // package compiled already.
+//
+// Every test process (one per package) builds, the build cache making all
+// but the first little more than a link, into a file of its own in
+// _output/test-bin that it then renames over the shared svm there: one
+// binary on disk however many packages run, and a process that started the
+// previous one keeps running it.
 func SVMBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "svm-bin-")
+		dir := filepath.Join(RepoRoot(), "_output", "test-bin")
+		if buildErr = os.MkdirAll(dir, 0o755); buildErr != nil {
+			return
+		}
+		own, err := os.CreateTemp(dir, ".svm-*")
 		if err != nil {
 			buildErr = err
 			return
 		}
-		svmBinary = filepath.Join(dir, "svm")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", svmBinary, "./cmd/svm")
+		own.Close()
+		defer os.Remove(own.Name()) // gone already once renamed
+		cmd := exec.Command("go", "build", "-trimpath", "-o", own.Name(), "./cmd/svm")
 		cmd.Dir = RepoRoot()
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = &buildError{out: out, err: err}
+			return
 		}
+		svmBinary = filepath.Join(dir, "svm")
+		buildErr = os.Rename(own.Name(), svmBinary)
 	})
 	if buildErr != nil {
 		t.Fatalf("build svm: %v", buildErr)
