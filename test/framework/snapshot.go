@@ -105,8 +105,8 @@ func (e *Env) ExpectUnchangedInPages(t testing.TB, gvr schema.GroupVersionResour
 // listCaughtUp lists gvr, waiting (within ctx) while the API server answers
 // that its cache has not caught up with etcd yet ("Too large resource
 // version"). A server busy decoding objects written straight into etcd, on
-// a machine shared with other control planes, can take minutes to, longer
-// than client-go retries one request.
+// a machine shared with other control planes, can take minutes to catch up,
+// longer than client-go retries one request.
 func (e *Env) listCaughtUp(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
 	var list *unstructured.UnstructuredList
 	var err error
