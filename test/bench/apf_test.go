@@ -33,7 +33,7 @@ func apfSuite(b *testing.B, n int) (result, string, target) {
 		percentile(idle, 50), percentile(idle, 99), percentile(idle, 100), len(idle),
 		percentile(during, 50), percentile(during, 99), percentile(during, 100), r.rate(), len(during))
 	b.Log(note)
-	ratio := float64(percentile(during, 99)) / float64(percentile(idle, 99))
+	ratio := p99Ratio(idle, during)
 	t := target{
 		what:     fmt.Sprintf("shared server: another client's p99 while svm runs at its defaults within %.1fx of its idle p99", apfFactor),
 		measured: fmt.Sprintf("p99 %s during / %s idle = %.2f, svm at %.0f objects/s", percentile(during, 99), percentile(idle, 99), ratio, r.rate()),
@@ -66,7 +66,7 @@ func apfPrice(b *testing.B, n int) ([]result, string) {
 		r, idle, during := sharedPass(b, env, w, probe, name+", as svm-controller", args...)
 		results = append(results, r)
 		points = append(points, fmt.Sprintf("%s: %.0f objects/s, p99 %s against %s idle (%.2fx)",
-			name, r.rate(), percentile(during, 99), percentile(idle, 99), float64(percentile(during, 99))/float64(percentile(idle, 99))))
+			name, r.rate(), percentile(during, 99), percentile(idle, 99), p99Ratio(idle, during)))
 	}
 	note := fmt.Sprintf("The price of svm's rate to another client (%d objects, svm as its ServiceAccount in its own priority level, the client's reads at 20/s): %s",
 		n, strings.Join(points, "; "))
@@ -166,6 +166,11 @@ func probeLatencies(ctx context.Context, client kubernetes.Interface, d time.Dur
 		_, _ = client.CoreV1().ConfigMaps("probe").Get(context.WithoutCancel(ctx), "probe", metav1.GetOptions{})
 		out = append(out, time.Since(start))
 	}
+}
+
+// p99Ratio is the p99 of during against the p99 of idle.
+func p99Ratio(idle, during []time.Duration) float64 {
+	return float64(percentile(during, 99)) / float64(percentile(idle, 99))
 }
 
 func percentile(ds []time.Duration, p int) time.Duration {
