@@ -14,10 +14,13 @@ import (
 	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/metadata"
+
+	"github.com/svm-project/svm/internal/managedfields"
 )
 
 // maxRecordedChanges bounds the objects written by others that a migration
@@ -154,9 +157,18 @@ type Progress struct {
 	Gone int64
 	// Failed counts objects that could not be written.
 	Failed int64
+	// NothingToRewrite counts objects a run with ManagedFields.Only left
+	// alone: their managedFields named no retired version, and their
+	// bytes were not to be rewritten.
+	NothingToRewrite int64
 	// SkippedWithoutWrite is the part of WrittenSinceStart and Gone that
 	// cost no request.
 	SkippedWithoutWrite int64
+	// ManagedFieldsRewritten counts the objects whose managedFields svm
+	// moved off retired versions (Request.ManagedFields); each is also
+	// counted as Restored. ManagedFieldsDropped counts the owned fields
+	// that could not be kept (see managedfields.Retarget.Apply).
+	ManagedFieldsRewritten, ManagedFieldsDropped int64
 	// RemainingEstimate is the API server's estimate of objects not yet
 	// listed, when it gives one.
 	RemainingEstimate *int64
@@ -170,13 +182,24 @@ func (p Progress) Migrated() int64 { return p.Restored + p.AlreadyCurrent }
 func (p Progress) Skipped() int64 { return p.WrittenSinceStart + p.Gone }
 
 // Handled counts the listed objects whose outcome is known.
-func (p Progress) Handled() int64 { return p.Migrated() + p.Skipped() + p.Failed }
+func (p Progress) Handled() int64 {
+	return p.Migrated() + p.Skipped() + p.Failed + p.NothingToRewrite
+}
 
 // Outcomes says where the objects went, in the words svm uses for them
 // everywhere: the CLI's summary, the Succeeded condition and its event.
+// What only a run with Request.ManagedFields does is said when it did it.
 func (p Progress) Outcomes() string {
-	return fmt.Sprintf("migrated %d (re-stored %d, already current %d), written since the start %d, gone %d, failed %d",
+	s := fmt.Sprintf("migrated %d (re-stored %d, already current %d), written since the start %d, gone %d, failed %d",
 		p.Migrated(), p.Restored, p.AlreadyCurrent, p.WrittenSinceStart, p.Gone, p.Failed)
+	if p.NothingToRewrite > 0 {
+		s += fmt.Sprintf(", nothing to rewrite %d", p.NothingToRewrite)
+	}
+	if p.ManagedFieldsRewritten > 0 || p.ManagedFieldsDropped > 0 {
+		s += fmt.Sprintf("; managedFields moved off the retired versions on %d objects (owned fields dropped %d)",
+			p.ManagedFieldsRewritten, p.ManagedFieldsDropped)
+	}
+	return s
 }
 
 // FailedObject is an object that could not be rewritten.
@@ -210,7 +233,41 @@ type Request struct {
 	OnChunk func(context.Context, State) error
 	// OnProgress is called with the counters now and then, for display.
 	OnProgress func(Progress)
+	// ManagedFields, if set, also moves server-side apply's field
+	// ownership off retired versions, in the same writes (see
+	// ManagedFields).
+	ManagedFields *ManagedFields
 }
+
+// ManagedFields asks a migration to rewrite the managedFields entries that
+// name a retired version so that they name the target version, keeping
+// each manager's fields (see internal/managedfields). The object's patch
+// then carries its whole new managedFields list beside the uid and
+// resourceVersion preconditions.
+//
+// Unlike re-encoding, which any write does, only svm's write fixes an
+// object's managedFields: an object written by another client since the
+// migration started is not skipped when its entries still name a retired
+// version. A conflict is answered by reading the object again and
+// rewriting what it holds then, up to maxRetargetAttempts times.
+type ManagedFields struct {
+	managedfields.Retarget
+	// Only limits the writes to the objects whose entries name a retired
+	// version; the others are counted as Progress.NothingToRewrite. Use
+	// it when their bytes need no rewrite. Off, every object is written,
+	// as without ManagedFields.
+	Only bool
+	// Read, if set, reads an object as the target version serves it, so
+	// that owned fields the object lacks in that version are dropped.
+	// Unset, every owned field is kept: right when the versions' fields
+	// are the same (a CRD without a conversion webhook).
+	Read func(ctx context.Context, namespace, name string) (*unstructured.Unstructured, error)
+}
+
+// maxRetargetAttempts bounds the writes of one object's managedFields that
+// may meet a conflict: an object others keep changing is recorded as
+// failed rather than retried forever.
+const maxRetargetAttempts = 5
 
 // Result is the outcome of a migration.
 type Result struct {
@@ -507,6 +564,15 @@ feed:
 // rewrite writes one object back unchanged. It returns an error only when
 // the whole migration must stop.
 func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata) error {
+	if mf := r.req.ManagedFields; mf != nil {
+		if mf.Names(obj.ManagedFields) {
+			return r.retarget(ctx, obj)
+		}
+		if mf.Only {
+			r.counters.nothingToRewrite.Add(1)
+			return nil
+		}
+	}
 	changed, deleted := newerThan(obj.ResourceVersion, r.res.Checkpoint), false
 	if !changed && r.changes != nil {
 		changed, deleted = r.changes.take(objectName(obj))
@@ -539,17 +605,28 @@ func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata) er
 		return err
 	})
 	if err == nil {
-		// The API server stores nothing when the bytes it would write are
-		// the stored ones, and then answers with the same resourceVersion.
-		restored := written.ResourceVersion != obj.ResourceVersion
-		if restored {
-			r.counters.restored.Add(1)
-		} else {
-			r.counters.alreadyCurrent.Add(1)
-		}
-		r.observer.ObjectMigrated(r.gr, restored)
+		r.written(obj, written)
 		return nil
 	}
+	return r.settle(ctx, obj, err)
+}
+
+// written counts an object svm wrote.
+func (r *run) written(obj, written *metav1.PartialObjectMetadata) {
+	// The API server stores nothing when the bytes it would write are
+	// the stored ones, and then answers with the same resourceVersion.
+	restored := written.ResourceVersion != obj.ResourceVersion
+	if restored {
+		r.counters.restored.Add(1)
+	} else {
+		r.counters.alreadyCurrent.Add(1)
+	}
+	r.observer.ObjectMigrated(r.gr, restored)
+}
+
+// settle counts an object whose write failed with err. It returns an
+// error only when the whole migration must stop.
+func (r *run) settle(ctx context.Context, obj *metav1.PartialObjectMetadata, err error) error {
 	switch Classify(err) {
 	case Skip:
 		gone := apierrors.IsNotFound(err)
@@ -576,6 +653,94 @@ func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata) er
 		r.recordFailure(obj, err)
 		return nil
 	}
+}
+
+// retarget writes an object whose managedFields name a retired version:
+// the patch sets its new managedFields (Request.ManagedFields). A conflict
+// means another client wrote the object since it was read, which does not
+// fix its managedFields: the object is read again and its entries as they
+// are then rewritten. It returns an error only when the whole migration
+// must stop.
+func (r *run) retarget(ctx context.Context, obj *metav1.PartialObjectMetadata) error {
+	mf := r.req.ManagedFields
+	var client metadata.ResourceInterface = r.m.metadata.Resource(r.req.Resource)
+	if r.namespaced {
+		client = r.m.metadata.Resource(r.req.Resource).Namespace(obj.Namespace)
+	}
+	opts := metav1.PatchOptions{FieldManager: r.m.opts.FieldManager, FieldValidation: metav1.FieldValidationIgnore}
+	cur := obj
+	fresh := false // cur was read just now, not listed
+	for range maxRetargetAttempts {
+		var object map[string]any
+		if mf.Read != nil {
+			var u *unstructured.Unstructured
+			err := r.retry(ctx, "get", func(ctx context.Context) error {
+				var err error
+				u, err = mf.Read(ctx, obj.Namespace, obj.Name)
+				return err
+			})
+			if err != nil {
+				return r.settle(ctx, obj, err)
+			}
+			cur = metadataOf(u)
+			object = u.Object
+			fresh = true
+		}
+		if fresh && !mf.Names(cur.ManagedFields) {
+			// Another client's write has already moved them (or the
+			// object was deleted and created again without them).
+			r.counters.writtenSinceStart.Add(1)
+			r.observer.ObjectSkipped(r.gr, false, nil)
+			return nil
+		}
+		res, err := mf.Apply(cur.ManagedFields, object)
+		if err != nil {
+			r.recordFailure(obj, err)
+			return nil
+		}
+		patch, err := managedfields.Patch(string(cur.UID), cur.ResourceVersion, res.Entries)
+		if err != nil {
+			r.recordFailure(obj, err)
+			return nil
+		}
+		var written *metav1.PartialObjectMetadata
+		err = r.retry(ctx, "patch", func(ctx context.Context) error {
+			var err error
+			written, err = client.Patch(ctx, obj.Name, types.MergePatchType, patch, opts)
+			return err
+		})
+		if err == nil {
+			r.written(cur, written)
+			r.counters.managedFieldsRewritten.Add(1)
+			r.counters.managedFieldsDropped.Add(int64(res.DroppedFields))
+			return nil
+		}
+		if !apierrors.IsConflict(err) {
+			return r.settle(ctx, obj, err)
+		}
+		r.watchOthers()
+		if mf.Read == nil {
+			err = r.retry(ctx, "get", func(ctx context.Context) error {
+				var err error
+				cur, err = client.Get(ctx, obj.Name, metav1.GetOptions{})
+				return err
+			})
+			if err != nil {
+				return r.settle(ctx, obj, err)
+			}
+			fresh = true
+		}
+	}
+	r.recordFailure(obj, fmt.Errorf("written by others %d times in a row while svm rewrote its managedFields", maxRetargetAttempts))
+	return nil
+}
+
+// metadataOf is the metadata of u that retarget needs.
+func metadataOf(u *unstructured.Unstructured) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+		Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetUID(),
+		ResourceVersion: u.GetResourceVersion(), ManagedFields: u.GetManagedFields(),
+	}}
 }
 
 // watchOthers starts the watch for objects others write (see changes), once:
@@ -751,6 +916,7 @@ func newerThan(rv, checkpoint string) bool {
 // counters are updated by many workers at once.
 type counters struct {
 	listed, restored, alreadyCurrent, writtenSinceStart, gone, failed, skippedWithoutWrite atomic.Int64
+	nothingToRewrite, managedFieldsRewritten, managedFieldsDropped                         atomic.Int64
 }
 
 func (c *counters) load(p Progress) {
@@ -761,17 +927,23 @@ func (c *counters) load(p Progress) {
 	c.gone.Store(p.Gone)
 	c.failed.Store(p.Failed)
 	c.skippedWithoutWrite.Store(p.SkippedWithoutWrite)
+	c.nothingToRewrite.Store(p.NothingToRewrite)
+	c.managedFieldsRewritten.Store(p.ManagedFieldsRewritten)
+	c.managedFieldsDropped.Store(p.ManagedFieldsDropped)
 }
 
 func (c *counters) snapshot(remaining *int64) Progress {
 	return Progress{
-		Listed:              c.listed.Load(),
-		Restored:            c.restored.Load(),
-		AlreadyCurrent:      c.alreadyCurrent.Load(),
-		WrittenSinceStart:   c.writtenSinceStart.Load(),
-		Gone:                c.gone.Load(),
-		Failed:              c.failed.Load(),
-		SkippedWithoutWrite: c.skippedWithoutWrite.Load(),
-		RemainingEstimate:   remaining,
+		Listed:                 c.listed.Load(),
+		Restored:               c.restored.Load(),
+		AlreadyCurrent:         c.alreadyCurrent.Load(),
+		WrittenSinceStart:      c.writtenSinceStart.Load(),
+		Gone:                   c.gone.Load(),
+		Failed:                 c.failed.Load(),
+		SkippedWithoutWrite:    c.skippedWithoutWrite.Load(),
+		NothingToRewrite:       c.nothingToRewrite.Load(),
+		RemainingEstimate:      remaining,
+		ManagedFieldsRewritten: c.managedFieldsRewritten.Load(),
+		ManagedFieldsDropped:   c.managedFieldsDropped.Load(),
 	}
 }
