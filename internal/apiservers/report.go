@@ -54,19 +54,9 @@ type Report struct {
 // Scrape reads the report of the API server at endpoint (an https URL),
 // with cfg's credentials.
 func Scrape(ctx context.Context, cfg *rest.Config, endpoint string) (Report, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.Host = endpoint
-	client, err := kubernetes.NewForConfig(cfg)
+	raw, err := readMetrics(ctx, cfg, endpoint)
 	if err != nil {
 		return Report{}, err
-	}
-	raw, err := client.Discovery().RESTClient().Get().AbsPath(metricsPath).DoRaw(ctx)
-	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
-		// The answer to a non-resource URL carries no Status to explain it.
-		return Report{}, fmt.Errorf("read %s%s: %s: reading it needs get on the non-resource URL %s", endpoint, metricsPath, apierrors.ReasonForError(err), metricsPath)
-	}
-	if err != nil {
-		return Report{}, fmt.Errorf("read %s%s: %w", endpoint, metricsPath, err)
 	}
 	r, err := Parse(bytes.NewReader(raw))
 	if err != nil {
@@ -74,6 +64,25 @@ func Scrape(ctx context.Context, cfg *rest.Config, endpoint string) (Report, err
 	}
 	r.Endpoint = endpoint
 	return r, nil
+}
+
+// readMetrics reads the /metrics of the API server at endpoint.
+func readMetrics(ctx context.Context, cfg *rest.Config, endpoint string) ([]byte, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Host = endpoint
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := client.Discovery().RESTClient().Get().AbsPath(metricsPath).DoRaw(ctx)
+	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+		// The answer to a non-resource URL carries no Status to explain it.
+		return nil, fmt.Errorf("read %s%s: %s: reading it needs get on the non-resource URL %s", endpoint, metricsPath, apierrors.ReasonForError(err), metricsPath)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s%s: %w", endpoint, metricsPath, err)
+	}
+	return raw, nil
 }
 
 // Parse reads a report from an API server's metrics in the Prometheus
