@@ -54,8 +54,11 @@ type CRDResult struct {
 
 // CRD migrates the resource of the named CustomResourceDefinition to its
 // storage version, then prunes the CRD's status.storedVersions to the
-// storage version alone, so that the other versions can be removed from
-// spec.versions.
+// storage version alone. In the same writes it moves the objects'
+// managedFields entries that name a version it prunes to the version it
+// writes through (see Retire), so that server-side apply keeps working
+// once those versions are removed. Removing one is safe only once no
+// client still uses it: Retire with Unserve waits for that.
 //
 // It prunes only when every object was migrated (none failed), and only
 // when the CRD's generation, storage version and UID are the ones read
@@ -131,7 +134,20 @@ func CRD(ctx context.Context, cfg *rest.Config, name string, opts Options) (CRDR
 		return out, err
 	}
 
-	res, hash, err := migrateWith(ctx, m, gvr, opts)
+	// The versions pruned from storedVersions are the ones their removal
+	// from the CRD then allows: their managedFields entries move in the
+	// same writes, or server-side apply breaks once they are removed.
+	var pruned []string
+	for _, v := range start.StoredVersions {
+		if v != start.StorageVersion {
+			pruned = append(pruned, v)
+		}
+	}
+	mf, err := crdManagedFields(cfg, crd, gvr, pruned)
+	if err != nil {
+		return out, err
+	}
+	res, hash, err := migrateWith(ctx, m, gvr, mf, opts)
 	out.Migration = &res
 	if err != nil {
 		out.NotPrunedReason = "the migration did not complete"

@@ -11,7 +11,11 @@
 // then prune" loop:
 //
 //   - Resource migrates one resource;
-//   - CRD migrates a CRD's resource and then prunes its storedVersions;
+//   - CRD migrates a CRD's resource and then prunes its storedVersions,
+//     moving the managedFields entries that name the versions it prunes;
+//   - Retire makes one version removable: nothing stored in it, no
+//     managedFields entry naming it, and, with RetireOptions.Unserve, no
+//     longer served once no API server saw a request for it for a while;
 //   - StartupMigrator does CRD for a few CRDs when a controller-runtime
 //     manager starts (mgr.Add), on the leader only.
 //
@@ -62,6 +66,21 @@
 // also checks, through discovery, that the API server it talks to stores
 // the CRD's storage version before it writes anything.
 //
+// managedFields. Every entry of an object's metadata.managedFields names
+// the apiVersion its manager wrote with, and rewriting the object keeps
+// it. Once that version is no longer served, the API server cannot
+// convert the object to it, and every server-side apply on the object
+// fails ("request to convert CR to an invalid group/version"). So CRD and
+// Retire move the entries naming a version they make removable to the
+// version they write through, in the same write, keeping each manager,
+// operation and field; two Update entries of one manager become one. For
+// a CRD without a conversion webhook the versions' fields are the same
+// and every field is kept; otherwise each such object is read in the
+// version kept, and owned fields it lacks there are dropped and counted
+// (Counts.ManagedFieldsDropped). A conflict does not skip such an object,
+// since the other client's write did not move its entries: it is read
+// again and its entries as they are then moved.
+//
 // Idempotence, and resuming. The package keeps no state, in the cluster
 // or elsewhere. A call made again, after an error or a restart, lists and
 // writes the resource again from the start; objects stored in the current
@@ -93,6 +112,10 @@
 //     them is safe, since every write is guarded by its preconditions, but
 //     the work is done twice.
 //   - Pruning for built-in resources, which have no storedVersions.
+//   - That no client writes through a version again after CRD pruned it:
+//     its writes add entries naming it. Retire's Unserve waits for a
+//     quiet window before it stops serving a version, and says which API
+//     servers still saw requests for it.
 //   - Progress that survives the process: a call cut short starts over
 //     (cheaply, as said above) when made again.
 //
@@ -105,7 +128,17 @@
 //     (without it they cost a write answered with a conflict);
 //   - get on customresourcedefinitions and update on
 //     customresourcedefinitions/status (apiextensions.k8s.io), which may
-//     be limited to the CRDs' names.
+//     be limited to the CRDs' names;
+//   - get on the resource, for a CRD with a conversion webhook whose
+//     objects' managedFields name a version given up (see above).
+//
+// Retire needs the same, update on customresourcedefinitions for Unserve,
+// and get on the non-resource URL /metrics of every API server for the
+// requests each saw (without it their usage is unknown, and Unserve
+// refuses). It reads svm's StorageStates where they exist (get on
+// storagestates.migration.k8s.io) to tell what a built-in resource may
+// be stored in, and identity leases in kube-system (list on leases) to
+// find the API servers unless RetireOptions.APIServers names them.
 //
 // Discovery is read too, which every authenticated user may by default.
 // As kubebuilder markers, for widgets.example.com:

@@ -36,6 +36,13 @@ type Options struct {
 	// FieldManager names the writes in the API server's audit log, and
 	// the update of a CRD's status. "" means DefaultFieldManager.
 	FieldManager string
+	// Burst is the requests allowed at once above QPS. 0 means QPS
+	// rounded up.
+	Burst int
+	// DisableAdaptivePacing keeps Workers writes in flight whatever the
+	// API server's latency, for a maintenance window in which nothing
+	// else needs the server.
+	DisableAdaptivePacing bool
 	// OnProgress, if set, is told the counts as chunks complete, and
 	// about every second while a chunk is being written. It is called
 	// from one goroutine at a time and must return quickly.
@@ -48,6 +55,8 @@ func (o Options) validate() error {
 		return terminal(ReasonInvalidOptions, "workers must not be negative, got %d", o.Workers)
 	case o.QPS < 0 || math.IsNaN(o.QPS) || math.IsInf(o.QPS, 0):
 		return terminal(ReasonInvalidOptions, "qps must be a non-negative number, got %v", o.QPS)
+	case o.Burst < 0:
+		return terminal(ReasonInvalidOptions, "burst must not be negative, got %d", o.Burst)
 	case o.ChunkSize < 0:
 		return terminal(ReasonInvalidOptions, "chunk size must not be negative, got %d", o.ChunkSize)
 	}
@@ -57,9 +66,13 @@ func (o Options) validate() error {
 // engineOptions are the engine's options for o: the engine's defaults
 // fill the zero values.
 func (o Options) engineOptions() migrator.Options {
-	opts := migrator.Options{Workers: o.Workers, ChunkSize: o.ChunkSize, FieldManager: o.FieldManager}
+	opts := migrator.Options{Workers: o.Workers, ChunkSize: o.ChunkSize, FieldManager: o.FieldManager, DisablePacing: o.DisableAdaptivePacing}
 	if o.QPS > 0 {
-		opts.Limiter = rate.NewLimiter(rate.Limit(o.QPS), max(1, int(math.Ceil(o.QPS))))
+		burst := o.Burst
+		if burst <= 0 {
+			burst = max(1, int(math.Ceil(o.QPS)))
+		}
+		opts.Limiter = rate.NewLimiter(rate.Limit(o.QPS), burst)
 	}
 	return opts
 }
@@ -91,6 +104,16 @@ type Counts struct {
 	Gone int64
 	// Failed counts objects that could not be written back.
 	Failed int64
+	// NothingToRewrite counts objects a pass over managedFields alone
+	// (Retire, when no object can be stored in the version retired) did
+	// not write: none of their managedFields entries named the version.
+	NothingToRewrite int64
+	// ManagedFieldsRewritten counts the objects whose managedFields
+	// entries were moved off the versions given up (CRD, Retire); each is
+	// also counted in Restored. ManagedFieldsDropped counts the owned
+	// fields that the version kept does not have, which no manager owns
+	// any longer.
+	ManagedFieldsRewritten, ManagedFieldsDropped int64
 }
 
 // Migrated counts the objects now in the current form because the
@@ -98,7 +121,9 @@ type Counts struct {
 func (c Counts) Migrated() int64 { return c.Restored + c.AlreadyCurrent }
 
 // Handled counts the listed objects whose outcome is known.
-func (c Counts) Handled() int64 { return c.Migrated() + c.WrittenSinceStart + c.Gone + c.Failed }
+func (c Counts) Handled() int64 {
+	return c.Migrated() + c.WrittenSinceStart + c.Gone + c.Failed + c.NothingToRewrite
+}
 
 // Progress is a migration's counts so far.
 type Progress struct {
@@ -148,14 +173,15 @@ func Resource(ctx context.Context, cfg *rest.Config, gvr schema.GroupVersionReso
 	if err != nil {
 		return Result{Resource: gvr}, err
 	}
-	res, _, err := migrateWith(ctx, m, gvr, opts)
+	res, _, err := migrateWith(ctx, m, gvr, nil, opts)
 	return res, err
 }
 
-// migrateWith migrates gvr with m, and also returns the storage version
-// hash discovery reported at the start, which CRD compares with the CRD's.
-func migrateWith(ctx context.Context, m *migrator.Migrator, gvr schema.GroupVersionResource, opts Options) (Result, string, error) {
-	req := migrator.Request{Resource: gvr}
+// migrateWith migrates gvr with m, moving managedFields as mf says (nil:
+// leaving them), and also returns the storage version hash discovery
+// reported at the start, which CRD compares with the CRD's.
+func migrateWith(ctx context.Context, m *migrator.Migrator, gvr schema.GroupVersionResource, mf *migrator.ManagedFields, opts Options) (Result, string, error) {
+	req := migrator.Request{Resource: gvr, ManagedFields: mf}
 	if opts.OnProgress != nil {
 		req.OnProgress = func(p migrator.Progress) {
 			opts.OnProgress(Progress{Resource: gvr, Counts: countsOf(p), RemainingEstimate: p.RemainingEstimate})
@@ -194,12 +220,23 @@ func countsOf(p migrator.Progress) Counts {
 		WrittenSinceStart: p.WrittenSinceStart,
 		Gone:              p.Gone,
 		Failed:            p.Failed,
+		NothingToRewrite:  p.NothingToRewrite,
+
+		ManagedFieldsRewritten: p.ManagedFieldsRewritten,
+		ManagedFieldsDropped:   p.ManagedFieldsDropped,
 	}
 }
 
 // Outcomes says where the objects went, in the words svm uses for them
 // everywhere.
 func (c Counts) Outcomes() string {
-	return fmt.Sprintf("listed %d: migrated %d (re-stored %d, already current %d), written since the start %d, gone %d, failed %d",
+	s := fmt.Sprintf("listed %d: migrated %d (re-stored %d, already current %d), written since the start %d, gone %d, failed %d",
 		c.Listed, c.Migrated(), c.Restored, c.AlreadyCurrent, c.WrittenSinceStart, c.Gone, c.Failed)
+	if c.NothingToRewrite > 0 {
+		s += fmt.Sprintf(", nothing to rewrite %d", c.NothingToRewrite)
+	}
+	if c.ManagedFieldsRewritten > 0 || c.ManagedFieldsDropped > 0 {
+		s += fmt.Sprintf("; managedFields moved on %d objects (owned fields dropped %d)", c.ManagedFieldsRewritten, c.ManagedFieldsDropped)
+	}
+	return s
 }

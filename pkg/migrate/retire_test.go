@@ -1,0 +1,75 @@
+package migrate
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+)
+
+func TestKeptVersion(t *testing.T) {
+	v := func(name string, served, storage bool) apiextensionsv1.CustomResourceDefinitionVersion {
+		return apiextensionsv1.CustomResourceDefinitionVersion{Name: name, Served: served, Storage: storage}
+	}
+	tests := []struct {
+		name     string
+		versions []apiextensionsv1.CustomResourceDefinitionVersion
+		retired  string
+		want     string
+		wantOK   bool
+	}{
+		{"the storage version", []apiextensionsv1.CustomResourceDefinitionVersion{v("v1", true, false), v("v2", true, true)}, "v1", "v2", true},
+		{"the first other served one when storage is not served", []apiextensionsv1.CustomResourceDefinitionVersion{v("v1", true, false), v("v2", false, true), v("v3", true, false)}, "v1", "v3", true},
+		{"never the retired one", []apiextensionsv1.CustomResourceDefinitionVersion{v("v1", true, false), v("v2", false, true)}, "v1", "", false},
+		{"a version already removed", []apiextensionsv1.CustomResourceDefinitionVersion{v("v2", true, true)}, "v1", "v2", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			crd := &apiextensionsv1.CustomResourceDefinition{Spec: apiextensionsv1.CustomResourceDefinitionSpec{Versions: tt.versions}}
+			got, ok := keptVersion(crd, tt.retired)
+			if got != tt.want || ok != tt.wantOK {
+				t.Errorf("keptVersion = (%q, %v), want (%q, %v)", got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
+func TestQuietWindowAndDecideUnserve(t *testing.T) {
+	start := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	a := func(requests, open int64) ServerUsage {
+		return ServerUsage{Endpoint: "https://a", Since: start, Requests: requests, Open: open}
+	}
+	b := func(requests int64, since time.Time) ServerUsage {
+		return ServerUsage{Endpoint: "https://b", Since: since, Requests: requests}
+	}
+	tests := []struct {
+		name          string
+		before, after []ServerUsage
+		wantSeen      []int64
+		want          unserveVerdict
+	}{
+		{"nobody asked", []ServerUsage{a(10, 0), b(3, start)}, []ServerUsage{a(10, 0), b(3, start)}, []int64{0, 0}, unserveQuiet},
+		{"one server answered requests", []ServerUsage{a(10, 0), b(3, start)}, []ServerUsage{a(10, 0), b(5, start)}, []int64{0, 2}, unserveBusy},
+		{"a watch is open", []ServerUsage{a(10, 1)}, []ServerUsage{a(10, 1)}, []int64{0}, unserveBusy},
+		{"a server restarted", []ServerUsage{a(10, 0), b(3, start)}, []ServerUsage{a(10, 0), b(0, start.Add(time.Minute))}, []int64{0, 0}, unserveUnknown},
+		{"a server unread at the start", []ServerUsage{a(10, 0), {Endpoint: "https://b", Error: "forbidden"}}, []ServerUsage{a(10, 0), b(3, start)}, []int64{0, 0}, unserveUnknown},
+		{"busy beats unknown", []ServerUsage{a(10, 0)}, []ServerUsage{a(11, 0), b(3, start)}, []int64{1, 0}, unserveBusy},
+		{"no server at all", nil, nil, nil, unserveUnknown},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := quietWindow(tt.before, tt.after)
+			var seen []int64
+			for _, u := range got {
+				seen = append(seen, u.SeenInWindow)
+			}
+			if diff := cmp.Diff(tt.wantSeen, seen); diff != "" {
+				t.Errorf("seen in window (-want +got):\n%s", diff)
+			}
+			if v := decideUnserve(got); v != tt.want {
+				t.Errorf("decideUnserve = %d, want %d (usage %+v)", v, tt.want, got)
+			}
+		})
+	}
+}
