@@ -88,6 +88,7 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		newStatusCommand(configFlags, stdout, stderr),
 		newCheckUpgradeCommand(configFlags, stdout, stderr),
 		newEtcdScanCommand(stdout, stderr),
+		newRetireCommand(configFlags, stdout, stderr),
 	)
 	return root
 }

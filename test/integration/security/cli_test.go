@@ -15,7 +15,8 @@ import (
 
 // TestCLIRoles checks the ClusterRoles of config/rbac/cli: they are not
 // part of config/default and nothing binds them; svm-viewer is read-only
-// and lets `svm status` and `svm check-upgrade` work, svm-migrator lets `svm migrate` work; and
+// and lets `svm status` and `svm check-upgrade` work, svm-migrator lets `svm migrate` work,
+// svm-retirer lets `svm retire` work; and
 // without the role it needs, each command fails with one readable line.
 func TestCLIRoles(t *testing.T) {
 	t.Parallel()
@@ -32,8 +33,8 @@ func TestCLIRoles(t *testing.T) {
 		names = append(names, o.GetName())
 	}
 	slices.Sort(names)
-	if !slices.Equal(names, []string{"svm-migrator", "svm-viewer"}) {
-		t.Errorf("config/rbac/cli renders %v, want svm-migrator and svm-viewer", names)
+	if !slices.Equal(names, []string{"svm-migrator", "svm-retirer", "svm-viewer"}) {
+		t.Errorf("config/rbac/cli renders %v, want svm-migrator, svm-retirer and svm-viewer", names)
 	}
 	for _, o := range defaults {
 		if slices.Contains(names, o.GetName()) {
@@ -51,6 +52,16 @@ func TestCLIRoles(t *testing.T) {
 			t.Errorf("svm-migrator grants more than list, watch and patch: %+v", rule)
 		}
 	}
+	for _, rule := range clusterRole(t, cliObjs, "svm-retirer").Rules {
+		if slices.Contains(rule.Verbs, "*") || slices.ContainsFunc(rule.Verbs, func(v string) bool {
+			return v == "create" || v == "delete" || v == "deletecollection"
+		}) {
+			t.Errorf("svm-retirer grants more than reading, patching and updating: %+v", rule)
+		}
+		if slices.Contains(rule.Verbs, "update") && !slices.Equal(rule.APIGroups, []string{"apiextensions.k8s.io"}) {
+			t.Errorf("svm-retirer may update more than CRDs: %+v", rule)
+		}
+	}
 	env.ApplyManifests(t, rendered)
 
 	// Something to show and something to migrate: a migration, and
@@ -60,13 +71,15 @@ func TestCLIRoles(t *testing.T) {
 	before := env.StoredInOldVersion(t, framework.WidgetResource, []string{"ns-a", "ns-b"}, n)
 	env.CreateMigration(t, "widgets-by-hand", framework.Widgets)
 
-	for _, sa := range []string{"viewer", "migrator", "nobody"} {
+	for _, sa := range []string{"viewer", "migrator", "retirer", "nobody"} {
 		createServiceAccount(t, env, sa)
 	}
 	bind(t, env, "svm-viewer", "viewer")
 	bind(t, env, "svm-migrator", "migrator")
+	bind(t, env, "svm-retirer", "retirer")
 	viewer := env.ServiceAccountKubeconfig(t, installNamespace, "viewer")
 	migrator := env.ServiceAccountKubeconfig(t, installNamespace, "migrator")
+	retirer := env.ServiceAccountKubeconfig(t, installNamespace, "retirer")
 	nobody := env.ServiceAccountKubeconfig(t, installNamespace, "nobody")
 
 	t.Run("status with svm-viewer", func(t *testing.T) {
@@ -125,6 +138,30 @@ func TestCLIRoles(t *testing.T) {
 		}.Report(t)
 	})
 
+	t.Run("retire with svm-migrator only", func(t *testing.T) {
+		code, stdout, stderr := framework.RunSVM(t, migrator, time.Minute, "retire", "widgets.v1.example.com")
+		if code == 0 || !refusal(stdout+stderr, "migrator", "customresourcedefinitions") {
+			t.Errorf("svm retire as svm-migrator: exit %d, want a refusal naming customresourcedefinitions\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+	})
+	t.Run("retire with svm-retirer", func(t *testing.T) {
+		code, stdout, stderr := framework.RunSVM(t, retirer, 2*time.Minute, "retire", "widgets.v1.example.com")
+		if code != 0 || stderr != "" || !strings.Contains(stdout, "storedVersions: pruned to [v2]") {
+			t.Fatalf("svm retire as svm-retirer: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		if got := env.CRDStoredVersions(t, framework.WidgetsCRDName); !slices.Equal(got, []string{"v2"}) {
+			t.Errorf("storedVersions %v after svm retire, want [v2]", got)
+		}
+		env.ExpectStored(t, framework.EtcdPrefix(framework.Widgets.GroupResource()), map[string]int{"example.com/v2": n})
+		for _, o := range env.List(t, framework.Widgets) {
+			for _, e := range o.GetManagedFields() {
+				if e.APIVersion != "example.com/v2" {
+					t.Errorf("%s/%s: entry of %s still names %s", o.GetNamespace(), o.GetName(), e.Manager, e.APIVersion)
+				}
+			}
+		}
+	})
+
 	// Bindings are what grant the roles: none of the CLI roles is bound
 	// to anyone but the test's own ServiceAccounts.
 	bindings, err := env.Kube.RbacV1().ClusterRoleBindings().List(ctx(t), metav1.ListOptions{})
@@ -133,7 +170,7 @@ func TestCLIRoles(t *testing.T) {
 	}
 	for _, b := range bindings.Items {
 		if slices.Contains(names, b.RoleRef.Name) && !slices.ContainsFunc(b.Subjects, func(s rbacv1.Subject) bool {
-			return s.Namespace == installNamespace && slices.Contains([]string{"viewer", "migrator"}, s.Name)
+			return s.Namespace == installNamespace && slices.Contains([]string{"viewer", "migrator", "retirer"}, s.Name)
 		}) {
 			t.Errorf("ClusterRoleBinding %s grants %s to %v", b.Name, b.RoleRef.Name, b.Subjects)
 		}

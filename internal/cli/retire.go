@@ -1,0 +1,375 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/rest"
+
+	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/internal/resources"
+	"github.com/svm-project/svm/pkg/migrate"
+)
+
+// RetireReportVersion identifies the shape of `svm retire -o json`.
+// Fields may be added under it; none changes meaning or goes away.
+const RetireReportVersion = "v1"
+
+// RetireOptions are the options of `svm retire`.
+type RetireOptions struct {
+	ConfigFlags *genericclioptions.ConfigFlags
+	Engine      EngineFlags
+	Arg         string
+	DryRun      bool
+	Unserve     bool
+	QuietFor    time.Duration
+	// APIServerEndpoints are the API servers whose requests are counted.
+	APIServerEndpoints []string
+	Output             string
+
+	Out, ErrOut io.Writer
+	Terminal    bool
+
+	config *rest.Config
+	gvr    schema.GroupVersionResource
+}
+
+var retireOutputs = []string{"table", "json"}
+
+func newRetireCommand(configFlags *genericclioptions.ConfigFlags, out, errOut io.Writer) *cobra.Command {
+	o := &RetireOptions{ConfigFlags: configFlags, Out: out, ErrOut: errOut, Terminal: isTerminal(out)}
+	cmd := &cobra.Command{
+		Use:   "retire RESOURCE.VERSION.GROUP",
+		Short: "Make an API version removable: nothing stored in it, no managedFields naming it, no client using it",
+		Long: "Make an API version one that can be removed, in order, each step once the one before is done:\n\n" +
+			"  1. rewrite every object that may be stored in the version (a CRD's status.storedVersions\n" +
+			"     lists it; for other resources, svm's StorageState does or there is none), moving in the\n" +
+			"     same write the managedFields entries that name it to the version kept, each manager\n" +
+			"     keeping its fields; then prune the CRD's status.storedVersions;\n" +
+			"  2. or, when nothing can be stored in it, rewrite only the objects whose managedFields name it;\n" +
+			"  3. with --unserve, stop serving it (a CRD's spec.versions[].served: false), but only if no\n" +
+			"     API server answered a request for it during --quiet-for.\n\n" +
+			"An entry left naming a removed version makes every server-side apply on its object fail.\n" +
+			"Every step is safe to repeat: run it again after any error. With nothing left to do it says\n" +
+			"so and writes nothing. --dry-run shows what it would do and writes nothing.\n\n" +
+			"Exit codes: 0 done (or nothing to do, or a dry run), 3 a client still uses the version (not\n" +
+			"unserved), 4 whether one does is unknown (not unserved), 1 it could not be done.",
+		Example: "  svm retire widgets.v1.example.com --dry-run\n" +
+			"  svm retire widgets.v1.example.com\n" +
+			"  svm retire widgets.v1.example.com --unserve --quiet-for 10m\n" +
+			"  svm retire deviceclasses.v1beta2.resource.k8s.io   # after an upgrade stopped serving it",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Arg = args[0]
+			if err := o.Complete(cmd.Context()); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	o.Engine.addFlags(cmd.Flags())
+	fs := cmd.Flags()
+	fs.BoolVar(&o.DryRun, "dry-run", false, "show what may be stored in the version, which objects' managedFields name it and the requests for it each API server saw; write nothing")
+	fs.BoolVar(&o.Unserve, "unserve", false, "once done, stop serving the version (CRDs only), if no API server saw a request for it during --quiet-for")
+	fs.DurationVar(&o.QuietFor, "quiet-for", migrate.DefaultQuietFor, "how long every API server must answer no request for the version before --unserve stops serving it")
+	fs.StringSliceVar(&o.APIServerEndpoints, "apiserver-endpoints", nil, "URLs of every API server, whose /metrics count the requests for the version (default: the kubeconfig's server and the addresses the API servers' identity leases publish)")
+	fs.StringVarP(&o.Output, "output", "o", "table", "output format: "+strings.Join(retireOutputs, ", ")+" (json has a stable, versioned structure)")
+	return cmd
+}
+
+// Complete validates the flags and reads RESOURCE.VERSION.GROUP. The
+// version need not be served any longer (an upgrade may have stopped it);
+// the resource must be, in another version.
+func (o *RetireOptions) Complete(ctx context.Context) error {
+	if err := o.Engine.validate(); err != nil {
+		return err
+	}
+	if !slices.Contains(retireOutputs, o.Output) {
+		return fmt.Errorf("--output must be one of %s, got %q", strings.Join(retireOutputs, ", "), o.Output)
+	}
+	if o.QuietFor <= 0 {
+		return fmt.Errorf("--quiet-for must be positive, got %s", o.QuietFor)
+	}
+	name, rest, ok := strings.Cut(o.Arg, ".")
+	version, group, _ := strings.Cut(rest, ".")
+	if !ok || version == "" || name == "" {
+		return fmt.Errorf("%q: name the version to retire as RESOURCE.VERSION.GROUP, e.g. widgets.v1.example.com", o.Arg)
+	}
+	if group == "" {
+		return fmt.Errorf("%q: the core group has one version, v1: there is none to retire it for", o.Arg)
+	}
+	var err error
+	if o.config, err = restConfig(o.ConfigFlags); err != nil {
+		return err
+	}
+	lists, failed, err := servedResources(o.config)
+	if err != nil {
+		return err
+	}
+	// The resource is named as everywhere else in svm (plural, singular,
+	// short name or kind), in its group, whatever versions are served.
+	r, err := resources.Resolve(lists, failed, name+"."+group)
+	if err != nil {
+		return err
+	}
+	if r.Group != group {
+		return fmt.Errorf("%q: %s is in group %q, not %q", o.Arg, name, r.Group, group)
+	}
+	o.gvr = r.GroupResource().WithVersion(version)
+	return nil
+}
+
+// Run retires the version and prints what it found and did.
+func (o *RetireOptions) Run(ctx context.Context) error {
+	opts := migrate.RetireOptions{
+		Options: migrate.Options{
+			Workers: o.Engine.Workers, QPS: o.Engine.QPS, Burst: o.Engine.Burst, ChunkSize: o.Engine.ChunkSize,
+			DisableAdaptivePacing: !o.Engine.AdaptivePacing,
+		},
+		DryRun: o.DryRun, Unserve: o.Unserve, QuietFor: o.QuietFor, APIServers: o.APIServerEndpoints,
+	}
+	name := retireName(o.gvr)
+	var progress *progressPrinter
+	if o.Output == "table" && !o.DryRun {
+		progress = newProgressPrinter(o.Out, name, o.Terminal)
+		opts.OnProgress = func(p migrate.Progress) { progress.update(engineProgress(p)) }
+	}
+	start := time.Now()
+	res, err := migrate.Retire(ctx, o.config, o.gvr, opts)
+	if progress != nil {
+		progress.done()
+	}
+	report := newRetireReport(res, o.DryRun, err)
+	if o.Output == "json" {
+		enc := json.NewEncoder(o.Out)
+		enc.SetIndent("", "  ")
+		if jerr := enc.Encode(report); jerr != nil {
+			return jerr
+		}
+	} else {
+		writeRetireTable(o.Out, report, time.Since(start))
+	}
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, migrate.ErrVersionInUse):
+		return ExitError(ExitUnsafe)
+	case errors.Is(err, migrate.ErrUsageUnknown):
+		return ExitError(ExitUnknown)
+	}
+	return err
+}
+
+// retireName is how svm names a resource in one version: RESOURCE.VERSION.GROUP.
+func retireName(gvr schema.GroupVersionResource) string {
+	return gvr.Resource + "." + gvr.Version + "." + gvr.Group
+}
+
+// engineProgress is a public Progress as the progress printer takes it.
+func engineProgress(p migrate.Progress) migrator.Progress {
+	return migrator.Progress{
+		Listed: p.Listed, Restored: p.Restored, AlreadyCurrent: p.AlreadyCurrent,
+		WrittenSinceStart: p.WrittenSinceStart, Gone: p.Gone, Failed: p.Failed,
+		NothingToRewrite: p.NothingToRewrite, RemainingEstimate: p.RemainingEstimate,
+	}
+}
+
+// RetireReport is what `svm retire -o json` prints.
+type RetireReport struct {
+	Version string `json:"version"`
+	// Resource is RESOURCE.VERSION.GROUP of the version retired; Kept is
+	// the apiVersion written through and named instead.
+	Resource string `json:"resource"`
+	Kept     string `json:"kept,omitempty"`
+	CRD      string `json:"crd,omitempty"`
+	DryRun   bool   `json:"dryRun"`
+	// Outcome is one word: done, nothingToDo, dryRun, inUse, unknown or
+	// failed.
+	Outcome string `json:"outcome"`
+	Error   string `json:"error,omitempty"`
+	// What was found before anything was written.
+	MayBeStored   bool            `json:"mayBeStored"`
+	StoredBecause string          `json:"storedBecause,omitempty"`
+	Objects       int64           `json:"objects"`
+	NamingVersion int64           `json:"managedFieldsNamingVersion"`
+	Requests      []RetireRequest `json:"requests"`
+	// What was done.
+	Rewrite        *RetireRewrite `json:"rewrite,omitempty"`
+	Pruned         bool           `json:"storedVersionsPruned"`
+	StoredVersions []string       `json:"storedVersions,omitempty"`
+	Served         bool           `json:"served"`
+	Unserved       bool           `json:"unserved"`
+}
+
+// RetireRequest is what one API server said of requests for the version.
+type RetireRequest struct {
+	Endpoint string     `json:"endpoint"`
+	Since    *time.Time `json:"since,omitempty"`
+	Requests int64      `json:"requests"`
+	Open     int64      `json:"watchesOpen"`
+	// SeenInWindow counts the requests during --unserve's quiet window.
+	SeenInWindow int64  `json:"seenInQuietWindow"`
+	Error        string `json:"error,omitempty"`
+}
+
+// RetireRewrite is what the rewrite did to the objects: every listed one
+// under exactly one of restored, alreadyCurrent, writtenSinceStart, gone,
+// failed and nothingToRewrite.
+type RetireRewrite struct {
+	Listed                 int64          `json:"listed"`
+	Restored               int64          `json:"restored"`
+	AlreadyCurrent         int64          `json:"alreadyCurrent"`
+	WrittenSinceStart      int64          `json:"writtenSinceStart"`
+	Gone                   int64          `json:"gone"`
+	Failed                 int64          `json:"failed"`
+	NothingToRewrite       int64          `json:"nothingToRewrite"`
+	ManagedFieldsRewritten int64          `json:"managedFieldsRewritten"`
+	ManagedFieldsDropped   int64          `json:"managedFieldsDropped"`
+	FailedObjects          []FailedObject `json:"failedObjects,omitempty"`
+
+	counts migrate.Counts
+}
+
+// FailedObject is an object that could not be rewritten, and why.
+type FailedObject struct {
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	Reason    string `json:"reason"`
+}
+
+func newRetireReport(res migrate.RetireResult, dryRun bool, err error) RetireReport {
+	r := RetireReport{
+		Version: RetireReportVersion, Resource: retireName(res.Resource), Kept: res.Target, CRD: res.CRD, DryRun: dryRun,
+		MayBeStored: res.MayBeStored, StoredBecause: res.StoredBecause, Objects: res.Objects, NamingVersion: res.NamingVersion,
+		Requests: []RetireRequest{}, Pruned: res.Pruned, StoredVersions: res.StoredVersions, Served: res.Served, Unserved: res.Unserved,
+	}
+	for _, u := range res.Usage {
+		q := RetireRequest{Endpoint: u.Endpoint, Requests: u.Requests, Open: u.Open, SeenInWindow: u.SeenInWindow, Error: u.Error}
+		if !u.Since.IsZero() {
+			q.Since = &u.Since
+		}
+		r.Requests = append(r.Requests, q)
+	}
+	if m := res.Migration; m != nil {
+		c := m.Counts
+		r.Rewrite = &RetireRewrite{
+			Listed: c.Listed, Restored: c.Restored, AlreadyCurrent: c.AlreadyCurrent, WrittenSinceStart: c.WrittenSinceStart,
+			Gone: c.Gone, Failed: c.Failed, NothingToRewrite: c.NothingToRewrite,
+			ManagedFieldsRewritten: c.ManagedFieldsRewritten, ManagedFieldsDropped: c.ManagedFieldsDropped, counts: c,
+		}
+		for _, f := range m.FailedObjects {
+			r.Rewrite.FailedObjects = append(r.Rewrite.FailedObjects, FailedObject(f))
+		}
+	}
+	switch {
+	case errors.Is(err, migrate.ErrVersionInUse):
+		r.Outcome = "inUse"
+	case errors.Is(err, migrate.ErrUsageUnknown):
+		r.Outcome = "unknown"
+	case err != nil:
+		r.Outcome = "failed"
+	case dryRun:
+		r.Outcome = "dryRun"
+	case res.NothingToDo:
+		r.Outcome = "nothingToDo"
+	default:
+		r.Outcome = "done"
+	}
+	if err != nil {
+		r.Error = err.Error()
+	}
+	return r
+}
+
+// writeRetireTable prints the report for people: what was found, then
+// what was done, then one line that says where the version stands.
+func writeRetireTable(out io.Writer, r RetireReport, took time.Duration) {
+	what := r.Resource
+	if r.CRD != "" {
+		what += " (customresourcedefinition " + r.CRD + ")"
+	}
+	fmt.Fprintf(out, "%s, kept: %s\n", what, r.Kept)
+	if r.MayBeStored {
+		fmt.Fprintf(out, "  stored:        %d objects may be stored in it: %s\n", r.Objects, r.StoredBecause)
+	} else if r.StoredBecause != "" {
+		fmt.Fprintf(out, "  stored:        nothing: %s\n", r.StoredBecause)
+	}
+	fmt.Fprintf(out, "  managedFields: %d of %d objects have entries naming it\n", r.NamingVersion, r.Objects)
+	fmt.Fprintln(out, "  requests for it, per API server:")
+	for _, u := range r.Requests {
+		switch {
+		case u.Error != "":
+			fmt.Fprintf(out, "    %s: unknown: %s\n", u.Endpoint, u.Error)
+		default:
+			since := "its start"
+			if u.Since != nil {
+				since = u.Since.UTC().Format(time.RFC3339)
+			}
+			line := fmt.Sprintf("    %s: %d since %s, %d watches open", u.Endpoint, u.Requests, since, u.Open)
+			if u.SeenInWindow > 0 {
+				line += fmt.Sprintf(", %d during the quiet window", u.SeenInWindow)
+			}
+			fmt.Fprintln(out, line)
+		}
+	}
+	if len(r.Requests) == 0 {
+		fmt.Fprintln(out, "    none could be found")
+	}
+	if r.DryRun {
+		fmt.Fprintf(out, "dry run, nothing written: %s\n", retirePlan(r))
+		return
+	}
+	if w := r.Rewrite; w != nil {
+		fmt.Fprintf(out, "rewrote: %s in %s\n", w.counts.Outcomes(), took.Round(time.Millisecond))
+		for _, f := range w.FailedObjects {
+			fmt.Fprintf(out, "  failed %s: %s\n", objectKey(f.Namespace, f.Name), f.Reason)
+		}
+	}
+	if r.Pruned {
+		fmt.Fprintf(out, "storedVersions: pruned to %v\n", r.StoredVersions)
+	}
+	if r.Unserved {
+		fmt.Fprintln(out, "served: no longer")
+	}
+	switch r.Outcome {
+	case "nothingToDo":
+		fmt.Fprintln(out, "nothing to do: nothing is stored in it, no managedFields entry names it"+servedNote(r)+"; nothing written")
+	case "done":
+		fmt.Fprintln(out, "done: nothing is stored in it, no managedFields entry names it"+servedNote(r))
+	case "inUse":
+		fmt.Fprintln(out, "not unserved: clients still use it:", r.Error)
+	case "unknown":
+		fmt.Fprintln(out, "not unserved: whether clients still use it is unknown:", r.Error)
+	default:
+		fmt.Fprintln(out, "failed:", r.Error)
+	}
+}
+
+func servedNote(r RetireReport) string {
+	if r.Served {
+		return "; it is still served"
+	}
+	return "; it is not served"
+}
+
+// retirePlan says what a run without --dry-run would write.
+func retirePlan(r RetireReport) string {
+	switch {
+	case r.MayBeStored && r.CRD != "":
+		return fmt.Sprintf("would rewrite %d objects (%d with managedFields naming it), then prune status.storedVersions", r.Objects, r.NamingVersion)
+	case r.MayBeStored:
+		return fmt.Sprintf("would rewrite %d objects (%d with managedFields naming it)", r.Objects, r.NamingVersion)
+	case r.NamingVersion > 0:
+		return fmt.Sprintf("would rewrite the managedFields of %d objects", r.NamingVersion)
+	}
+	return "nothing to rewrite"
+}
