@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -282,13 +283,17 @@ func (o *ControllerOptions) setUpExecutors(cfg *rest.Config, mgr ctrl.Manager, m
 		return nil, false, err
 	}
 	choice := &migration.Choice{}
-	engine := migration.EngineExecutor{Migrator: m, CRDs: &migration.CRDMarker{
-		Reader: mgr.GetAPIReader(), CRDs: crds.ApiextensionsV1().CustomResourceDefinitions()}}
+	objects, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, false, err
+	}
+	marker := &migration.CRDMarker{Reader: mgr.GetAPIReader(), CRDs: crds.ApiextensionsV1().CustomResourceDefinitions(), Objects: objects}
+	engine := migration.EngineExecutor{Migrator: m, CRDs: marker}
 	chooser := &migration.Chooser{
 		Asked: o.executor, Served: served, Choice: choice, Metrics: svmMetrics,
 		Prober: intree.Prober{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()},
 		Engine: engine,
-		InTree: migration.InTreeExecutor{Client: mgr.GetClient(), Reader: mgr.GetClient(), Lookup: m.Lookup, Fallback: engine},
+		InTree: migration.InTreeExecutor{Client: mgr.GetClient(), Reader: mgr.GetClient(), Lookup: m.Lookup, Fallback: engine, Engine: m, CRDs: marker},
 	}
 	if _, _, err := intree.Choose(o.executor, served, &intree.Verdict{}); err != nil {
 		return nil, false, err // --executor=in-tree where it is not served: say so now

@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -92,4 +93,29 @@ func (e *Env) ModRevisions(t testing.TB, prefix string) map[string]int64 {
 		out[string(kv.Key)] = kv.ModRevision
 	}
 	return out
+}
+
+// ManagedFieldsVersions reads every raw value under prefix, which must be
+// custom resources (stored as JSON), and counts the apiVersions their
+// managedFields entries name: what server-side apply will need to convert
+// to, whatever the API server serves.
+func (e *Env) ManagedFieldsVersions(t testing.TB, prefix string) map[string]int {
+	t.Helper()
+	named := map[string]int{}
+	for key, raw := range e.RawValues(t, prefix) {
+		var obj struct {
+			Metadata struct {
+				ManagedFields []struct {
+					APIVersion string `json:"apiVersion"`
+				} `json:"managedFields"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			t.Fatalf("etcd value %s is not JSON: %v", key, err)
+		}
+		for _, f := range obj.Metadata.ManagedFields {
+			named[f.APIVersion]++
+		}
+	}
+	return named
 }

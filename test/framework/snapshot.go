@@ -14,10 +14,12 @@ import (
 )
 
 // Snapshot is every object of a resource, keyed by namespace/name, with the
-// fields a rewrite may legitimately change removed: metadata.resourceVersion
-// and the timestamps in metadata.managedFields. Everything else (spec, data,
-// labels, annotations, generation, uid, the managers themselves) must survive
-// a migration unchanged.
+// fields a rewrite may legitimately change removed: metadata.resourceVersion,
+// and the timestamps and apiVersions in metadata.managedFields (svm moves the
+// entries that name a version it lets go to the version kept). Everything
+// else (spec, data, labels, annotations, generation, uid, the managers
+// themselves, each with its operation and fields) must survive a migration
+// unchanged.
 type Snapshot map[string]map[string]any
 
 // TakeSnapshot lists gvr and normalizes every object.
@@ -37,6 +39,7 @@ func normalize(obj unstructured.Unstructured) map[string]any {
 	for _, f := range fields {
 		if m, ok := f.(map[string]any); ok {
 			delete(m, "time")
+			delete(m, "apiVersion")
 		}
 	}
 	if fields != nil {

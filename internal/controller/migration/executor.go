@@ -12,7 +12,9 @@ import (
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -21,6 +23,7 @@ import (
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/intree"
+	"github.com/svm-project/svm/internal/managedfields"
 	"github.com/svm-project/svm/internal/migrator"
 )
 
@@ -58,19 +61,91 @@ type EngineExecutor struct {
 	Migrator *migrator.Migrator
 	// CRDs, if set, marks a custom resource's CRD with the condition
 	// StorageMigrating while svm rewrites its objects, as
-	// kube-controller-manager does while it migrates one.
+	// kube-controller-manager does while it migrates one, and moves the
+	// objects' managedFields entries that name a version the CRD's
+	// status.storedVersions will be pruned of (see RetiredFields).
 	CRDs *CRDMarker
 }
 
 // Execute implements Executor.
 func (e EngineExecutor) Execute(ctx context.Context, run Run) (res migrator.Result, err error) {
+	req := migrator.Request{Resource: run.Resource, Resume: run.Resume, OnChunk: run.OnChunk}
 	if e.CRDs != nil {
+		if req.ManagedFields, err = e.CRDs.RetiredFields(ctx, run.Resource); err != nil {
+			return res, err
+		}
 		if merr := e.CRDs.Mark(ctx, run.Resource.GroupResource(), run.Migration.Name); merr != nil {
 			return res, merr
 		}
 		defer func() { e.CRDs.Unmark(ctx, run.Resource.GroupResource(), run.Migration.Name, err) }()
 	}
-	return e.Migrator.Run(ctx, migrator.Request{Resource: run.Resource, Resume: run.Resume, OnChunk: run.OnChunk})
+	return e.Migrator.Run(ctx, req)
+}
+
+// RetiredFields is what a migration of gvr must do to managedFields: move
+// the entries that name a version the CRD's status.storedVersions lists
+// besides the storage version, the versions the trigger prunes once the
+// migration succeeds, to the storage version. Left naming a version that
+// is then removed from the CRD, they would make every server-side apply
+// on their objects fail. nil when gvr has no CRD, nothing is to be
+// pruned, or the storage version is not served (no entry may name it).
+func (c *CRDMarker) RetiredFields(ctx context.Context, gvr schema.GroupVersionResource) (*migrator.ManagedFields, error) {
+	crd, err := c.read(ctx, gvr.GroupResource())
+	if err != nil || crd == nil {
+		return nil, err
+	}
+	target := ""
+	for _, v := range crd.Spec.Versions {
+		if v.Storage && v.Served {
+			target = v.Name
+		}
+	}
+	if target == "" {
+		return nil, nil
+	}
+	mf := &migrator.ManagedFields{Retarget: managedfields.Retarget{Target: schema.GroupVersion{Group: gvr.Group, Version: target}.String()}}
+	for _, v := range crd.Status.StoredVersions {
+		if v != target {
+			mf.Retired = append(mf.Retired, schema.GroupVersion{Group: gvr.Group, Version: v}.String())
+		}
+	}
+	if len(mf.Retired) == 0 {
+		return nil, nil
+	}
+	if crd.Spec.Conversion != nil && crd.Spec.Conversion.Strategy == apiextensionsv1.WebhookConverter && c.Objects != nil {
+		// A webhook may rename fields between versions: owned fields the
+		// object lacks in the storage version are dropped, not kept.
+		kept := gvr.GroupResource().WithVersion(target)
+		mf.Read = func(ctx context.Context, namespace, name string) (*unstructured.Unstructured, error) {
+			// Listed by name: the controller may list objects, not get
+			// them, and list reveals no more.
+			list, err := c.Objects.Resource(kept).Namespace(namespace).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+			if err != nil {
+				return nil, err
+			}
+			if len(list.Items) == 0 {
+				return nil, apierrors.NewNotFound(kept.GroupResource(), name)
+			}
+			return &list.Items[0], nil
+		}
+	}
+	return mf, nil
+}
+
+// read reads gr's CRD, nil when it has none.
+func (c *CRDMarker) read(ctx context.Context, gr schema.GroupResource) (*apiextensionsv1.CustomResourceDefinition, error) {
+	if gr.Group == "" {
+		return nil, nil
+	}
+	name := gr.Resource + "." + gr.Group
+	var crds apiextensionsv1.CustomResourceDefinitionList
+	if err := c.Reader.List(ctx, &crds, client.MatchingFields{"metadata.name": name}); err != nil {
+		return nil, fmt.Errorf("read the CRD %s: %w", name, err)
+	}
+	if len(crds.Items) == 0 {
+		return nil, nil
+	}
+	return &crds.Items[0], nil
 }
 
 // CRDMarker sets and clears the StorageMigrating condition of a custom
@@ -84,6 +159,10 @@ type CRDMarker struct {
 	// CRDs writes the condition with server-side apply, as
 	// kube-controller-manager does, carrying the resourceVersion read.
 	CRDs apiextensionsclient.CustomResourceDefinitionInterface
+	// Objects, if set, reads objects of a CRD with a conversion webhook in
+	// its storage version, so that owned fields the version lacks are not
+	// kept in managedFields (see RetiredFields).
+	Objects dynamic.Interface
 }
 
 // Condition reasons svm writes on StorageMigrating. Succeeded and failed
@@ -129,14 +208,13 @@ func (c *CRDMarker) apply(ctx context.Context, gr schema.GroupResource, status a
 	}
 	name := gr.Resource + "." + gr.Group
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var crds apiextensionsv1.CustomResourceDefinitionList
-		if err := c.Reader.List(ctx, &crds, client.MatchingFields{"metadata.name": name}); err != nil {
-			return fmt.Errorf("read the CRD %s: %w", name, err)
+		crd, err := c.read(ctx, gr)
+		if err != nil {
+			return err
 		}
-		if len(crds.Items) == 0 {
+		if crd == nil {
 			return nil // not a custom resource, or deleted: nothing to mark
 		}
-		crd := &crds.Items[0]
 		// The resourceVersion makes the write conditional: the generation
 		// recorded is the one the condition speaks for, and the in-tree
 		// migrator prunes storedVersions only while they match.
@@ -150,7 +228,7 @@ func (c *CRDMarker) apply(ctx context.Context, gr schema.GroupResource, status a
 					WithReason(reason).
 					WithMessage(message).
 					WithObservedGeneration(crd.Generation)))
-		_, err := c.CRDs.ApplyStatus(ctx, cfg, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+		_, err = c.CRDs.ApplyStatus(ctx, cfg, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -178,9 +256,29 @@ type InTreeExecutor struct {
 	// Fallback executes the resources kube-controller-manager cannot
 	// (intree.CanExecute): svm's engine.
 	Fallback Executor
-	Clock    clock.Clock
+	// Engine and CRDs, if set, move the managedFields entries that name a
+	// version kube-controller-manager prunes from a CRD's storedVersions
+	// once its migration succeeds, which it does not do itself (see
+	// CRDMarker.RetiredFields): only the objects with such entries are
+	// written, by svm's engine.
+	Engine *migrator.Migrator
+	CRDs   *CRDMarker
+	Clock  clock.Clock
 	// Interval between reads of the in-tree migration. Default 1 second.
 	Interval time.Duration
+}
+
+// moveFields moves the managedFields entries fields names, after the
+// in-tree migration rewrote the objects; nothing when fields is nil.
+func (e InTreeExecutor) moveFields(ctx context.Context, gvr schema.GroupVersionResource, fields *migrator.ManagedFields) error {
+	if fields == nil {
+		return nil
+	}
+	fields.Only = true
+	res, err := e.Engine.Run(ctx, migrator.Request{Resource: gvr, ManagedFields: fields})
+	klog.FromContext(ctx).Info("Moved managedFields off the versions the in-tree migration pruned", "resource", gvr.GroupResource(),
+		"retired", fields.Retired, "objects", res.Progress.ManagedFieldsRewritten, "fieldsDropped", res.Progress.ManagedFieldsDropped, "failed", res.Progress.Failed)
+	return err
 }
 
 // Execute implements Executor.
@@ -197,6 +295,13 @@ func (e InTreeExecutor) Execute(ctx context.Context, run Run) (migrator.Result, 
 		return e.Fallback.Execute(ctx, run)
 	}
 	res.StorageVersionHash = info.StorageVersionHash
+	// Read before kube-controller-manager prunes storedVersions.
+	var fields *migrator.ManagedFields
+	if e.Engine != nil && e.CRDs != nil {
+		if fields, err = e.CRDs.RetiredFields(ctx, run.Resource); err != nil {
+			return res, err
+		}
+	}
 	m := run.Migration
 	name := client.ObjectKey{Name: m.Name}
 	var it storagemigrationv1.StorageVersionMigration
@@ -237,7 +342,7 @@ func (e InTreeExecutor) Execute(ctx context.Context, run Run) (migrator.Result, 
 	for {
 		switch {
 		case intree.Ended(&it) && intree.Succeeded(&it):
-			return res, nil
+			return res, e.moveFields(ctx, run.Resource, fields)
 		case intree.Ended(&it):
 			return res, &migrator.TerminalError{Reason: ReasonInTreeMigrationFailed, Err: errors.New("in-tree migration " + m.Name + " failed: " + intree.Message(&it))}
 		}

@@ -105,7 +105,7 @@ func TestConsumerMigratesItsCRD(t *testing.T) {
 		StorageVersion: "v2",
 		Migration: &migrate.Result{
 			Resource: r.GVR("v2"),
-			Counts:   migrate.Counts{Listed: n, Restored: n},
+			Counts:   migrate.Counts{Listed: n, Restored: n, ManagedFieldsRewritten: n},
 		},
 		StoredVersionsBefore: []string{"v1", "v2"},
 		StoredVersionsAfter:  []string{"v2"},
@@ -187,7 +187,7 @@ func TestCRDNotPrunedWhenObjectsFail(t *testing.T) {
 		t.Fatalf("CRD = %v, want an *ObjectsFailedError for 1 object", err)
 	}
 	if res.Pruned || res.NotPrunedReason != "1 objects could not be rewritten" || res.Migration == nil ||
-		res.Migration.Counts != (migrate.Counts{Listed: n, Restored: n - 1, Failed: 1}) {
+		res.Migration.Counts != (migrate.Counts{Listed: n, Restored: n - 1, Failed: 1, ManagedFieldsRewritten: n - 1}) {
 		t.Fatalf("CRD result = %+v, want not pruned, %d restored and 1 failed", res, n-1)
 	}
 	if len(res.Migration.FailedObjects) != 1 || res.Migration.FailedObjects[0].Namespace+"/"+res.Migration.FailedObjects[0].Name != denied ||
@@ -288,7 +288,7 @@ func TestCRDWithTheDocumentedRBAC(t *testing.T) {
 		return res.Migration != nil && res.Migration.Listed > 0, nil
 	})
 	if !errors.As(err, &terminal) || terminal.Reason != migrate.ReasonForbidden || res.Pruned ||
-		res.Migration.Counts != (migrate.Counts{Listed: n, Restored: n}) {
+		res.Migration.Counts != (migrate.Counts{Listed: n, Restored: n, ManagedFieldsRewritten: n}) {
 		t.Fatalf("CRD without the status update: %v, %+v; want every object restored, then Forbidden", err, res)
 	}
 	env.ExpectStored(t, r.EtcdPrefix(), map[string]int{r.Group + "/v2": n})

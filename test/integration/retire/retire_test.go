@@ -95,30 +95,6 @@ func versionsNamed(objs []unstructured.Unstructured) map[string]int {
 	return out
 }
 
-// storedManagedFields reads every raw value of r in etcd (custom resources
-// are stored as JSON) and counts their stored apiVersions and the
-// apiVersions their managedFields entries name.
-func storedManagedFields(t *testing.T, env *framework.Env, r framework.Resource) (stored, named map[string]int) {
-	t.Helper()
-	stored, named = map[string]int{}, map[string]int{}
-	for key, raw := range env.RawValues(t, r.EtcdPrefix()) {
-		var obj struct {
-			APIVersion string `json:"apiVersion"`
-			Metadata   struct {
-				ManagedFields []metav1.ManagedFieldsEntry `json:"managedFields"`
-			} `json:"metadata"`
-		}
-		if err := json.Unmarshal(raw, &obj); err != nil {
-			t.Fatalf("etcd value %s is not JSON: %v", key, err)
-		}
-		stored[obj.APIVersion]++
-		for _, e := range obj.Metadata.ManagedFields {
-			named[e.APIVersion]++
-		}
-	}
-	return stored, named
-}
-
 // snapshotWithout is a snapshot of r (read in version) with managedFields
 // left out: the content a retirement must not change.
 func snapshotWithout(t *testing.T, env *framework.Env, r framework.Resource, version string) (framework.Snapshot, map[string]ownership) {
@@ -250,11 +226,8 @@ func TestRetireKeepsServerSideApplyWorking(t *testing.T) {
 	}
 	pruneStoredVersions(t, env, control.CRDName(), "v2")
 
-	stored, named := storedManagedFields(t, env, r)
-	if diff := cmp.Diff(map[string]int{r.Group + "/v2": n}, stored); diff != "" {
-		t.Errorf("etcd: stored versions (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff(map[string]int{r.Group + "/v2": 3 * n}, named); diff != "" {
+	env.ExpectStored(t, r.EtcdPrefix(), map[string]int{r.Group + "/v2": n})
+	if diff := cmp.Diff(map[string]int{r.Group + "/v2": 3 * n}, env.ManagedFieldsVersions(t, r.EtcdPrefix())); diff != "" {
 		t.Errorf("etcd: versions managedFields name (-want +got):\n%s", diff)
 	}
 	if got := env.CRDStoredVersions(t, r.CRDName()); !slices.Equal(got, []string{"v2"}) {
@@ -472,11 +445,8 @@ func TestRetireLosesNoConcurrentWrite(t *testing.T) {
 	if got := env.ServerMetric(t, "apiserver_request_total", `group="`+r.Group+`"`, `verb="PATCH"`, `code="409"`) - conflicts; got == 0 {
 		t.Error("no write of the retirement met a conflict: the writer never overtook it")
 	}
-	stored, named := storedManagedFields(t, env, r)
-	if diff := cmp.Diff(map[string]int{r.Group + "/v2": n - len(deleted)}, stored); diff != "" {
-		t.Errorf("etcd: stored versions (-want +got):\n%s", diff)
-	}
-	if named[r.Group+"/v1"] != 0 {
+	env.ExpectStored(t, r.EtcdPrefix(), map[string]int{r.Group + "/v2": n - len(deleted)})
+	if named := env.ManagedFieldsVersions(t, r.EtcdPrefix()); named[r.Group+"/v1"] != 0 {
 		t.Errorf("etcd: %d managedFields entries still name v1", named[r.Group+"/v1"])
 	}
 	after, _ := snapshotWithout(t, env, r, "v2")
