@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -78,7 +79,7 @@ func run(ctx context.Context, o options) error {
 	if err := d.createCRD(ctx); err != nil {
 		return err
 	}
-	d.step(fmt.Sprintf("creating %d widgets in v1", o.Objects))
+	d.step(fmt.Sprintf("creating %d widgets in v1 with server-side apply (as Helm, Argo CD and Flux do)", o.Objects))
 	if err := d.createWidgets(ctx); err != nil {
 		return err
 	}
@@ -148,10 +149,25 @@ func run(ctx context.Context, o options) error {
 		return errors.New("object contents changed during the migration")
 	}
 	d.say("all %d widgets have the same content as before (everything but resourceVersion and managed fields)", len(after))
+	named, err := d.managedFieldsVersions(ctx)
+	if err != nil {
+		return err
+	}
+	d.say("the apiVersions their managedFields entries name, in etcd: %v", named)
+	d.say("(svm moved them off v1 in the same writes: left naming v1, every server-side apply would fail once v1 is removed)")
+
+	d.step("svm retire widgets.v1.demo.svm.io --unserve --quiet-for 5s")
+	d.say("one last check before v1 goes: no API server may have answered a request for it for 5s")
+	if err := d.retire(ctx, "widgets.v1.demo.svm.io", "--unserve", "--quiet-for", "5s"); err != nil {
+		return err
+	}
 	if err := d.dropV1(ctx); err != nil {
 		return err
 	}
-	d.say("v1 is no longer stored anywhere, so the API server accepts removing it from the CRD")
+	d.say("v1 is no longer stored, named in managedFields nor served, so the API server accepts removing it from the CRD")
+	if err := d.applyAfterRemoval(ctx); err != nil {
+		return err
+	}
 
 	d.step("stopping svm and the control plane")
 	if err := svm.stop(); err != nil {
@@ -250,12 +266,13 @@ func (d *demo) createWidgets(ctx context.Context) error {
 	for w := range writers {
 		go func() {
 			for i := w; i < d.o.Objects; i += writers {
+				name := fmt.Sprintf("widget-%05d", i)
 				obj := &unstructured.Unstructured{Object: map[string]any{
 					"apiVersion": "demo.svm.io/v1", "kind": "Widget",
-					"metadata": map[string]any{"name": fmt.Sprintf("widget-%05d", i)},
+					"metadata": map[string]any{"name": name, "namespace": namespace},
 					"spec":     map[string]any{"size": int64(i), "color": []any{"red", "green", "blue"}[i%3]},
 				}}
-				if _, err := d.dyn.Resource(widgets).Namespace(namespace).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+				if _, err := d.dyn.Resource(widgets).Namespace(namespace).Apply(ctx, name, obj, metav1.ApplyOptions{FieldManager: "demo-deployer"}); err != nil {
 					errs <- fmt.Errorf("create widget: %w", err)
 					return
 				}
@@ -324,6 +341,67 @@ func (d *demo) flipStorage(ctx context.Context) error {
 		crd.Spec.Versions[i].Storage = crd.Spec.Versions[i].Name == "v2"
 	}
 	return d.c.Update(ctx, crd)
+}
+
+// managedFieldsVersions counts, over the widgets' raw values in etcd, the
+// apiVersions their managedFields entries name.
+func (d *demo) managedFieldsVersions(ctx context.Context) (map[string]int, error) {
+	resp, err := d.etcd.Get(ctx, etcdPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("read etcd: %w", err)
+	}
+	named := map[string]int{}
+	for _, kv := range resp.Kvs {
+		var obj struct {
+			Metadata struct {
+				ManagedFields []metav1.ManagedFieldsEntry `json:"managedFields"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(kv.Value, &obj); err != nil {
+			return nil, fmt.Errorf("%s: %w", kv.Key, err)
+		}
+		for _, e := range obj.Metadata.ManagedFields {
+			named[e.APIVersion]++
+		}
+	}
+	return named, nil
+}
+
+// retire runs svm retire with args and shows what it says.
+func (d *demo) retire(ctx context.Context, args ...string) error {
+	bin := d.o.SVM
+	if bin == "" {
+		bin = d.cp.BinPath("svm")
+	}
+	out, err := exec.CommandContext(ctx, bin, append([]string{"retire", "--kubeconfig", filepath.Join(d.cp.Dir, "svm.kubeconfig")}, args...)...).CombinedOutput()
+	for _, line := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
+		d.say("  %s", line)
+	}
+	if err != nil {
+		return fmt.Errorf("svm retire: %w", err)
+	}
+	return nil
+}
+
+// applyAfterRemoval applies a field to a widget through v2 as a manager
+// new to it: server-side apply still works once v1 is gone.
+func (d *demo) applyAfterRemoval(ctx context.Context) error {
+	v2 := widgets.GroupResource().WithVersion("v2")
+	if err := poll(ctx, time.Minute, "v1 no longer served", func(context.Context) (bool, error) {
+		_, err := d.disc.ServerResourcesForGroupVersion("demo.svm.io/v1")
+		return err != nil, nil
+	}); err != nil {
+		return err
+	}
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "demo.svm.io/v2", "kind": "Widget",
+		"metadata": map[string]any{"name": "widget-00000", "namespace": namespace, "labels": map[string]any{"reviewed": "yes"}},
+	}}
+	if _, err := d.dyn.Resource(v2).Namespace(namespace).Apply(ctx, "widget-00000", obj, metav1.ApplyOptions{FieldManager: "demo-reviewer"}); err != nil {
+		return fmt.Errorf("server-side apply after removing v1: %w", err)
+	}
+	d.say("server-side apply through v2 by a new manager still works on widget-00000 with v1 gone")
+	return nil
 }
 
 // dropV1 removes v1 from the CRD, which the API server refuses while

@@ -31,7 +31,10 @@ func TestDemo(t *testing.T) {
 		"600/600 migrated 600 (re-stored 600)",
 		"demo.svm.io/v2: 600 objects",
 		"status.storedVersions: [v1 v2] -> [v2], pruned by svm",
+		"the apiVersions their managedFields entries name, in etcd: map[demo.svm.io/v2:600]",
+		"served: no longer",
 		"accepts removing it from the CRD",
+		"server-side apply through v2 by a new manager still works",
 		"svm stopped cleanly",
 	} {
 		if !strings.Contains(text, want) {
