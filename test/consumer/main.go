@@ -5,7 +5,10 @@
 // svm but github.com/svm-project/svm/pkg/migrate.
 //
 // It prints what migrate.CRD returned as JSON on standard output, and
-// exits 1 when migrate.CRD returned an error.
+// exits 1 when migrate.CRD returned an error. With --retire VERSION it
+// retires that version of the CRD instead (migrate.Retire), as an operator
+// that dropped an old version from its CRD does at start-up, and prints
+// what migrate.Retire returned.
 package main
 
 import (
@@ -15,7 +18,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/svm-project/svm/pkg/migrate"
@@ -24,30 +29,40 @@ import (
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "path to a kubeconfig (default: in-cluster)")
 	crd := flag.String("crd", "", "name of the CustomResourceDefinition to migrate, such as widgets.example.com")
+	retire := flag.String("retire", "", "a version of the CRD to retire, such as v1")
 	flag.Parse()
 	if *crd == "" || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: consumer --crd NAME [--kubeconfig PATH]")
+		fmt.Fprintln(os.Stderr, "usage: consumer --crd NAME [--retire VERSION] [--kubeconfig PATH]")
 		os.Exit(2)
 	}
-	if err := run(*kubeconfig, *crd); err != nil {
+	if err := run(*kubeconfig, *crd, *retire); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, crd string) error {
+func run(kubeconfig, crd, retire string) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	res, err := migrate.CRD(ctx, cfg, crd, migrate.Options{
+	opts := migrate.Options{
 		FieldManager: "consumer",
 		OnProgress: func(p migrate.Progress) {
 			fmt.Fprintf(os.Stderr, "%s: %s\n", p.Resource.Resource, p.Outcomes())
 		},
-	})
+	}
+	var res any
+	if retire == "" {
+		res, err = migrate.CRD(ctx, cfg, crd, opts)
+	} else {
+		// A CRD is named <plural>.<group>.
+		plural, group, _ := strings.Cut(crd, ".")
+		gvr := schema.GroupVersionResource{Group: group, Version: retire, Resource: plural}
+		res, err = migrate.Retire(ctx, cfg, gvr, migrate.RetireOptions{Options: opts})
+	}
 	out := json.NewEncoder(os.Stdout)
 	out.SetIndent("", "  ")
 	if encErr := out.Encode(res); encErr != nil && err == nil {

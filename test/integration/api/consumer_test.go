@@ -28,7 +28,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
@@ -169,6 +171,76 @@ func runConsumer(t *testing.T, bin, kubeconfig, crd string) migrate.CRDResult {
 		t.Fatalf("consumer printed no result: %v\nstdout:\n%s", err, stdout.String())
 	}
 	return res
+}
+
+// TestConsumerRetiresAnOldVersion: the consumer, a program of another
+// module, retires v1 of its CRD with migrate.Retire after objects were
+// written through v1 by server-side apply and the storage moved to v2:
+// etcd then holds v2 only, no managedFields entry names v1, storedVersions
+// is [v2], and server-side apply still works once v1 is removed.
+func TestConsumerRetiresAnOldVersion(t *testing.T) {
+	t.Parallel()
+	env := framework.Shared(t, controlplane.Options{})
+	bin := buildConsumer(t)
+	r := env.NewResource(t)
+	ns := framework.TestName(t)
+	env.CreateNamespace(t, ns)
+	const n = 20
+	ssa := func(version, manager string, i int, field string) error {
+		body := fmt.Sprintf(`{"apiVersion":"%s/%s","kind":"%s","metadata":{"name":"obj-%02d","namespace":%q},"spec":{%q:"set"}}`,
+			r.Group, version, r.Kind, i, ns, field)
+		_, err := env.Dynamic.Resource(r.GVR(version)).Namespace(ns).Patch(framework.Context(t, time.Minute), fmt.Sprintf("obj-%02d", i),
+			types.ApplyPatchType, []byte(body), metav1.PatchOptions{FieldManager: manager})
+		return err
+	}
+	for i := range n {
+		if err := ssa("v1", "operator", i, "color"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env.SetStorage(t, r, "v2")
+
+	cmd := exec.CommandContext(framework.Context(t, 2*time.Minute), bin, "--kubeconfig", env.KubeconfigFile(t), "--crd", r.CRDName(), "--retire", "v1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("consumer --retire v1: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	var res migrate.RetireResult
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		t.Fatalf("consumer printed no result: %v\nstdout:\n%s", err, stdout.String())
+	}
+	if !res.MayBeStored || !res.Pruned || res.Migration == nil || res.Migration.ManagedFieldsRewritten != n || res.Migration.Restored != n ||
+		res.Target != r.Group+"/v2" || !res.Served {
+		t.Errorf("Retire = %+v, want every object rewritten with its managedFields moved, storedVersions pruned, v1 still served", res)
+	}
+	env.ExpectStored(t, r.EtcdPrefix(), map[string]int{r.Group + "/v2": n})
+	if diff := cmp.Diff(map[string]int{r.Group + "/v2": n}, env.ManagedFieldsVersions(t, r.EtcdPrefix())); diff != "" {
+		t.Errorf("managedFields in etcd (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"v2"}, env.CRDStoredVersions(t, r.CRDName())); diff != "" {
+		t.Errorf("storedVersions (-want +got):\n%s", diff)
+	}
+	ctx := framework.Context(t, time.Minute)
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: r.CRDName()}, crd); err != nil {
+			return err
+		}
+		crd.Spec.Versions = crd.Spec.Versions[1:] // v1 comes first
+		return env.Client.Update(ctx, crd)
+	}); err != nil {
+		t.Fatalf("remove v1: %v", err)
+	}
+	framework.Eventually(t, "v1 no longer served", time.Minute, func(context.Context) (bool, error) {
+		_, err := env.Discovery.ServerResourcesForGroupVersion(r.Group + "/v1")
+		return err != nil, nil
+	})
+	for i := range n {
+		if err := ssa("v2", "newcomer", i, "shape"); err != nil {
+			t.Errorf("server-side apply after v1's removal: %v", err)
+		}
+	}
 }
 
 func TestCRDNotPrunedWhenObjectsFail(t *testing.T) {
