@@ -269,19 +269,7 @@ func onlyStorage(s crdStorage) bool {
 // since the API server stores whatever it is written through in the
 // storage version.
 func servedVersion(crd *apiextensionsv1.CustomResourceDefinition) (string, bool) {
-	first := ""
-	for _, v := range crd.Spec.Versions {
-		if !v.Served {
-			continue
-		}
-		if v.Storage {
-			return v.Name, true
-		}
-		if first == "" {
-			first = v.Name
-		}
-	}
-	return first, first != ""
+	return keptVersion(crd, "")
 }
 
 // pruneVerdict is what to do with a CRD's storedVersions after its

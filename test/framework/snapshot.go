@@ -122,3 +122,27 @@ func (e *Env) listCaughtUp(ctx context.Context, gvr schema.GroupVersionResource,
 	}
 	return list, err
 }
+
+// ExpectWritesKept reports an error unless every object another client
+// updated while a migration ran (updated, keyed like the snapshots) still
+// has the spec.updatedBy it wrote, and every object it neither updated nor
+// deleted is as it was before.
+func ExpectWritesKept(t testing.TB, before, after Snapshot, updated, deleted map[string]bool) {
+	t.Helper()
+	for key := range updated {
+		spec, _ := after[key]["spec"].(map[string]any)
+		if spec == nil || spec["updatedBy"] == nil {
+			t.Errorf("%s lost its concurrent update: spec %v", key, spec)
+		}
+	}
+	touched := make([]string, 0, len(updated)+len(deleted))
+	for key := range updated {
+		touched = append(touched, key)
+	}
+	for key := range deleted {
+		touched = append(touched, key)
+	}
+	if diff := before.Without(touched...).Diff(after.Without(touched...)); diff != "" {
+		t.Errorf("untouched objects changed (-before +after):\n%s", diff)
+	}
+}

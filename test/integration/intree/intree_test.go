@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	storagemigrationv1 "k8s.io/api/storagemigration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -113,8 +114,10 @@ func TestTriggerHandsMigrationsToKubeControllerManager(t *testing.T) {
 	if got := env.CRDStoredVersions(t, framework.WidgetsCRDName); !slices.Equal(got, []string{"v2"}) {
 		t.Errorf("storedVersions %v, want [v2]", got)
 	}
-	if patches := widgetPatches(proxy); len(patches) != 0 {
-		t.Errorf("svm sent %d PATCH requests to widgets; kube-controller-manager should have written them all", len(patches))
+	// kube-controller-manager pruned storedVersions but left the widgets'
+	// managedFields naming v1: svm moved them once it was done.
+	if diff := cmp.Diff(map[string]int{"example.com/v2": n}, env.ManagedFieldsVersions(t, widgetsPrefix)); diff != "" {
+		t.Errorf("managedFields in etcd (-want +got):\n%s", diff)
 	}
 	// Someone did write them: kube-controller-manager, through the
 	// in-tree migrations svm created, one per svm migration of widgets.
@@ -140,6 +143,19 @@ func TestTriggerHandsMigrationsToKubeControllerManager(t *testing.T) {
 		}
 		if !intree.Succeeded(&it) || it.Labels[intree.CreatedByLabel] != intree.CreatedByExecutor || it.Annotations[intree.ForMigrationAnnotation] != string(m.UID) {
 			t.Errorf("in-tree migration %s: labels %v, annotations %v, conditions %+v", it.Name, it.Labels, it.Annotations, it.Status.Conditions)
+		}
+		// svm wrote the widgets only to move their managedFields, one
+		// patch each, after kube-controller-manager had rewritten them all.
+		succeeded := meta.FindStatusCondition(it.Status.Conditions, string(storagemigrationv1.MigrationSucceeded))
+		patches := widgetPatches(proxy)
+		if len(patches) != n {
+			t.Errorf("svm sent %d PATCH requests to widgets, want %d: one per widget, for its managedFields", len(patches), n)
+		}
+		for _, at := range patches {
+			if succeeded == nil || at.Before(succeeded.LastTransitionTime.Time) {
+				t.Errorf("svm patched a widget at %s, before the in-tree migration succeeded (%v)", at, succeeded)
+				break
+			}
 		}
 	}
 	if delegated != 1 {

@@ -227,23 +227,7 @@ func TestConcurrentWritersLoseNothing(t *testing.T) {
 	}
 	env.ExpectStored(t, r.EtcdPrefix(), inV2(r, n-len(deleted)))
 	after := env.TakeSnapshot(t, r.GVR("v1"))
-	for key := range updated {
-		spec, _ := after[key]["spec"].(map[string]any)
-		if spec == nil || spec["updatedBy"] == nil {
-			t.Errorf("%s lost its concurrent update: spec %v", key, spec)
-		}
-	}
-	touched := make([]string, 0, len(updated)+len(deleted))
-	for key := range updated {
-		touched = append(touched, key)
-	}
-	for key := range deleted {
-		touched = append(touched, key)
-	}
-	untouched, after := before.Without(touched...), after.Without(touched...)
-	if diff := untouched.Diff(after); diff != "" {
-		t.Errorf("untouched objects changed (-before +after):\n%s", diff)
-	}
+	framework.ExpectWritesKept(t, before, after, updated, deleted)
 }
 
 func TestTerminalErrorsFailFastWithBoundedRequests(t *testing.T) {
