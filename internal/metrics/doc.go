@@ -50,7 +50,9 @@
 //   - retries_total{resource,reason} (counter): requests that failed with a
 //     transient error and were retried, by error reason.
 //   - requests_total{resource,verb} (counter): requests sent, verb "list" or
-//     "patch", retries included: the load svm puts on the API server.
+//     "patch" (or "get": an object read again to move its managedFields off
+//     a retired version), retries included: the load svm puts on the API
+//     server.
 //     rate(...{verb="patch"}) is svm's write rate; a gauge of objects per
 //     second is deliberately not kept, since rate() over a counter is exact
 //     over any window and survives missed scrapes.

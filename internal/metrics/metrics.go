@@ -122,7 +122,7 @@ func New() *Metrics {
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts(engine("retries_total",
 			"Requests retried after a transient error, by resource and error reason.")), []string{"resource", "reason"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts(engine("requests_total",
-			"Requests sent by migrations, retries included, by resource and verb (list, patch).")), []string{"resource", "verb"}),
+			"Requests sent by migrations, retries included, by resource and verb (list, patch, and get: an object read again to move its managedFields).")), []string{"resource", "verb"}),
 		limiterWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Subsystem: engineSubsystem, Name: "rate_limiter_wait_seconds",
 			Help: "Time each request of a migration waited for the --qps rate limiter.",
