@@ -14,13 +14,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/svm-project/svm/internal/migrator"
 	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/pkg/migrate"
 )
 
-// RetireReportVersion identifies the shape of `svm retire -o json`.
+// RetireReportVersion identifies the shape of `svm retire -o json` (and
+// -o yaml).
 // Fields may be added under it; none changes meaning or goes away.
 const RetireReportVersion = "v1"
 
@@ -43,7 +45,7 @@ type RetireOptions struct {
 	gvr    schema.GroupVersionResource
 }
 
-var retireOutputs = []string{"table", "json"}
+var retireOutputs = []string{"table", "json", "yaml"}
 
 func newRetireCommand(configFlags *genericclioptions.ConfigFlags, out, errOut io.Writer) *cobra.Command {
 	o := &RetireOptions{ConfigFlags: configFlags, Out: out, ErrOut: errOut, Terminal: isTerminal(out)}
@@ -82,7 +84,7 @@ func newRetireCommand(configFlags *genericclioptions.ConfigFlags, out, errOut io
 	fs.BoolVar(&o.Unserve, "unserve", false, "once done, stop serving the version (CRDs only), if no API server saw a request for it during --quiet-for")
 	fs.DurationVar(&o.QuietFor, "quiet-for", migrate.DefaultQuietFor, "how long every API server must answer no request for the version before --unserve stops serving it")
 	fs.StringSliceVar(&o.APIServerEndpoints, "apiserver-endpoints", nil, "URLs of every API server, whose /metrics count the requests for the version (default: the kubeconfig's server and the addresses the API servers' identity leases publish)")
-	fs.StringVarP(&o.Output, "output", "o", "table", "output format: "+strings.Join(retireOutputs, ", ")+" (json has a stable, versioned structure)")
+	fs.StringVarP(&o.Output, "output", "o", "table", "output format: "+strings.Join(retireOutputs, ", ")+" (json and yaml have a stable, versioned structure)")
 	return cmd
 }
 
@@ -149,13 +151,22 @@ func (o *RetireOptions) Run(ctx context.Context) error {
 		progress.done()
 	}
 	report := newRetireReport(res, o.DryRun, err)
-	if o.Output == "json" {
+	switch o.Output {
+	case "json":
 		enc := json.NewEncoder(o.Out)
 		enc.SetIndent("", "  ")
 		if jerr := enc.Encode(report); jerr != nil {
 			return jerr
 		}
-	} else {
+	case "yaml":
+		data, yerr := yaml.Marshal(report)
+		if yerr != nil {
+			return yerr
+		}
+		if _, yerr := o.Out.Write(data); yerr != nil {
+			return yerr
+		}
+	default:
 		writeRetireTable(o.Out, report, time.Since(start))
 	}
 	switch {
@@ -183,7 +194,7 @@ func engineProgress(p migrate.Progress) migrator.Progress {
 	}
 }
 
-// RetireReport is what `svm retire -o json` prints.
+// RetireReport is what `svm retire -o json` and `-o yaml` print.
 type RetireReport struct {
 	Version string `json:"version"`
 	// Resource is RESOURCE.VERSION.GROUP of the version retired; Kept is

@@ -16,7 +16,7 @@ func TestRetireBadInput(t *testing.T) {
 		{[]string{"retire", "widgets."}, "name the version to retire as RESOURCE.VERSION.GROUP"},
 		{[]string{"retire", "configmaps.v1"}, "the core group has one version"},
 		{[]string{"retire", "widgets.v1.example.com", "--quiet-for", "0s"}, "--quiet-for must be positive"},
-		{[]string{"retire", "widgets.v1.example.com", "-o", "yaml"}, "--output must be one of table, json"},
+		{[]string{"retire", "widgets.v1.example.com", "-o", "wide"}, "--output must be one of table, json, yaml"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
