@@ -414,13 +414,15 @@ func (r *retirement) chunkSize() int64 {
 // usage reads every API server's requests for the version retired.
 func (r *retirement) usage(ctx context.Context) []ServerUsage {
 	endpoints := r.opts.APIServers
+	var unreached *ServerUsage
 	if len(endpoints) == 0 {
 		// Without leave to list identity leases, the kubeconfig's server
 		// is still read.
 		ids, _ := apiservers.Identities(ctx, r.kube.CoordinationV1(), time.Now())
 		endpoints = apiservers.Endpoints(nil, r.cfg.Host, ids)
+		unreached = unreachedServers(len(ids), len(endpoints))
 	}
-	out := make([]ServerUsage, 0, len(endpoints))
+	out := make([]ServerUsage, 0, len(endpoints)+1)
 	for _, e := range endpoints {
 		u, err := apiservers.ScrapeUsage(ctx, r.cfg, e, r.gvr)
 		su := ServerUsage{Endpoint: e, Since: u.Since, Requests: int64(u.Requests), Open: int64(u.Open)}
@@ -429,7 +431,24 @@ func (r *retirement) usage(ctx context.Context) []ServerUsage {
 		}
 		out = append(out, su)
 	}
+	if unreached != nil {
+		out = append(out, *unreached)
+	}
 	return out
+}
+
+// unreachedServers is an entry of unknown usage for the API servers that
+// hold identity leases beyond the endpoints found to read (behind a load
+// balancer, servers that publish no address): nil when there are none. A
+// server that was not read may be the one a client still asks.
+func unreachedServers(identities, endpoints int) *ServerUsage {
+	if identities <= endpoints {
+		return nil
+	}
+	return &ServerUsage{
+		Endpoint: fmt.Sprintf("%d more API servers", identities-endpoints),
+		Error:    fmt.Sprintf("%d API servers hold identity leases but only %d could be found to read; name them all with --apiserver-endpoints", identities, endpoints),
+	}
 }
 
 // rewrite rewrites the objects: all of them when some may be stored in the

@@ -73,3 +73,20 @@ func TestQuietWindowAndDecideUnserve(t *testing.T) {
 		})
 	}
 }
+
+func TestUnreachedServers(t *testing.T) {
+	if u := unreachedServers(1, 1); u != nil {
+		t.Errorf("one server, one endpoint: %+v", u)
+	}
+	if u := unreachedServers(2, 3); u != nil {
+		t.Errorf("two servers, three endpoints (one read twice under two URLs): %+v", u)
+	}
+	u := unreachedServers(3, 1)
+	if u == nil || u.Error == "" {
+		t.Fatalf("three servers, one endpoint: %+v, want an entry of unknown usage", u)
+	}
+	before, after := []ServerUsage{{Endpoint: "https://a"}, *u}, []ServerUsage{{Endpoint: "https://a"}, *u}
+	if v := decideUnserve(quietWindow(before, after)); v != unserveUnknown {
+		t.Errorf("with servers unread: %d, want unknown", v)
+	}
+}
