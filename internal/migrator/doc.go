@@ -34,6 +34,16 @@
 // the checkpoint (see changes) finds them, and they are skipped without a
 // write as well.
 //
+// # managedFields
+//
+// A migration given Request.ManagedFields also moves the managedFields
+// entries that name a retired version to the version kept, in the same
+// write: the patch then carries the object's new managedFields list too
+// (see internal/managedfields for how entries move). Another client's
+// write re-encodes an object but leaves its entries as they were, so such
+// an object is never skipped as written since the start: a conflict is
+// answered by reading it again and moving what it holds then.
+//
 // While a chunk is written, the next one is already being listed, so the
 // writes never wait for a list; chunks are still handled one at a time, and
 // a chunk's state is saved only once all its objects are.
