@@ -151,6 +151,11 @@ func (o *RetireOptions) Run(ctx context.Context) error {
 		progress.done()
 	}
 	report := newRetireReport(res, o.DryRun, err)
+	if err != nil && res.Target == "" && o.Output == "table" {
+		// Stopped before it found the version kept: there is nothing to
+		// report but the error, which is printed once, below.
+		return err
+	}
 	switch o.Output {
 	case "json":
 		enc := json.NewEncoder(o.Out)
@@ -340,7 +345,7 @@ func writeRetireTable(out io.Writer, r RetireReport, took time.Duration) {
 		return
 	}
 	if w := r.Rewrite; w != nil {
-		fmt.Fprintf(out, "rewrote: %s in %s\n", w.counts.Outcomes(), took.Round(time.Millisecond))
+		fmt.Fprintf(out, "rewrote: %s\n", w.counts.Outcomes())
 		for _, f := range w.FailedObjects {
 			fmt.Fprintf(out, "  failed %s: %s\n", objectKey(f.Namespace, f.Name), f.Reason)
 		}
@@ -355,13 +360,14 @@ func writeRetireTable(out io.Writer, r RetireReport, took time.Duration) {
 	case "nothingToDo":
 		fmt.Fprintln(out, "nothing to do: nothing is stored in it, no managedFields entry names it"+servedNote(r)+"; nothing written")
 	case "done":
-		fmt.Fprintln(out, "done: nothing is stored in it, no managedFields entry names it"+servedNote(r))
+		fmt.Fprintf(out, "done in %s: nothing is stored in it, no managedFields entry names it%s\n", took.Round(time.Millisecond), servedNote(r))
 	case "inUse":
 		fmt.Fprintln(out, "not unserved: clients still use it:", r.Error)
 	case "unknown":
 		fmt.Fprintln(out, "not unserved: whether clients still use it is unknown:", r.Error)
 	default:
-		fmt.Fprintln(out, "failed:", r.Error)
+		// Why follows on the error output.
+		fmt.Fprintln(out, "not done")
 	}
 }
 

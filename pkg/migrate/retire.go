@@ -253,6 +253,9 @@ func (r *retirement) resolve(ctx context.Context, res *RetireResult) error {
 	res.CRD = crd.Name
 	s := storageOf(crd)
 	res.StoredVersions = slices.Clone(s.StoredVersions)
+	res.Served = slices.ContainsFunc(crd.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool {
+		return v.Name == r.gvr.Version && v.Served
+	})
 	if s.StorageVersion == r.gvr.Version {
 		return terminal(ReasonStorageVersion, "%s is the storage version of customresourcedefinition %s: make another version the storage version first", r.gvr.Version, crd.Name)
 	}
@@ -262,9 +265,6 @@ func (r *retirement) resolve(ctx context.Context, res *RetireResult) error {
 	}
 	r.target = r.gvr.GroupResource().WithVersion(version)
 	res.Target = r.target.GroupVersion().String()
-	res.Served = slices.ContainsFunc(crd.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool {
-		return v.Name == r.gvr.Version && v.Served
-	})
 	res.MayBeStored = slices.Contains(s.StoredVersions, r.gvr.Version)
 	if res.MayBeStored {
 		res.StoredBecause = fmt.Sprintf("status.storedVersions %v lists %s", s.StoredVersions, r.gvr.Version)

@@ -214,7 +214,7 @@ func TestRetireKeepsServerSideApplyWorking(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("svm retire: exit %d\n%s\n%s", code, out, errOut)
 	}
-	for _, want := range []string{fmt.Sprintf("managedFields moved on %d objects (owned fields dropped 0)", n), "storedVersions: pruned to [v2]", "done:"} {
+	for _, want := range []string{fmt.Sprintf("managedFields moved on %d objects (owned fields dropped 0)", n), "storedVersions: pruned to [v2]", "done in "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("svm retire does not say %q:\n%s", want, out)
 		}
