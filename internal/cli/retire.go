@@ -251,8 +251,15 @@ type RetireRewrite struct {
 	ManagedFieldsRewritten int64          `json:"managedFieldsRewritten"`
 	ManagedFieldsDropped   int64          `json:"managedFieldsDropped"`
 	FailedObjects          []FailedObject `json:"failedObjects,omitempty"`
+}
 
-	counts migrate.Counts
+// outcomes says where the objects went, in the words svm uses everywhere.
+func (w RetireRewrite) outcomes() string {
+	return migrate.Counts{
+		Listed: w.Listed, Restored: w.Restored, AlreadyCurrent: w.AlreadyCurrent, WrittenSinceStart: w.WrittenSinceStart,
+		Gone: w.Gone, Failed: w.Failed, NothingToRewrite: w.NothingToRewrite,
+		ManagedFieldsRewritten: w.ManagedFieldsRewritten, ManagedFieldsDropped: w.ManagedFieldsDropped,
+	}.Outcomes()
 }
 
 // FailedObject is an object that could not be rewritten, and why.
@@ -280,7 +287,7 @@ func newRetireReport(res migrate.RetireResult, dryRun bool, err error) RetireRep
 		r.Rewrite = &RetireRewrite{
 			Listed: c.Listed, Restored: c.Restored, AlreadyCurrent: c.AlreadyCurrent, WrittenSinceStart: c.WrittenSinceStart,
 			Gone: c.Gone, Failed: c.Failed, NothingToRewrite: c.NothingToRewrite,
-			ManagedFieldsRewritten: c.ManagedFieldsRewritten, ManagedFieldsDropped: c.ManagedFieldsDropped, counts: c,
+			ManagedFieldsRewritten: c.ManagedFieldsRewritten, ManagedFieldsDropped: c.ManagedFieldsDropped,
 		}
 		for _, f := range m.FailedObjects {
 			r.Rewrite.FailedObjects = append(r.Rewrite.FailedObjects, FailedObject(f))
@@ -345,7 +352,7 @@ func writeRetireTable(out io.Writer, r RetireReport, took time.Duration) {
 		return
 	}
 	if w := r.Rewrite; w != nil {
-		fmt.Fprintf(out, "rewrote: %s\n", w.counts.Outcomes())
+		fmt.Fprintf(out, "rewrote: %s\n", w.outcomes())
 		for _, f := range w.FailedObjects {
 			fmt.Fprintf(out, "  failed %s: %s\n", objectKey(f.Namespace, f.Name), f.Reason)
 		}

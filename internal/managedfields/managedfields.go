@@ -34,6 +34,7 @@ import (
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 	"sigs.k8s.io/structured-merge-diff/v6/value"
 )
@@ -46,6 +47,19 @@ type Retarget struct {
 	// Target is the apiVersion they name instead: one the API server
 	// serves and keeps serving.
 	Target string
+}
+
+// Between is the Retarget that moves entries naming any of versions of
+// group to target, another version of group; target itself is left out of
+// the versions retired. ok is false when no version is left to retire.
+func Between(group string, versions []string, target string) (rt Retarget, ok bool) {
+	rt.Target = schema.GroupVersion{Group: group, Version: target}.String()
+	for _, v := range versions {
+		if v != target {
+			rt.Retired = append(rt.Retired, schema.GroupVersion{Group: group, Version: v}.String())
+		}
+	}
+	return rt, len(rt.Retired) > 0
 }
 
 // Result is what Apply did to one object's entries.

@@ -178,3 +178,14 @@ func clone(in []metav1.ManagedFieldsEntry) []metav1.ManagedFieldsEntry {
 	}
 	return out
 }
+
+func TestBetween(t *testing.T) {
+	rt, ok := Between("example.com", []string{"v1", "v2", "v1beta1"}, "v2")
+	want := Retarget{Retired: []string{"example.com/v1", "example.com/v1beta1"}, Target: "example.com/v2"}
+	if !ok || !cmp.Equal(want, rt) {
+		t.Errorf("Between = %+v, %v; want %+v, true", rt, ok, want)
+	}
+	if rt, ok := Between("", []string{"v1"}, "v1"); ok || rt.Target != "v1" {
+		t.Errorf("only the target: %+v, %v; want nothing to retire", rt, ok)
+	}
+}

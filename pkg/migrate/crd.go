@@ -115,12 +115,21 @@ func CRD(ctx context.Context, cfg *rest.Config, name string, opts Options) (CRDR
 		return out, terminal(ReasonNotServed, "customresourcedefinition %s serves no version", name)
 	}
 	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: version, Resource: crd.Spec.Names.Plural}
-	want := resources.StorageVersionHash(crd.Spec.Group, start.StorageVersion, crd.Spec.Names.Kind)
-
 	m, err := newEngine(cfg, opts)
 	if err != nil {
 		return out, err
 	}
+	return migrateAndPrune(ctx, cfg, m, crds, crd, gvr, opts, out)
+}
+
+// migrateAndPrune migrates crd's resource through gvr, moving the
+// managedFields entries that name a version it prunes, and then prunes
+// storedVersions to the storage version, as CRD says; out is the result so
+// far.
+func migrateAndPrune(ctx context.Context, cfg *rest.Config, m *migrator.Migrator, crds apiextensionsv1client.CustomResourceDefinitionInterface,
+	crd *apiextensionsv1.CustomResourceDefinition, gvr schema.GroupVersionResource, opts Options, out CRDResult) (CRDResult, error) {
+	start := storageOf(crd)
+	want := resources.StorageVersionHash(crd.Spec.Group, start.StorageVersion, crd.Spec.Names.Kind)
 	// The API server takes up a CRD's new storage version a moment after
 	// the CRD changes; objects rewritten before then would be stored in
 	// the old one again. Discovery reports which it stores.

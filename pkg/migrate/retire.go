@@ -175,9 +175,10 @@ func Retire(ctx context.Context, cfg *rest.Config, gvr schema.GroupVersionResour
 	if err := r.resolve(ctx, &res); err != nil {
 		return res, err
 	}
-	if err := r.survey(ctx, &res); err != nil {
+	if err := r.count(ctx, &res); err != nil {
 		return res, err
 	}
+	res.Usage = r.usage(ctx)
 	res.NothingToDo = !res.MayBeStored && res.NamingVersion == 0 && (!opts.Unserve || !res.Served)
 	if opts.DryRun || res.NothingToDo {
 		return res, nil
@@ -301,18 +302,14 @@ func (r *retirement) resolveBuiltIn(ctx context.Context, res *RetireResult) erro
 	if err != nil {
 		return fmt.Errorf("discover API groups: %w", err)
 	}
+	// Discovery lists a group's versions most preferred first.
 	var versions []string
 	for _, g := range groups.Groups {
-		if g.Name != r.gvr.Group {
-			continue
+		if g.Name == r.gvr.Group {
+			for _, v := range g.Versions {
+				versions = append(versions, v.Version)
+			}
 		}
-		for _, v := range g.Versions {
-			versions = append(versions, v.Version)
-		}
-		// The preferred version first.
-		slices.SortStableFunc(versions, func(a, b string) int {
-			return boolOrder(b == g.PreferredVersion.Version, a == g.PreferredVersion.Version)
-		})
 	}
 	var info *metav1.APIResource
 	for _, v := range versions {
@@ -343,16 +340,6 @@ func (r *retirement) resolveBuiltIn(ctx context.Context, res *RetireResult) erro
 	return err
 }
 
-func boolOrder(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case a:
-		return 1
-	}
-	return -1
-}
-
 // storageStates is svm's StorageState API, read without its types so that
 // the public package needs none of svm's.
 var storageStates = schema.GroupVersionResource{Group: "migration.k8s.io", Version: "v1alpha1", Resource: "storagestates"}
@@ -380,9 +367,9 @@ func (r *retirement) storedPerStorageState(ctx context.Context) (bool, string, e
 	return false, fmt.Sprintf("StorageState %s lists only %v, not its hash %s", name, hashes, hash), nil
 }
 
-// survey counts the objects and those whose managedFields name the version
-// retired, and reads every API server's requests for it.
-func (r *retirement) survey(ctx context.Context, res *RetireResult) error {
+// count counts the objects, and those whose managedFields name the
+// version retired.
+func (r *retirement) count(ctx context.Context, res *RetireResult) error {
 	rt := managedfields.Retarget{Retired: []string{r.retired()}}
 	token := ""
 	for {
@@ -397,11 +384,9 @@ func (r *retirement) survey(ctx context.Context, res *RetireResult) error {
 			}
 		}
 		if token = list.Continue; token == "" {
-			break
+			return nil
 		}
 	}
-	res.Usage = r.usage(ctx)
-	return nil
 }
 
 func (r *retirement) chunkSize() int64 {
@@ -451,12 +436,21 @@ func unreachedServers(identities, endpoints int) *ServerUsage {
 	}
 }
 
-// rewrite rewrites the objects: all of them when some may be stored in the
-// version retired (then prunes a CRD's storedVersions), else those whose
-// managedFields name it.
+// rewrite rewrites the objects: for a CRD whose storedVersions list the
+// version retired, all of them, and prunes storedVersions, as CRD does;
+// for another resource whose objects may be stored in it, all of them;
+// else only those whose managedFields name it.
 func (r *retirement) rewrite(ctx context.Context, res *RetireResult) error {
 	m, err := newEngine(r.cfg, r.opts.Options)
 	if err != nil {
+		return err
+	}
+	if r.crd != nil && res.MayBeStored {
+		out, err := migrateAndPrune(ctx, r.cfg, m, r.crds.ApiextensionsV1().CustomResourceDefinitions(), r.crd, r.target, r.opts.Options, CRDResult{Name: r.crd.Name})
+		res.Migration, res.Pruned = out.Migration, out.Pruned
+		if out.Pruned {
+			res.StoredVersions = out.StoredVersionsAfter
+		}
 		return err
 	}
 	mf, err := crdManagedFields(r.cfg, r.crd, r.target, []string{r.gvr.Version})
@@ -464,31 +458,8 @@ func (r *retirement) rewrite(ctx context.Context, res *RetireResult) error {
 		return err
 	}
 	mf.Only = !res.MayBeStored
-	var start crdStorage
-	if r.crd != nil && res.MayBeStored {
-		// As CRD does: objects rewritten before the API server takes up
-		// the storage version would be stored in the old one again.
-		start = storageOf(r.crd)
-		info, err := m.Lookup(ctx, r.target)
-		if err != nil {
-			return publicError(resources.DisplayName(r.target.GroupResource()), err)
-		}
-		want := resources.StorageVersionHash(r.crd.Spec.Group, start.StorageVersion, r.kind)
-		if err := storageTakenUp(info.StorageVersionHash, want, r.target, start.StorageVersion); err != nil {
-			return err
-		}
-	}
-	migration, hash, err := migrateWith(ctx, m, r.target, mf, r.opts.Options)
+	migration, _, err := migrateWith(ctx, m, r.target, mf, r.opts.Options)
 	res.Migration = &migration
-	if err != nil || r.crd == nil || !res.MayBeStored {
-		return err
-	}
-	want := resources.StorageVersionHash(r.crd.Spec.Group, start.StorageVersion, r.kind)
-	if err := storageTakenUp(hash, want, r.target, start.StorageVersion); err != nil {
-		return err
-	}
-	out, err := prune(ctx, r.crds.ApiextensionsV1().CustomResourceDefinitions(), start, migration.Failed, r.opts.fieldManager(), CRDResult{Name: r.crd.Name})
-	res.Pruned, res.StoredVersions = out.Pruned, out.StoredVersionsAfter
 	return err
 }
 
@@ -497,12 +468,17 @@ func (r *retirement) rewrite(ctx context.Context, res *RetireResult) error {
 // CRD without a conversion webhook converts nothing but apiVersion, so its
 // versions have the same fields and every owned field is kept; otherwise
 // (and for a built-in resource, crd nil) each object is read in gvr's
-// version, and fields it lacks there are dropped.
+// version, and fields it lacks there are dropped. nil when no version is
+// left to move entries off.
 func crdManagedFields(cfg *rest.Config, crd *apiextensionsv1.CustomResourceDefinition, gvr schema.GroupVersionResource, retired []string) (*migrator.ManagedFields, error) {
-	mf := &migrator.ManagedFields{Retarget: managedfields.Retarget{Target: gvr.GroupVersion().String()}}
-	for _, v := range retired {
-		mf.Retired = append(mf.Retired, schema.GroupVersion{Group: gvr.Group, Version: v}.String())
+	// Entries naming the version written through name a served version
+	// already (a CRD whose storage version is not served is written
+	// through another).
+	rt, ok := managedfields.Between(gvr.Group, retired, gvr.Version)
+	if !ok {
+		return nil, nil
 	}
+	mf := &migrator.ManagedFields{Retarget: rt}
 	if crd != nil && (crd.Spec.Conversion == nil || crd.Spec.Conversion.Strategy == apiextensionsv1.NoneConverter) {
 		return mf, nil
 	}
@@ -542,7 +518,7 @@ func (r *retirement) unserve(ctx context.Context, res *RetireResult) error {
 	// Nobody used the version in the window: nobody wrote an entry naming
 	// it either, unless the rewrite left some. Counted again to be sure.
 	again := RetireResult{}
-	if err := r.survey(ctx, &again); err != nil {
+	if err := r.count(ctx, &again); err != nil {
 		return err
 	}
 	if again.NamingVersion > 0 {

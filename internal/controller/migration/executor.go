@@ -103,15 +103,11 @@ func (c *CRDMarker) RetiredFields(ctx context.Context, gvr schema.GroupVersionRe
 	if target == "" {
 		return nil, nil
 	}
-	mf := &migrator.ManagedFields{Retarget: managedfields.Retarget{Target: schema.GroupVersion{Group: gvr.Group, Version: target}.String()}}
-	for _, v := range crd.Status.StoredVersions {
-		if v != target {
-			mf.Retired = append(mf.Retired, schema.GroupVersion{Group: gvr.Group, Version: v}.String())
-		}
-	}
-	if len(mf.Retired) == 0 {
+	rt, ok := managedfields.Between(gvr.Group, crd.Status.StoredVersions, target)
+	if !ok {
 		return nil, nil
 	}
+	mf := &migrator.ManagedFields{Retarget: rt}
 	if crd.Spec.Conversion != nil && crd.Spec.Conversion.Strategy == apiextensionsv1.WebhookConverter && c.Objects != nil {
 		// A webhook may rename fields between versions: owned fields the
 		// object lacks in the storage version are dropped, not kept.
