@@ -6,20 +6,28 @@ SHELL := /usr/bin/env bash
 BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 
-KUBE_VERSION := v1.37.1
-KUBE_MINOR := 37
+KUBE_VERSION := v1.37.2
 CONTROLLER_GEN_VERSION := v0.23.0
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 
-# Flags that make the locally built Kubernetes binaries report their real
-# version.
-KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
+# The version matrix: the release of each supported minor that the matrix
+# and upgrade tests run. KUBE_VERSION is built from hack/tools, the others
+# from hack/kube/MINOR (written by hack/kube/new-module.sh). Each binary is
+# cached in bin/ under its version, so a new patch release builds once.
+KUBE_MATRIX := v1.34.4 v1.35.4 v1.36.3 $(KUBE_VERSION)
+
+# kube_minor(v1.35.4) = 1.35
+kube_minor = $(subst $(eval) ,.,$(wordlist 1,2,$(subst ., ,$(patsubst v%,%,$(1)))))
+
+# Flags that make a locally built Kubernetes binary report its real version.
+kube_ldflags = -X k8s.io/component-base/version.gitVersion=$(1) \
 	-X k8s.io/component-base/version.gitMajor=1 \
-	-X k8s.io/component-base/version.gitMinor=$(KUBE_MINOR) \
+	-X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(1))) \
 	-X k8s.io/component-base/version.gitTreeState=clean \
-	-X k8s.io/client-go/pkg/version.gitVersion=$(KUBE_VERSION) \
+	-X k8s.io/client-go/pkg/version.gitVersion=$(1) \
 	-X k8s.io/client-go/pkg/version.gitMajor=1 \
-	-X k8s.io/client-go/pkg/version.gitMinor=$(KUBE_MINOR)
+	-X k8s.io/client-go/pkg/version.gitMinor=$(word 2,$(subst ., ,$(1)))
+KUBE_LDFLAGS := $(call kube_ldflags,$(KUBE_VERSION))
 
 TOOLS_MOD := hack/tools/go.mod hack/tools/go.sum
 HELM_MOD := hack/helm/go.mod hack/helm/go.sum
@@ -68,6 +76,30 @@ $(BIN)/kube-apiserver: $(TOOLS_MOD)
 $(BIN)/kube-controller-manager: $(TOOLS_MOD)
 	@echo "building kube-controller-manager $(KUBE_VERSION) (a few minutes after kube-apiserver, longer on a cold cache)"
 	cd hack/tools && go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-controller-manager
+
+# The matrix's binaries. KUBE_VERSION's are the ones above, linked under
+# their versioned names; every other release's come from its hack/kube
+# module.
+.PHONY: matrix
+matrix: $(foreach v,$(KUBE_MATRIX),$(BIN)/kube-apiserver-$(v)) ## Build kube-apiserver of every release in the version matrix into bin/ (about 7 minutes each the first time).
+
+.PHONY: matrix-kcm
+matrix-kcm: $(foreach v,$(KUBE_MATRIX),$(BIN)/kube-controller-manager-$(v)) ## Build kube-controller-manager of every release in the version matrix into bin/.
+
+$(BIN)/kube-apiserver-$(KUBE_VERSION): $(BIN)/kube-apiserver
+	ln -f $< $@
+$(BIN)/kube-controller-manager-$(KUBE_VERSION): $(BIN)/kube-controller-manager
+	ln -f $< $@
+
+define kube_release
+$(BIN)/kube-apiserver-$(1): hack/kube/$(call kube_minor,$(1))/go.mod hack/kube/$(call kube_minor,$(1))/go.sum
+	@echo "building kube-apiserver $(1) (about 7 minutes on 2 cores the first time)"
+	cd hack/kube/$(call kube_minor,$(1)) && go build -ldflags "$(call kube_ldflags,$(1))" -o $$@ k8s.io/kubernetes/cmd/kube-apiserver
+$(BIN)/kube-controller-manager-$(1): hack/kube/$(call kube_minor,$(1))/go.mod hack/kube/$(call kube_minor,$(1))/go.sum
+	@echo "building kube-controller-manager $(1)"
+	cd hack/kube/$(call kube_minor,$(1)) && go build -ldflags "$(call kube_ldflags,$(1))" -o $$@ k8s.io/kubernetes/cmd/kube-controller-manager
+endef
+$(foreach v,$(filter-out $(KUBE_VERSION),$(KUBE_MATRIX)),$(eval $(call kube_release,$(v))))
 
 # An aggregated API server (k8s.io/sample-apiserver), so that svm is tested
 # on aggregated resources too.

@@ -35,13 +35,17 @@ const (
 // started again after StopControllerManager or KillControllerManager, on the
 // same port. The binary must be next to kube-apiserver (make controlplane).
 func (cp *ControlPlane) StartControllerManager(ctx context.Context) error {
-	if err := requireControllerManager(cp.binDir); err != nil {
+	release := cp.Release()
+	if err := requireControllerManager(cp.binDir, release); err != nil {
 		return err
 	}
-	p, err := cp.controllerManagerProcess(cp.BinPath(controllerManagerBinary))
+	p, err := cp.controllerManagerProcess()
 	if err != nil {
 		return err
 	}
+	cp.mu.Lock()
+	p.path = binaryFor(cp.binDir, controllerManagerBinary, release)
+	cp.mu.Unlock()
 	if err := p.start(); err != nil {
 		return err
 	}
@@ -71,9 +75,14 @@ func (cp *ControlPlane) StartControllerManager(ctx context.Context) error {
 // kube-controller-manager: it is needed only by those who ask for it, so
 // findBinDir does not insist on it, and a bin/ directory built before it was
 // added to make controlplane lacks it.
-func requireControllerManager(binDir string) error {
-	if fi, err := os.Stat(filepath.Join(binDir, controllerManagerBinary)); err != nil || fi.IsDir() {
-		return fmt.Errorf("%s has no %s; run 'make controlplane'", binDir, controllerManagerBinary)
+func requireControllerManager(binDir, release string) error {
+	path := binaryFor(binDir, controllerManagerBinary, release)
+	if fi, err := os.Stat(path); err != nil || fi.IsDir() {
+		target := "controlplane"
+		if release != "" {
+			target = "matrix-kcm"
+		}
+		return fmt.Errorf("%s has no %s; run 'make %s'", binDir, filepath.Base(path), target)
 	}
 	return nil
 }
@@ -81,7 +90,7 @@ func requireControllerManager(binDir string) error {
 // controllerManagerProcess returns the kube-controller-manager process,
 // set up on first use: a port, a kubeconfig and a certificate directory of
 // its own, kept across restarts.
-func (cp *ControlPlane) controllerManagerProcess(path string) (*process, error) {
+func (cp *ControlPlane) controllerManagerProcess() (*process, error) {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	if cp.controllerManager != nil {
@@ -102,7 +111,6 @@ func (cp *ControlPlane) controllerManagerProcess(path string) (*process, error) 
 	}
 	cp.controllerManager = &process{
 		name:    controllerManagerBinary,
-		path:    path,
 		logPath: cp.ControllerManagerLog(),
 		args: []string{
 			"--kubeconfig=" + kubeconfig,

@@ -61,6 +61,12 @@ type Options struct {
 	// still served, a kube-controller-manager holds its lease, and nobody
 	// executes in-tree migrations.
 	WithoutMigrator bool
+	// Release is the Kubernetes release whose kube-apiserver (and
+	// kube-controller-manager) run: a release such as v1.35.4 or a minor
+	// such as 1.35, built by make matrix (see ResolveRelease). Empty means
+	// the default build of make controlplane. SetRelease changes it
+	// between restarts, as an upgrade does.
+	Release string
 	// StartTimeout bounds how long each process may take to become ready.
 	// Zero means one minute.
 	StartTimeout time.Duration
@@ -93,6 +99,8 @@ type ControlPlane struct {
 	controllerManager    *process
 	controllerManagerURL string
 	withoutMigrator      bool
+	// release is the resolved Options.Release of the next StartAPIServer.
+	release string
 }
 
 // Start starts etcd and kube-apiserver, and kube-controller-manager if
@@ -102,13 +110,11 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Fail before starting anything, not a minute later.
-	if opts.ControllerManager {
-		if err := requireControllerManager(binDir); err != nil {
-			return nil, err
-		}
+	release, err := ResolveRelease(binDir, opts.Release)
+	if err != nil {
+		return nil, err
 	}
-	cp := &ControlPlane{Dir: opts.Dir, startTimeout: opts.StartTimeout, extraFlags: opts.APIServerFlags, withoutMigrator: opts.WithoutMigrator}
+	cp := &ControlPlane{Dir: opts.Dir, startTimeout: opts.StartTimeout, extraFlags: opts.APIServerFlags, withoutMigrator: opts.WithoutMigrator, release: release}
 	if cp.startTimeout == 0 {
 		cp.startTimeout = time.Minute
 	}
@@ -119,6 +125,13 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		cp.removeDir = true
 	} else if err := os.MkdirAll(cp.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create control plane directory: %w", err)
+	}
+	// Fail before starting anything, not a minute later.
+	if opts.ControllerManager {
+		if err := requireControllerManager(binDir, release); err != nil {
+			cp.cleanup()
+			return nil, err
+		}
 	}
 	if err := cp.prepare(binDir); err != nil {
 		cp.cleanup()
@@ -224,7 +237,6 @@ func (cp *ControlPlane) prepare(binDir string) error {
 	cp.baseFlags = append(cp.baseFlags, frontProxy...)
 	cp.apiserver = &process{
 		name:    "kube-apiserver",
-		path:    filepath.Join(binDir, "kube-apiserver"),
 		logPath: cp.path("kube-apiserver.log"),
 	}
 	return nil
@@ -244,6 +256,28 @@ func (cp *ControlPlane) SetAPIServerFlags(flags ...string) {
 	cp.extraFlags = append([]string(nil), flags...)
 }
 
+// SetRelease changes the Kubernetes release (see Options.Release) of the
+// next StartAPIServer, StartPeer and StartControllerManager, as a rolling
+// upgrade does one server at a time. It returns the release resolved.
+func (cp *ControlPlane) SetRelease(release string) (string, error) {
+	resolved, err := ResolveRelease(cp.binDir, release)
+	if err != nil {
+		return "", err
+	}
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.release = resolved
+	return resolved, nil
+}
+
+// Release is the resolved release SetRelease or Options.Release chose,
+// empty for the default build.
+func (cp *ControlPlane) Release() string {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return cp.release
+}
+
 // StartEtcd starts etcd on its data directory and waits until it is healthy.
 func (cp *ControlPlane) StartEtcd(ctx context.Context) error {
 	if err := cp.etcd.start(); err != nil {
@@ -259,6 +293,7 @@ func (cp *ControlPlane) StartEtcd(ctx context.Context) error {
 func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 	cp.mu.Lock()
 	cp.apiserver.args = append(append([]string(nil), cp.baseFlags...), cp.extraFlags...)
+	cp.apiserver.path = binaryFor(cp.binDir, "kube-apiserver", cp.release)
 	cp.mu.Unlock()
 	if err := cp.apiserver.start(); err != nil {
 		return err

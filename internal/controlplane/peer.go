@@ -3,7 +3,6 @@ package controlplane
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,26 +42,48 @@ func (cp *ControlPlane) StartPeer(ctx context.Context, name string, flags ...str
 	args = append(args, flags...)
 	p := &Peer{URL: url, cp: cp, process: &process{
 		name:     "kube-apiserver " + name,
-		path:     filepath.Join(cp.binDir, "kube-apiserver"),
+		path:     binaryFor(cp.binDir, "kube-apiserver", cp.Release()),
 		logPath:  cp.path("kube-apiserver-" + name + ".log"),
 		args:     args,
 		hostname: name,
 	}}
-	if err := p.process.start(); err != nil {
+	if err := p.start(ctx); err != nil {
 		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Peer) start(ctx context.Context) error {
+	if err := p.process.start(); err != nil {
+		return err
 	}
 	client, err := rest.HTTPClientFor(p.RESTConfig())
 	if err != nil {
 		_ = p.Stop()
-		return nil, fmt.Errorf("build readiness client: %w", err)
+		return fmt.Errorf("build readiness client: %w", err)
 	}
-	if err := p.process.waitReady(ctx, cp.startTimeout, func(ctx context.Context) error {
-		return httpOK(ctx, client, url+"/readyz")
+	if err := p.process.waitReady(ctx, p.cp.startTimeout, func(ctx context.Context) error {
+		return httpOK(ctx, client, p.URL+"/readyz")
 	}); err != nil {
 		_ = p.Stop()
-		return nil, err
+		return err
 	}
-	return p, nil
+	return nil
+}
+
+// Upgrade stops the peer gracefully and starts it again, on the same port
+// and flags, with the kube-apiserver of release (see Options.Release), as
+// one step of a rolling upgrade.
+func (p *Peer) Upgrade(ctx context.Context, release string) error {
+	resolved, err := ResolveRelease(p.cp.binDir, release)
+	if err != nil {
+		return err
+	}
+	if err := p.Stop(); err != nil {
+		return err
+	}
+	p.process.path = binaryFor(p.cp.binDir, "kube-apiserver", resolved)
+	return p.start(ctx)
 }
 
 // RESTConfig is an admin client configuration for the peer.
