@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	storagemigrationv1 "k8s.io/api/storagemigration/v1"
@@ -203,6 +204,32 @@ func (c *CRDMarker) apply(ctx context.Context, gr schema.GroupResource, status a
 		return nil
 	}
 	name := gr.Resource + "." + gr.Group
+	err := c.applyCondition(ctx, gr, status, reason, message, true)
+	if unknownObservedGeneration(err) {
+		// Kubernetes before 1.35 has no observedGeneration in a CRD's
+		// conditions (nor an in-tree migrator to read it): the condition
+		// is set without it.
+		err = c.applyCondition(ctx, gr, status, reason, message, false)
+	}
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || unknownObservedGeneration(err):
+		// The condition is for those who read the CRD: a server that
+		// refuses it must not keep the migration from running. Said,
+		// not retried.
+		klog.FromContext(ctx).Info("The API server refused the CRD's StorageMigrating condition; the migration goes on without it", "crd", name, "status", status, "err", err)
+		return nil
+	default:
+		return fmt.Errorf("set StorageMigrating=%s on the CRD %s: %w", status, name, err)
+	}
+}
+
+// applyCondition writes the condition with server-side apply, conditional
+// on the CRD's resourceVersion, with the CRD's generation as its
+// observedGeneration when withGeneration is set.
+func (c *CRDMarker) applyCondition(ctx context.Context, gr schema.GroupResource, status apiextensionsv1.ConditionStatus, reason, message string, withGeneration bool) error {
+	name := gr.Resource + "." + gr.Group
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		crd, err := c.read(ctx, gr)
 		if err != nil {
@@ -214,25 +241,34 @@ func (c *CRDMarker) apply(ctx context.Context, gr schema.GroupResource, status a
 		// The resourceVersion makes the write conditional: the generation
 		// recorded is the one the condition speaks for, and the in-tree
 		// migrator prunes storedVersions only while they match.
+		cond := apiextensionsapply.CustomResourceDefinitionCondition().
+			WithType(apiextensionsv1.StorageMigrating).
+			WithStatus(status).
+			WithLastTransitionTime(metav1.Now()).
+			WithReason(reason).
+			WithMessage(message)
+		if withGeneration {
+			cond.WithObservedGeneration(crd.Generation)
+		}
 		cfg := apiextensionsapply.CustomResourceDefinition(name).
 			WithResourceVersion(crd.ResourceVersion).
-			WithStatus(apiextensionsapply.CustomResourceDefinitionStatus().WithConditions(
-				apiextensionsapply.CustomResourceDefinitionCondition().
-					WithType(apiextensionsv1.StorageMigrating).
-					WithStatus(status).
-					WithLastTransitionTime(metav1.Now()).
-					WithReason(reason).
-					WithMessage(message).
-					WithObservedGeneration(crd.Generation)))
+			WithStatus(apiextensionsapply.CustomResourceDefinitionStatus().WithConditions(cond))
 		_, err = c.CRDs.ApplyStatus(ctx, cfg, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		if err != nil && !apierrors.IsConflict(err) {
-			return fmt.Errorf("set StorageMigrating=%s on the CRD %s: %w", status, name, err)
-		}
 		return err
 	})
+}
+
+// unknownObservedGeneration tells the API server's refusal of a CRD
+// condition's observedGeneration, a field its schema lacks.
+func unknownObservedGeneration(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "observedGeneration") && strings.Contains(msg, "not declared in schema")
 }
 
 // InTreeExecutor hands the rewriting to kube-controller-manager: it
