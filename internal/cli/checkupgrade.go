@@ -40,12 +40,16 @@ type CheckUpgradeOptions struct {
 	Decodable []string
 	// Files are target files (upgrade.TargetFile).
 	Files []string
+	// To is --to, a Kubernetes release whose decodable versions of
+	// built-in resources come from k8s.io/api.
+	To string
 	// Output is table, json or yaml.
 	Output string
 
 	Out, ErrOut io.Writer
 
 	target    upgrade.Target
+	to        *upgrade.Release
 	host      string
 	discovery *discovery.DiscoveryClient
 	dynamic   dynamic.Interface
@@ -62,13 +66,20 @@ var (
 func newCheckUpgradeCommand(configFlags *genericclioptions.ConfigFlags, out, errOut io.Writer) *cobra.Command {
 	o := &CheckUpgradeOptions{ConfigFlags: configFlags, Out: out, ErrOut: errOut}
 	cmd := &cobra.Command{
-		Use:   "check-upgrade (--decodable RESOURCE[.GROUP]=VERSION[,VERSION...]... | -f FILE)",
+		Use:   "check-upgrade (--to RELEASE | --decodable RESOURCE[.GROUP]=VERSION[,VERSION...]... | -f FILE)",
 		Short: "Check that a target API server can decode every version objects may be stored in",
 		Long: "Before an upgrade, a downgrade or removing a CRD version: given the versions the target API\n" +
 			"server decodes, tell for each resource named whether objects may be stored in a version the\n" +
 			"target cannot decode. What may be stored comes from svm's StorageStates, discovery, CRDs'\n" +
 			"status.storedVersions and, where it is served, the StorageVersion API, whose API servers must\n" +
 			"agree on the version they write.\n\n" +
+			"With --to RELEASE (1.39 or v1.39) the target is that Kubernetes release: every resource the\n" +
+			"server stores is checked. A built-in resource is decodable in the versions the release still\n" +
+			"serves, as the k8s.io/api svm is built with records them (a prerelease version is not from\n" +
+			"the release that removes it; removals decided after that k8s.io/api are not known); a custom\n" +
+			"resource in its CRD's versions; an aggregated API's resources are unknown unless given with\n" +
+			"--decodable, which wins over --to for the resources it names. An unsafe resource is given the\n" +
+			"commands that fix it.\n\n" +
 			"A version is VERSION (in the resource's group) or GROUP/VERSION. A file lists them as\n\n" +
 			"  version: v1\n" +
 			"  decodable:\n" +
@@ -76,7 +87,8 @@ func newCheckUpgradeCommand(configFlags *genericclioptions.ConfigFlags, out, err
 			"    deployments.apps: [v1]\n\n" +
 			"Exit codes: 0 safe, 3 unsafe, 4 unknown (svm cannot tell what is stored, nothing is unsafe),\n" +
 			"1 the check could not be made.",
-		Example: "  svm check-upgrade --decodable widgets.example.com=v2 --decodable deployments.apps=v1\n" +
+		Example: "  svm check-upgrade --to 1.39\n" +
+			"  svm check-upgrade --decodable widgets.example.com=v2 --decodable deployments.apps=v1\n" +
 			"  svm check-upgrade -f target.yaml -o json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -99,6 +111,7 @@ func newCheckUpgradeCommand(configFlags *genericclioptions.ConfigFlags, out, err
 	}
 	fs := cmd.Flags()
 	fs.StringArrayVar(&o.Decodable, "decodable", nil, "RESOURCE[.GROUP]=VERSION[,VERSION...]: versions the target decodes for a resource; repeat for more resources")
+	fs.StringVar(&o.To, "to", "", "the Kubernetes release to upgrade to (1.39 or v1.39): what it decodes of built-in resources comes from k8s.io/api, of custom resources from their CRDs")
 	fs.StringArrayVarP(&o.Files, "filename", "f", nil, "file listing the versions the target decodes, by resource (see above); may be repeated")
 	fs.StringVarP(&o.Output, "output", "o", "table", "output format: "+strings.Join(checkUpgradeOutputs, ", ")+" (json and yaml have a stable, versioned structure)")
 	return cmd
@@ -119,6 +132,14 @@ func ExitCode(v upgrade.Verdict) int {
 // Complete reads the target and builds the clients. It sends no request.
 func (o *CheckUpgradeOptions) Complete() error {
 	o.target = upgrade.Target{}
+	o.to = nil
+	if o.To != "" {
+		r, err := upgrade.ParseRelease(o.To)
+		if err != nil {
+			return fmt.Errorf("--to: %w", err)
+		}
+		o.to = &r
+	}
 	for _, f := range o.Decodable {
 		if err := o.target.ParseDecodable(f); err != nil {
 			return err
@@ -153,8 +174,8 @@ func (o *CheckUpgradeOptions) Validate() error {
 	if !slices.Contains(checkUpgradeOutputs, o.Output) {
 		return fmt.Errorf("--output must be one of %s, got %q", strings.Join(checkUpgradeOutputs, ", "), o.Output)
 	}
-	if len(o.target) == 0 {
-		return errors.New("say what the target API server decodes: --decodable RESOURCE[.GROUP]=VERSION[,VERSION...] or -f FILE")
+	if len(o.target) == 0 && o.to == nil {
+		return errors.New("say what the target API server is or decodes: --to RELEASE, --decodable RESOURCE[.GROUP]=VERSION[,VERSION...] or -f FILE")
 	}
 	return nil
 }
@@ -164,6 +185,19 @@ func (o *CheckUpgradeOptions) Run(ctx context.Context) (upgrade.Verdict, error) 
 	in, err := o.fetch(ctx)
 	if err != nil {
 		return "", err
+	}
+	if o.to != nil {
+		v, err := o.discovery.ServerVersion()
+		if err != nil {
+			return "", fmt.Errorf("read the server's version: %w", err)
+		}
+		server, err := upgrade.ReleaseFromServer(v.Major, v.Minor)
+		if err != nil {
+			return "", err
+		}
+		if err := in.FillFromRelease(*o.to, server); err != nil {
+			return "", err
+		}
 	}
 	r := upgrade.Check(*in)
 	switch o.Output {

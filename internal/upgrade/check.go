@@ -85,6 +85,22 @@ type Report struct {
 	// StorageVersions) that the target does not name: with no decodable
 	// versions given they cannot be judged.
 	NotChecked []string `json:"notChecked"`
+	// Release is set when the target is a Kubernetes release
+	// (check-upgrade --to): what it decodes came from k8s.io/api.
+	Release *ReleaseTarget `json:"release,omitempty"`
+}
+
+// ReleaseTarget says what a check against a Kubernetes release rests on.
+type ReleaseTarget struct {
+	// To is the release checked against, such as 1.39.
+	To string `json:"to"`
+	// Server is the release the API server reports.
+	Server string `json:"server"`
+	// KnownThrough is the last release whose removals svm knows (that of
+	// the k8s.io/api it is built with).
+	KnownThrough string `json:"knownThrough"`
+	// Limits say what the check cannot know.
+	Limits []string `json:"limits"`
 }
 
 // Resource is the verdict on one resource and what it rests on.
@@ -109,6 +125,12 @@ type Resource struct {
 	TargetDecodes []string `json:"targetDecodes"`
 	// NotDecodable are the versions of Stored the target cannot decode.
 	NotDecodable []string `json:"notDecodable"`
+	// Fix are the commands that make an unsafe resource safe, when some
+	// do: the server writes a version the target decodes, so retiring
+	// each version it cannot decode rewrites the objects stored in it,
+	// moves the managedFields entries naming it and prunes a CRD's
+	// storedVersions.
+	Fix []string `json:"fix,omitempty"`
 	// APIServers are the API servers' reports in the StorageVersion API.
 	APIServers []APIServer `json:"apiServers,omitempty"`
 	// ServersDisagree: the API servers report different encoding versions
@@ -144,6 +166,14 @@ type Input struct {
 	// is served; StorageVersions are ignored when it is not.
 	StorageVersionAPIServed bool
 	StorageVersions         []apiserverinternalv1alpha1.StorageVersion
+	// TargetUnknown are resources whose decodable versions the target
+	// does not say (an aggregated API's, for a Kubernetes release), with
+	// why: they are judged unknown, or unsafe when their API servers
+	// disagree.
+	TargetUnknown map[schema.GroupResource]string
+	// Release, if set, is the Kubernetes release Target was filled from
+	// (see FillFromRelease); it is passed on to the report.
+	Release *ReleaseTarget
 }
 
 // Discovery is what the per-group-version discovery documents say.
@@ -231,10 +261,18 @@ func Check(in Input) *Report {
 		Version: Version, Verdict: VerdictSafe,
 		SVMAPIServed: in.SVMServed, StorageVersionAPIServed: in.StorageVersionAPIServed,
 		// Empty, not nil: scripts get [] rather than null.
-		Resources: []Resource{}, NotChecked: []string{},
+		Resources: []Resource{}, NotChecked: []string{}, Release: in.Release,
 	}
 	for gr, decodes := range in.Target {
-		res := rec.check(gr, decodes)
+		res := rec.check(gr, decodes, "")
+		r.Resources = append(r.Resources, res)
+		r.Verdict = worse(r.Verdict, res.Verdict)
+	}
+	for gr, why := range in.TargetUnknown {
+		if _, given := in.Target[gr]; given {
+			continue
+		}
+		res := rec.check(gr, nil, why)
 		r.Resources = append(r.Resources, res)
 		r.Verdict = worse(r.Verdict, res.Verdict)
 	}
@@ -251,6 +289,9 @@ func Check(in Input) *Report {
 		known[resourceName(gr)] = true
 	}
 	for gr := range in.Target {
+		delete(known, resourceName(gr))
+	}
+	for gr := range in.TargetUnknown {
 		delete(known, resourceName(gr))
 	}
 	for name := range known {
@@ -282,13 +323,65 @@ func (s storedSet) add(gv schema.GroupVersion, src Source) {
 	s[gv][src] = true
 }
 
-func (rec *records) check(gr schema.GroupResource, decodes []schema.GroupVersion) Resource {
+// check judges gr against the versions the target decodes, or, when
+// targetUnknown says why those are not known, only as far as what is
+// stored can be told.
+func (rec *records) check(gr schema.GroupResource, decodes []schema.GroupVersion, targetUnknown string) Resource {
 	f := rec.facts(gr)
 	res := Resource{Name: resourceName(gr), Group: gr.Group, Resource: gr.Resource, TargetDecodes: gvStrings(decodes), NotDecodable: []string{}}
 	seen := f.seen(rec.in.Discovery.GroupVersions[gr.Group])
 	stored, notes := f.stored(&res, seen, decodes)
-	judge(&res, stored, decodes, rec.unknowns(f, &res, seen), notes)
+	unknown := rec.unknowns(f, &res, seen)
+	if targetUnknown != "" {
+		// Nothing is judged undecodable; the verdict is unknown at best.
+		for gv := range stored {
+			decodes = append(decodes, gv)
+		}
+		unknown = append([]string{targetUnknown}, unknown...)
+	}
+	judge(&res, stored, decodes, unknown, notes)
+	if res.Verdict == VerdictUnsafe && len(res.NotDecodable) > 0 && !res.ServersDisagree {
+		res.Fix, res.Reasons = fix(res, stored, decodes)
+	}
 	return res
+}
+
+// fix are the commands that make res safe, and its reasons with how: when
+// the server writes a version the target decodes, retiring each version
+// the target cannot decode (svm retire) rewrites the objects stored in it,
+// moves the managedFields entries naming it, which server-side apply
+// would trip on once it is removed, and prunes a CRD's storedVersions;
+// when the server writes one the target cannot decode, no rewrite helps
+// before the cluster runs a release that writes another. While API
+// servers disagree nothing is offered: svm migrates once they agree.
+func fix(res Resource, stored storedSet, decodes []schema.GroupVersion) ([]string, []string) {
+	for gv, sources := range stored {
+		if !sources[SourceDiscovery] {
+			continue
+		}
+		current := shortVersion(res.Group, gv.String())
+		if !slices.Contains(decodes, gv) {
+			return nil, append(res.Reasons, "the API server itself writes "+current+
+				", which the target cannot decode: no migration helps until the cluster runs a release that writes a version the target decodes")
+		}
+		var cmds []string
+		for _, v := range res.NotDecodable {
+			retired := parseGV(v)
+			if retired.Group != res.Group {
+				cmds = append(cmds, "svm migrate "+res.Name)
+				continue
+			}
+			name := res.Resource + "." + retired.Version
+			if res.Group != "" {
+				name += "." + res.Group
+			}
+			cmds = append(cmds, "svm retire "+name)
+		}
+		cmds = slices.Compact(cmds)
+		return cmds, append(res.Reasons, "the API server writes "+current+", which the target decodes: `"+
+			strings.Join(cmds, "`, `")+"` moves every object there")
+	}
+	return nil, res.Reasons
 }
 
 // facts are the records about one resource.

@@ -22,6 +22,17 @@ func WriteTable(w io.Writer, r *Report) error {
 	}
 	_ = tw.Flush()
 	b.WriteString("\n" + Summary(r) + "\n")
+	for _, res := range r.Resources {
+		for _, cmd := range res.Fix {
+			fmt.Fprintf(&b, "fix %s: %s\n", res.Name, cmd)
+		}
+	}
+	if rel := r.Release; rel != nil {
+		fmt.Fprintf(&b, "target: Kubernetes %s (the server runs %s)\n", rel.To, rel.Server)
+		for _, l := range rel.Limits {
+			b.WriteString("not known: " + l + "\n")
+		}
+	}
 	if n := len(r.NotChecked); n > 0 {
 		fmt.Fprintf(&b, "not checked: %d other %s svm knows of, whose decodable versions were not given (-o json lists them)\n", n, plural(n, "resource", "resources"))
 	}
