@@ -186,6 +186,16 @@ func (e *Env) WaitMigrationsFinished(t testing.TB, timeout time.Duration) {
 	}
 }
 
+// Migrations lists every StorageVersionMigration.
+func (e *Env) Migrations(t testing.TB) []migrationv1alpha1.StorageVersionMigration {
+	t.Helper()
+	var list migrationv1alpha1.StorageVersionMigrationList
+	if err := e.Client.List(Context(t, time.Minute), &list); err != nil {
+		t.Fatalf("list migrations: %v", err)
+	}
+	return list.Items
+}
+
 // Eventually polls cond until it returns true, and fails the test after
 // timeout naming what was awaited. An error from cond ends the wait and
 // fails the test at once.
