@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/svm-project/svm/internal/cli"
 	"github.com/svm-project/svm/internal/etcdvalue"
 	"github.com/svm-project/svm/internal/upgrade"
 )
@@ -69,4 +71,43 @@ func (e *Env) Undecodable(t testing.TB, release string) map[string]string {
 		}
 	}
 	return out
+}
+
+// CheckRelease runs svm check-upgrade --to release -o json and checks its
+// verdict against etcd (Undecodable): never safe while etcd holds a
+// built-in object the release cannot decode, and every such object's
+// resource unsafe. It returns the report.
+func (e *Env) CheckRelease(t testing.TB, kubeconfig, release string) upgrade.Report {
+	t.Helper()
+	code, stdout, stderr := RunSVM(t, kubeconfig, 3*time.Minute, "check-upgrade", "--to", release, "-o", "json")
+	var report upgrade.Report
+	if err := json.Unmarshal([]byte(stdout), &report); err != nil {
+		t.Fatalf("svm check-upgrade --to %s -o json exited %d: %v\n%s\n%s", release, code, err, stdout, stderr)
+	}
+	if want := cli.ExitCode(report.Verdict); code != want {
+		t.Errorf("svm check-upgrade --to %s exited %d with verdict %s, want %d", release, code, report.Verdict, want)
+	}
+	if report.Release == nil || report.Release.To != release {
+		t.Errorf("check-upgrade --to %s reports target %+v", release, report.Release)
+	}
+	undecodable := e.Undecodable(t, release)
+	for key, what := range undecodable {
+		// Keys name the group only for groups with a dot in them.
+		r := etcdvalue.ResourceOfKey(key)
+		if !slices.ContainsFunc(report.Resources, func(res upgrade.Resource) bool {
+			return res.Verdict == upgrade.VerdictUnsafe && (res.Name == r || strings.HasPrefix(res.Name, r+"."))
+		}) {
+			t.Errorf("etcd holds %s as %s, which Kubernetes %s cannot decode, but check-upgrade does not say %s is unsafe (verdict %s)", key, what, release, r, report.Verdict)
+		}
+	}
+	if report.Verdict == upgrade.VerdictSafe && len(undecodable) > 0 {
+		t.Errorf("check-upgrade --to %s says safe while etcd holds %d objects Kubernetes %s cannot decode", release, len(undecodable), release)
+	}
+	t.Logf("check-upgrade --to %s on %s: %s (exit %d); etcd holds %d objects it cannot decode", release, e.ServerMinor(t), report.Verdict, code, len(undecodable))
+	for _, r := range report.Resources {
+		if r.Verdict != upgrade.VerdictSafe {
+			t.Logf("  %s %s: %s", r.Name, r.Verdict, strings.Join(r.Reasons, "; "))
+		}
+	}
+	return report
 }

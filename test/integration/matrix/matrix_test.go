@@ -10,9 +10,7 @@ package matrix_test
 import (
 	"context"
 	"encoding/json"
-	"maps"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,7 +22,6 @@ import (
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controlplane"
-	"github.com/svm-project/svm/internal/etcdvalue"
 	"github.com/svm-project/svm/internal/status"
 	"github.com/svm-project/svm/internal/upgrade"
 	"github.com/svm-project/svm/test/framework"
@@ -123,7 +120,7 @@ func storyOn(t *testing.T, minor string) {
 	}
 	// The same check with v1 unreadable is unsafe until v2 holds them all.
 	svm(t, kubeconfig, 3, "check-upgrade", "--decodable", "widgets.example.com=v2")
-	checkRelease(t, env, kubeconfig, "1.39")
+	env.CheckRelease(t, kubeconfig, "1.39")
 
 	// svm marked the CRD while it migrated, as kube-controller-manager
 	// does, and cleared the mark when it succeeded (1.34's CRDs have no
@@ -138,46 +135,6 @@ func storyOn(t *testing.T, minor string) {
 
 	env.ExpectUnchanged(t, framework.Widgets, widgetsBefore)
 	env.ExpectUnchanged(t, framework.Secrets, secretsBefore)
-}
-
-// checkRelease runs svm check-upgrade --to release and checks its verdict
-// against etcd: safe only if etcd holds no built-in object in a version
-// the release cannot decode, unsafe (naming each such resource with a
-// fix) if it does. It returns the report.
-func checkRelease(t *testing.T, env *framework.Env, kubeconfig, release string) upgrade.Report {
-	t.Helper()
-	code, stdout, stderr := framework.RunSVM(t, kubeconfig, 3*time.Minute, "check-upgrade", "--to", release, "-o", "json")
-	var report upgrade.Report
-	if err := json.Unmarshal([]byte(stdout), &report); err != nil {
-		t.Fatalf("svm check-upgrade --to %s -o json exited %d: %v\n%s\n%s", release, code, err, stdout, stderr)
-	}
-	undecodable := env.Undecodable(t, release)
-	unsafe := map[string]bool{}
-	for _, r := range report.Resources {
-		if r.Verdict == upgrade.VerdictUnsafe {
-			unsafe[r.Name] = true
-		}
-	}
-	for key, what := range undecodable {
-		// Keys name the group only for groups with a dot in them.
-		r := etcdvalue.ResourceOfKey(key)
-		if !slices.ContainsFunc(slices.Collect(maps.Keys(unsafe)), func(name string) bool { return name == r || strings.HasPrefix(name, r+".") }) {
-			t.Errorf("etcd holds %s as %s, which Kubernetes %s cannot decode, but check-upgrade --to %s does not say %s is unsafe (verdict %s)", key, what, release, release, r, report.Verdict)
-		}
-	}
-	if report.Verdict == upgrade.VerdictSafe && len(undecodable) > 0 {
-		t.Errorf("check-upgrade --to %s says safe while etcd holds %d objects Kubernetes %s cannot decode: %v", release, len(undecodable), release, undecodable)
-	}
-	if report.Release == nil || report.Release.To != release {
-		t.Errorf("check-upgrade --to %s reports target %+v", release, report.Release)
-	}
-	t.Logf("check-upgrade --to %s on %s: %s (exit %d); etcd holds %d objects it cannot decode %v", release, env.ServerMinor(t), report.Verdict, code, len(undecodable), undecodable)
-	for _, r := range report.Resources {
-		if r.Verdict != upgrade.VerdictSafe {
-			t.Logf("  %s %s: %s", r.Name, r.Verdict, strings.Join(r.Reasons, "; "))
-		}
-	}
-	return report
 }
 
 // svm runs svm with args and fails the test unless it exits with code;
