@@ -20,6 +20,17 @@ const (
 	// CRDGenerationAnnotation records the generation of the CRD a trigger
 	// migration of a custom resource was created at.
 	CRDGenerationAnnotation = "migration.k8s.io/crd-generation"
+	// ReasonAnnotation says why the trigger made a migration: ReasonChanged
+	// or ReasonFirstSight. The controller starts changes first.
+	ReasonAnnotation = "migration.k8s.io/reason"
+	// ReasonChanged: objects are known to be stored in a version other
+	// than the current one (a storage version change svm saw, or a CRD's
+	// storedVersions).
+	ReasonChanged = "StorageVersionChanged"
+	// ReasonFirstSight: svm does not know what is stored (it sees the
+	// resource for the first time, or lost track), so it rewrites
+	// everything once; nothing says a version is left behind.
+	ReasonFirstSight = "FirstSight"
 )
 
 // Input is what Decide knows about one resource.
@@ -81,6 +92,9 @@ type Decision struct {
 	Status *migrationv1alpha1.StorageStateStatus
 	// CreateMigrationFor, when set, asks for a new migration to this hash.
 	CreateMigrationFor *string
+	// Reason, with CreateMigrationFor, is ReasonChanged or
+	// ReasonFirstSight.
+	Reason string
 	// RequeueAfter, when not zero, is when a retry falls due.
 	RequeueAfter time.Duration
 	// PruneStoredVersions: a migration made at the CRD's current generation
@@ -91,6 +105,36 @@ type Decision struct {
 
 // Decide applies the StorageState life-cycle to one resource.
 func Decide(in Input) Decision {
+	d := decide(in)
+	if d.CreateMigrationFor != nil {
+		d.Reason = reason(in, d)
+	}
+	return d
+}
+
+// reason tells a storage change from first sight: a change when a known
+// hash other than the target is recorded as persisted, or the CRD lists
+// another stored version.
+func reason(in Input, d Decision) string {
+	var persisted []string
+	switch {
+	case d.Status != nil:
+		persisted = d.Status.PersistedStorageVersionHashes
+	case in.State != nil:
+		persisted = in.State.Status.PersistedStorageVersionHashes
+	}
+	if in.CRD != nil {
+		persisted = append(slices.Clone(persisted), in.CRD.StoredHashes...)
+	}
+	for _, h := range persisted {
+		if h != migrationv1alpha1.UnknownStorageVersionHash && h != *d.CreateMigrationFor {
+			return ReasonChanged
+		}
+	}
+	return ReasonFirstSight
+}
+
+func decide(in Input) Decision {
 	if in.Encoding != nil {
 		if in.Encoding.Common == "" {
 			return disagree(in)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -55,6 +56,36 @@ func status(now time.Time, current string, persisted ...string) *migrationv1alph
 func changed(st *migrationv1alpha1.StorageStateStatus, since time.Time) *migrationv1alpha1.StorageStateStatus {
 	st.CurrentStorageVersionSince = ptr(metav1.NewTime(since))
 	return st
+}
+
+// ignoreReason leaves the reason of a migration to TestDecideReason.
+var ignoreReason = cmpopts.IgnoreFields(Decision{}, "Reason")
+
+func TestDecideReason(t *testing.T) {
+	now := t0.Add(time.Hour)
+	tests := []struct {
+		name string
+		in   Input
+		want string
+	}{
+		{"first sight of a resource", Input{Now: now, Observed: ptr("A")}, ReasonFirstSight},
+		{"first sight of a CRD that lists another stored version", Input{Now: now, Observed: ptr("B"), CRD: &CRDStorage{Generation: 2, StoredHashes: []string{"A"}}}, ReasonChanged},
+		{"a state reset to Unknown", Input{Now: now, Observed: ptr("A"), State: state(t0, "A", unknown)}, ReasonFirstSight},
+		{"the hash changed from one svm recorded", Input{Now: now, Observed: ptr("B"), State: state(t0, "A", "A")}, ReasonChanged},
+		{"a change seen before the first migration ended", Input{Now: now, Observed: ptr("B"), State: state(t0, "A", unknown)}, ReasonFirstSight},
+		{"the CRD lists a version svm never saw", Input{Now: now, State: state(t0, "B", "B"), CRD: &CRDStorage{Generation: 3, StoredHashes: []string{"A"}}}, ReasonChanged},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := Decide(tt.in)
+			if d.CreateMigrationFor == nil {
+				t.Fatalf("no migration: %+v", d)
+			}
+			if d.Reason != tt.want {
+				t.Errorf("reason %q, want %q", d.Reason, tt.want)
+			}
+		})
+	}
 }
 
 func TestDecide(t *testing.T) {
@@ -237,7 +268,7 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if diff := cmp.Diff(tt.want, Decide(tt.in)); diff != "" {
+			if diff := cmp.Diff(tt.want, Decide(tt.in), ignoreReason); diff != "" {
 				t.Errorf("Decide() (-want +got):\n%s", diff)
 			}
 		})
@@ -289,7 +320,7 @@ func TestDecideCRDStoredVersions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if diff := cmp.Diff(tt.want, Decide(tt.in)); diff != "" {
+			if diff := cmp.Diff(tt.want, Decide(tt.in), ignoreReason); diff != "" {
 				t.Errorf("Decide() (-want +got):\n%s", diff)
 			}
 		})

@@ -11,6 +11,7 @@ import (
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/intree"
+	"github.com/svm-project/svm/internal/trigger"
 )
 
 // ScheduleInput is everything Schedule decides from.
@@ -52,7 +53,9 @@ type ScheduleDecision struct {
 }
 
 // Schedule decides which migrations run. Running migrations resume first
-// (they hold partial progress), then the oldest; a resource is never
+// (they hold partial progress), then those for a storage change (a
+// first-sight rewrite, which svm's trigger marks, must never hold one up:
+// it only makes sure), each kind oldest first; a resource is never
 // migrated by two migrations at once, nor while kube-controller-manager
 // runs an in-tree migration of it that is not one of svm's: a migration
 // held by one waits, and a running one stops (to resume when it ends).
@@ -105,6 +108,12 @@ func Schedule(in ScheduleInput) ScheduleDecision {
 			}
 			return 1
 		}
+		if fa, fb := firstSight(a), firstSight(b); fa != fb {
+			if fb {
+				return -1
+			}
+			return 1
+		}
 		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
 			return c
 		}
@@ -142,6 +151,12 @@ func setName(m map[string]string, k, v string) map[string]string {
 	}
 	m[k] = v
 	return m
+}
+
+// firstSight reports whether the trigger made m to make sure of what is
+// stored, with no change known.
+func firstSight(m *migrationv1alpha1.StorageVersionMigration) bool {
+	return trigger.IsOwned(m) && m.Annotations[trigger.ReasonAnnotation] == trigger.ReasonFirstSight
 }
 
 func resourceKey(m *migrationv1alpha1.StorageVersionMigration) string {

@@ -12,6 +12,7 @@ import (
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/intree"
+	"github.com/svm-project/svm/internal/trigger"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -24,6 +25,13 @@ func mig(name, resource string, created int, conds ...migrationv1alpha1.Migratio
 	for _, c := range conds {
 		m.Status.Conditions = append(m.Status.Conditions, migrationv1alpha1.MigrationCondition{Type: c, Status: corev1.ConditionTrue})
 	}
+	return m
+}
+
+// triggered is m made by svm's trigger for reason.
+func triggered(m migrationv1alpha1.StorageVersionMigration, reason string) migrationv1alpha1.StorageVersionMigration {
+	m.Labels = map[string]string{trigger.CreatedByLabel: trigger.CreatedByValue}
+	m.Annotations = map[string]string{trigger.ReasonAnnotation: reason}
 	return m
 }
 
@@ -70,6 +78,14 @@ func TestSchedule(t *testing.T) {
 			name: "a Running migration resumes before older new ones",
 			in:   ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("old", "secrets", 1), mig("resumed", "configmaps", 5, running)}, MaxParallel: 1},
 			want: ScheduleDecision{Start: []string{"resumed"}},
+		},
+		{
+			name: "a storage change starts before older first-sight rewrites, a user's too",
+			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{
+				triggered(mig("first-a", "configmaps", 1), trigger.ReasonFirstSight), triggered(mig("first-b", "pods", 2), trigger.ReasonFirstSight),
+				triggered(mig("change", "widgets", 3), trigger.ReasonChanged), mig("users", "secrets", 4),
+			}, MaxParallel: 3},
+			want: ScheduleDecision{Start: []string{"change", "users", "first-a"}},
 		},
 		{
 			name: "finished migrations never start",

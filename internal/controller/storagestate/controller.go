@@ -476,7 +476,7 @@ func (c *Controller) apply(ctx context.Context, gr schema.GroupResource, state *
 		}
 	}
 	if d.CreateMigrationFor != nil {
-		return requeue, c.createMigration(ctx, gr, state, *d.CreateMigrationFor, crd)
+		return requeue, c.createMigration(ctx, gr, state, *d.CreateMigrationFor, d.Reason, crd)
 	}
 	return requeue, nil
 }
@@ -586,7 +586,7 @@ func (c *Controller) createState(ctx context.Context, r migrationv1alpha1.GroupR
 	return s, nil
 }
 
-func (c *Controller) createMigration(ctx context.Context, gr schema.GroupResource, state *migrationv1alpha1.StorageState, hash string, crd *apiextensionsv1.CustomResourceDefinition) error {
+func (c *Controller) createMigration(ctx context.Context, gr schema.GroupResource, state *migrationv1alpha1.StorageState, hash, reason string, crd *apiextensionsv1.CustomResourceDefinition) error {
 	version, ok := c.versions[gr]
 	if !ok {
 		return nil // not discovered since start; the next round creates it
@@ -595,7 +595,7 @@ func (c *Controller) createMigration(ctx context.Context, gr schema.GroupResourc
 		ObjectMeta: metav1.ObjectMeta{
 			GenerateName: migrationv1alpha1.StorageStateName(migrationv1alpha1.GroupResource{Group: gr.Group, Resource: gr.Resource}) + "-",
 			Labels:       map[string]string{trigger.CreatedByLabel: trigger.CreatedByValue},
-			Annotations:  map[string]string{trigger.TargetHashAnnotation: hash},
+			Annotations:  map[string]string{trigger.TargetHashAnnotation: hash, trigger.ReasonAnnotation: reason},
 		},
 		Spec: migrationv1alpha1.StorageVersionMigrationSpec{
 			Resource: migrationv1alpha1.GroupVersionResource{Group: gr.Group, Version: version, Resource: gr.Resource},
@@ -610,6 +610,6 @@ func (c *Controller) createMigration(ctx context.Context, gr schema.GroupResourc
 	if state != nil {
 		c.event(state, m, corev1.EventTypeNormal, ReasonMigrationCreated, "CreateMigration", fmt.Sprintf("Created migration %s to storage version hash %s", m.Name, hash))
 	}
-	klog.FromContext(ctx).Info("Created migration", "migration", klog.KObj(m), "resource", gr, "storageVersionHash", hash)
+	klog.FromContext(ctx).Info("Created migration", "migration", klog.KObj(m), "resource", gr, "storageVersionHash", hash, "reason", reason)
 	return nil
 }
