@@ -9,9 +9,12 @@ import (
 
 	"github.com/spf13/cobra"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -55,6 +58,9 @@ type ControllerOptions struct {
 	// Executor is --executor as given; executor is it parsed.
 	Executor string
 	executor intree.Executor
+	// ExecutorRecheck is how often auto looks again at what its choice
+	// rested on.
+	ExecutorRecheck time.Duration
 }
 
 func newControllerCommand(configFlags *genericclioptions.ConfigFlags) *cobra.Command {
@@ -73,7 +79,8 @@ func newControllerCommand(configFlags *genericclioptions.ConfigFlags) *cobra.Com
 	o.Engine.addFlags(cmd.Flags())
 	fs := cmd.Flags()
 	fs.IntVar(&o.MaxParallel, "max-parallel", 1, "resources migrated at the same time")
-	fs.StringVar(&o.Executor, "executor", string(intree.ExecutorAuto), "who rewrites the objects of svm's migrations: svm (its own engine), in-tree (kube-controller-manager's in-tree migrator, storagemigration.k8s.io/v1), or auto: in-tree when that API is served, kube-controller-manager holds a live lease and runs a probe migration to its end, svm otherwise")
+	fs.StringVar(&o.Executor, "executor", string(intree.ExecutorAuto), "who rewrites the objects of svm's migrations: svm (its own engine), in-tree (kube-controller-manager's in-tree migrator, storagemigration.k8s.io/v1), or auto: in-tree when that API is served, kube-controller-manager holds a live lease and takes up a probe migration, svm otherwise; auto chooses again when that lease appears, stops being renewed or changes hands")
+	fs.DurationVar(&o.ExecutorRecheck, "executor-recheck-interval", 30*time.Second, "with --executor=auto, how often to look again at the kube-controller-manager lease the choice rests on")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect a leader so that only one replica migrates")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: in a pod, the pod's namespace; elsewhere kubectl's: --namespace, else the kubeconfig context's, else default)")
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", ":8080", "address of the metrics endpoint; 0 turns it off")
@@ -94,6 +101,9 @@ func newControllerCommand(configFlags *genericclioptions.ConfigFlags) *cobra.Com
 
 // Validate checks the flags.
 func (o *ControllerOptions) Validate() error {
+	if o.ExecutorRecheck <= 0 {
+		return fmt.Errorf("--executor-recheck-interval must be positive, got %s", o.ExecutorRecheck)
+	}
 	if o.MaxParallel < 1 {
 		return fmt.Errorf("--max-parallel must be at least 1, got %d", o.MaxParallel)
 	}
@@ -287,13 +297,25 @@ func (o *ControllerOptions) setUpExecutors(cfg *rest.Config, mgr ctrl.Manager, m
 	if err != nil {
 		return nil, false, err
 	}
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, false, err
+	}
 	marker := &migration.CRDMarker{Reader: mgr.GetAPIReader(), CRDs: crds.ApiextensionsV1().CustomResourceDefinitions(), Objects: objects}
 	engine := migration.EngineExecutor{Migrator: m, CRDs: marker}
 	chooser := &migration.Chooser{
-		Asked: o.executor, Served: served, Choice: choice, Metrics: svmMetrics,
+		Asked: o.executor, Served: served, Choice: choice, Metrics: svmMetrics, Recheck: o.ExecutorRecheck,
 		Prober: intree.Prober{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()},
 		Engine: engine,
-		InTree: migration.InTreeExecutor{Client: mgr.GetClient(), Reader: mgr.GetClient(), Lookup: m.Lookup, Fallback: engine, Engine: m, CRDs: marker},
+		InTree: migration.InTreeExecutor{Client: mgr.GetClient(), Reader: mgr.GetClient(), Lookup: m.Lookup, Fallback: engine, Engine: m, CRDs: marker,
+			Empty: func(ctx context.Context, gvr schema.GroupVersionResource) (bool, error) {
+				// One object's metadata, from the API server: not a cache.
+				list, err := meta.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
+				if err != nil {
+					return false, err
+				}
+				return len(list.Items) == 0 && list.Continue == "", nil
+			}},
 	}
 	if _, _, err := intree.Choose(o.executor, served, &intree.Verdict{}); err != nil {
 		return nil, false, err // --executor=in-tree where it is not served: say so now

@@ -128,6 +128,11 @@ func CanExecute(gr schema.GroupResource, verbs []string) bool {
 	return !gcIgnored[gr] && hasVerbs(verbs, "delete", "list", "watch")
 }
 
+// RunnerWorkers is how many in-tree migrations kube-controller-manager's
+// storage version migrator runs at once (its controller's workers), so
+// how many svm hands over at once.
+const RunnerWorkers = 5
+
 // Executor names who rewrites the objects of svm's migrations.
 type Executor string
 

@@ -39,6 +39,40 @@ func LeaseLive(l *coordinationv1.Lease, now time.Time) bool {
 	return now.Sub(l.Spec.RenewTime.Time) <= duration+10*time.Second
 }
 
+// LeaseSeen is what a read of the kube-controller-manager lease shows:
+// what an executor choice rests on, and what, changed, calls for another
+// probe.
+type LeaseSeen struct {
+	// Live: the lease is held and renewed (LeaseLive).
+	Live bool
+	// Holder is its holder's identity, which a restarted
+	// kube-controller-manager changes.
+	Holder string
+}
+
+// Lease reads the kube-controller-manager lease. A missing lease, or one
+// svm may not read, is a lease not live; an error means it could not
+// tell.
+func (p Prober) Lease(ctx context.Context) (LeaseSeen, error) {
+	clk := p.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	var lease coordinationv1.Lease
+	err := p.Reader.Get(ctx, ControllerManagerLease, &lease)
+	switch {
+	case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
+		return LeaseSeen{}, nil
+	case err != nil:
+		return LeaseSeen{}, fmt.Errorf("read the kube-controller-manager lease: %w", err)
+	}
+	seen := LeaseSeen{Live: LeaseLive(&lease, clk.Now())}
+	if lease.Spec.HolderIdentity != nil {
+		seen.Holder = *lease.Spec.HolderIdentity
+	}
+	return seen, nil
+}
+
 // Prober finds out whether kube-controller-manager executes in-tree
 // migrations.
 type Prober struct {

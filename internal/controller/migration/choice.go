@@ -1,6 +1,7 @@
 package migration
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"time"
@@ -52,16 +53,24 @@ func (c *Choice) get() *Executors {
 
 // Chooser decides, once it leads, who executes svm's migrations, and
 // records it in Choice. It is a manager runnable that needs leadership: a
-// probe creates an object, which only the leader may do.
+// probe creates an object, which only the leader may do. With
+// --executor=auto it then follows what the choice rested on: when the
+// kube-controller-manager lease appears, stops being renewed or changes
+// hands (a control plane restarting, kube-controller-manager started after
+// svm), it probes again and follows the new verdict. Migrations already
+// handed over are followed to their end whatever is chosen after.
 type Chooser struct {
 	Asked  intree.Executor
 	Served bool
 	Prober interface {
 		Probe(context.Context) (intree.Verdict, error)
+		Lease(context.Context) (intree.LeaseSeen, error)
 	}
 	Engine, InTree Executor
 	Choice         *Choice
 	Metrics        *metrics.Metrics
+	// Recheck is how often auto reads the lease again. Default 30 seconds.
+	Recheck time.Duration
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable.
@@ -71,6 +80,40 @@ func (c *Chooser) NeedLeaderElection() bool { return true }
 // server not answering) is tried again every few seconds.
 func (c *Chooser) Start(ctx context.Context) error {
 	log := klog.FromContext(ctx).WithName("executor")
+	follow := c.Asked == intree.ExecutorAuto && c.Served
+	var seen intree.LeaseSeen
+	if follow {
+		// Read before the probe: a change after it calls for another.
+		seen, _ = c.Prober.Lease(ctx)
+	}
+	name, err := c.choose(ctx, log, "")
+	if err != nil || !follow {
+		return err
+	}
+	ticker := time.NewTicker(cmp.Or(c.Recheck, 30*time.Second))
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+		now, err := c.Prober.Lease(ctx)
+		if err != nil || now == seen {
+			continue
+		}
+		log.Info("The kube-controller-manager lease changed; choosing again", "live", now.Live, "holder", now.Holder, "was live", seen.Live, "was holder", seen.Holder)
+		seen = now
+		if name, err = c.choose(ctx, log, name); err != nil {
+			return err
+		}
+	}
+}
+
+// choose probes where asked, decides, and records the choice when it
+// differs from current; it returns the choice. "" is returned only when
+// ctx ended first.
+func (c *Chooser) choose(ctx context.Context, log klog.Logger, current intree.Executor) (intree.Executor, error) {
 	var verdict *intree.Verdict
 	if c.Asked == intree.ExecutorAuto && c.Served {
 		for {
@@ -80,19 +123,23 @@ func (c *Chooser) Start(ctx context.Context) error {
 				break
 			}
 			if ctx.Err() != nil {
-				return nil
+				return current, nil
 			}
 			log.Error(err, "Could not tell whether kube-controller-manager executes in-tree migrations; trying again")
 			select {
 			case <-ctx.Done():
-				return nil
+				return current, nil
 			case <-time.After(5 * time.Second):
 			}
 		}
 	}
 	name, why, err := intree.Choose(c.Asked, c.Served, verdict)
 	if err != nil {
-		return err
+		return current, err
+	}
+	if name == current {
+		log.Info("Kept who executes migrations", "executor", string(name), "why", why)
+		return name, nil
 	}
 	e := &Executors{Name: name, Chosen: c.Engine}
 	if c.Served {
@@ -103,6 +150,6 @@ func (c *Chooser) Start(ctx context.Context) error {
 	}
 	c.Choice.Set(e)
 	c.Metrics.ExecutorChosen(string(name))
-	log.Info("Chose who executes migrations", "executor", string(name), "why", why)
-	return nil
+	log.Info("Chose who executes migrations", "executor", string(name), "why", why, "was", string(current))
+	return name, nil
 }

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/intree"
 	"github.com/svm-project/svm/internal/metrics"
 	"github.com/svm-project/svm/internal/migrator"
 )
@@ -154,9 +155,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	ended := maps.Clone(r.ended)
 	r.mu.Unlock()
 
+	maxParallel := r.MaxParallel
+	if executors.Name == intree.ExecutorInTree {
+		// A hand-over mostly waits for kube-controller-manager, which
+		// runs several migrations at once: as many are handed over.
+		maxParallel = max(maxParallel, intree.RunnerWorkers)
+	}
 	d := Schedule(ScheduleInput{
 		Migrations: list.Items, InTree: inTree.Items, Running: r.runner.names(), NotBefore: notBefore, Ended: ended,
-		MaxParallel: r.MaxParallel, Now: r.Clock.Now(),
+		MaxParallel: maxParallel, Now: r.Clock.Now(),
 	})
 	for _, name := range d.Stop {
 		var cause error = errStopped

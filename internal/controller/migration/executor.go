@@ -295,7 +295,12 @@ type InTreeExecutor struct {
 	// written, by svm's engine.
 	Engine *migrator.Migrator
 	CRDs   *CRDMarker
-	Clock  clock.Clock
+	// Empty, if set, tells whether a resource has no object at all. An
+	// empty resource is not handed over but run by Fallback, for which it
+	// is one list: kube-controller-manager takes about a minute for any
+	// resource, waiting for its garbage collector's cache.
+	Empty func(context.Context, schema.GroupVersionResource) (bool, error)
+	Clock clock.Clock
 	// Interval between reads of the in-tree migration. Default 1 second.
 	Interval time.Duration
 }
@@ -339,6 +344,17 @@ func (e InTreeExecutor) Execute(ctx context.Context, run Run) (migrator.Result, 
 	var it storagemigrationv1.StorageVersionMigration
 	err = e.Reader.Get(ctx, name, &it)
 	switch {
+	case apierrors.IsNotFound(err) && e.Empty != nil:
+		// An object created from now on is written in the storage
+		// version: an empty resource has nothing to rewrite.
+		empty, eerr := e.Empty(ctx, run.Resource)
+		if eerr != nil {
+			return res, fmt.Errorf("tell whether %s has objects: %w", run.Resource.GroupResource(), eerr)
+		}
+		if empty {
+			return e.Fallback.Execute(ctx, run)
+		}
+		fallthrough
 	case apierrors.IsNotFound(err):
 		it = storagemigrationv1.StorageVersionMigration{
 			ObjectMeta: metav1.ObjectMeta{
