@@ -55,7 +55,8 @@ type ScheduleDecision struct {
 // Schedule decides which migrations run. Running migrations resume first
 // (they hold partial progress), then those for a storage change (a
 // first-sight rewrite, which svm's trigger marks, must never hold one up:
-// it only makes sure), each kind oldest first; a resource is never
+// it only makes sure, and with more than one slot it leaves one free for
+// them), each kind oldest first; a resource is never
 // migrated by two migrations at once, nor while kube-controller-manager
 // runs an in-tree migration of it that is not one of svm's: a migration
 // held by one waits, and a running one stops (to resume when it ends).
@@ -121,11 +122,25 @@ func Schedule(in ScheduleInput) ScheduleDecision {
 	})
 
 	slots := in.MaxParallel - (len(in.Running) - len(d.Stop))
+	// With more than one slot, first-sight rewrites leave one free, so
+	// that a storage change starts at once rather than after one of them.
+	firstSightSlots := max(in.MaxParallel-1, 1)
+	stopping := map[string]bool{}
+	for _, name := range d.Stop {
+		stopping[name] = true
+	}
+	firstSightRunning := 0
+	for i := range in.Migrations {
+		m := &in.Migrations[i]
+		if in.Running[m.Name] && !stopping[m.Name] && firstSight(m) {
+			firstSightRunning++
+		}
+	}
 	for _, m := range candidates {
 		if slots <= 0 {
 			break
 		}
-		if busy[resourceKey(m)] {
+		if busy[resourceKey(m)] || firstSight(m) && firstSightRunning >= firstSightSlots {
 			continue
 		}
 		if h := holder(m); h != nil {
@@ -141,6 +156,9 @@ func Schedule(in ScheduleInput) ScheduleDecision {
 		d.Start = append(d.Start, m.Name)
 		busy[resourceKey(m)] = true
 		slots--
+		if firstSight(m) {
+			firstSightRunning++
+		}
 	}
 	return d
 }

@@ -88,6 +88,21 @@ func TestSchedule(t *testing.T) {
 			want: ScheduleDecision{Start: []string{"change", "users", "first-a"}},
 		},
 		{
+			name: "first-sight rewrites leave a slot free for a storage change",
+			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{
+				triggered(mig("first-a", "configmaps", 1, running), trigger.ReasonFirstSight), triggered(mig("first-b", "pods", 2, running), trigger.ReasonFirstSight),
+				triggered(mig("first-c", "secrets", 3), trigger.ReasonFirstSight),
+			}, Running: map[string]bool{"first-a": true, "first-b": true}, MaxParallel: 3},
+			want: ScheduleDecision{},
+		},
+		{
+			name: "one slot: first sight takes it",
+			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{
+				triggered(mig("first-a", "configmaps", 1), trigger.ReasonFirstSight),
+			}, MaxParallel: 1},
+			want: ScheduleDecision{Start: []string{"first-a"}},
+		},
+		{
 			name: "finished migrations never start",
 			in:   ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("ok", "secrets", 1, succeeded), mig("bad", "pods", 1, failed)}, MaxParallel: 3},
 			want: ScheduleDecision{},
