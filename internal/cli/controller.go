@@ -185,18 +185,19 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	choice, served, err := o.setUpExecutors(cfg, mgr, m, svmMetrics)
+	choice, served, betaServed, err := o.setUpExecutors(cfg, mgr, m, svmMetrics)
 	if err != nil {
 		return err
 	}
 	r := &migration.Reconciler{
-		Client:       mgr.GetClient(),
-		Executors:    choice,
-		InTreeServed: served,
-		Guard:        migration.APIStorageGuard{Reader: mgr.GetAPIReader()},
-		Recorder:     mgr.GetEventRecorder("svm-controller"),
-		Metrics:      svmMetrics,
-		MaxParallel:  o.MaxParallel,
+		Client:           mgr.GetClient(),
+		Executors:        choice,
+		InTreeServed:     served,
+		InTreeBetaServed: betaServed,
+		Guard:            migration.APIStorageGuard{Reader: mgr.GetAPIReader()},
+		Recorder:         mgr.GetEventRecorder("svm-controller"),
+		Metrics:          svmMetrics,
+		MaxParallel:      o.MaxParallel,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up migration controller: %w", err)
@@ -207,7 +208,7 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 			return err
 		}
 		t := &storagestate.Controller{
-			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Discovery: disc,
+			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Discovery: disc, InTreeBetaServed: betaServed,
 			Interval: o.TriggerInterval, StaleAfter: o.StaleAfter, RetryBase: o.TriggerRetryDelay,
 			PruneStoredVersions: o.PruneStoredVersions, MigrateUnhashed: o.MigrateUnhashed, SettleDelay: o.CRDSettleDelay,
 			Recorder: mgr.GetEventRecorder("svm-trigger"), Metrics: svmMetrics, Health: tracker,
@@ -271,40 +272,49 @@ func (o *ControllerOptions) setUpEncryption(ctx context.Context, cfg *rest.Confi
 
 // setUpExecutors adds the runnable that chooses, once svm controller
 // leads, who executes its migrations (see intree.Choose), and returns where
-// the choice will be found and whether the in-tree API is served.
-func (o *ControllerOptions) setUpExecutors(cfg *rest.Config, mgr ctrl.Manager, m *migrator.Migrator, svmMetrics *metrics.Metrics) (*migration.Choice, bool, error) {
+// the choice will be found and whether the in-tree API is served in v1
+// (which svm hands migrations over to) or in v1beta1 only (whose
+// migrations svm keeps out of the way of).
+func (o *ControllerOptions) setUpExecutors(cfg *rest.Config, mgr ctrl.Manager, m *migrator.Migrator, svmMetrics *metrics.Metrics) (_ *migration.Choice, served, betaServed bool, _ error) {
 	disc, err := resources.NewDiscoveryClient(cfg)
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
-	served, err := intree.Served(disc)
-	if err != nil {
-		return nil, false, err
+	if served, err = intree.Served(disc); err != nil {
+		return nil, false, false, err
 	}
+	if betaServed, err = intree.ServedBeta(disc); err != nil {
+		return nil, false, false, err
+	}
+	// The controller watches in-tree migrations where they are served; a
+	// cache it may not fill would retry forever. Say so once.
 	if served {
-		// The controller watches in-tree migrations where they are served;
-		// a cache it may not fill would retry forever. Say so once.
 		if err := requireList(context.Background(), cfg, inTreeMigrationsResource); err != nil {
-			return nil, false, err
+			return nil, false, false, err
+		}
+	}
+	if betaServed {
+		if err := requireList(context.Background(), cfg, intree.BetaGroupVersion.WithResource("storageversionmigrations")); err != nil {
+			return nil, false, false, err
 		}
 	}
 	crds, err := apiextensionsclient.NewForConfig(cfg)
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	choice := &migration.Choice{}
 	objects, err := dynamic.NewForConfig(cfg)
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	meta, err := metadata.NewForConfig(cfg)
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	marker := &migration.CRDMarker{Reader: mgr.GetAPIReader(), CRDs: crds.ApiextensionsV1().CustomResourceDefinitions(), Objects: objects}
 	engine := migration.EngineExecutor{Migrator: m, CRDs: marker}
 	chooser := &migration.Chooser{
-		Asked: o.executor, Served: served, Choice: choice, Metrics: svmMetrics, Recheck: o.ExecutorRecheck,
+		Asked: o.executor, Served: served, BetaServed: betaServed, Choice: choice, Metrics: svmMetrics, Recheck: o.ExecutorRecheck,
 		Prober: intree.Prober{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()},
 		Engine: engine,
 		InTree: migration.InTreeExecutor{Client: mgr.GetClient(), Reader: mgr.GetClient(), Lookup: m.Lookup, Fallback: engine, Engine: m, CRDs: marker,
@@ -318,9 +328,9 @@ func (o *ControllerOptions) setUpExecutors(cfg *rest.Config, mgr ctrl.Manager, m
 			}},
 	}
 	if _, _, err := intree.Choose(o.executor, served, &intree.Verdict{}); err != nil {
-		return nil, false, err // --executor=in-tree where it is not served: say so now
+		return nil, false, false, err // --executor=in-tree where it is not served: say so now
 	}
-	return choice, served, mgr.Add(chooser)
+	return choice, served, betaServed, mgr.Add(chooser)
 }
 
 // shutdownGrace bounds how long the process may take to stop after SIGTERM:

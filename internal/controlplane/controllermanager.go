@@ -132,6 +132,7 @@ func (cp *ControlPlane) controllerManagerProcess() (*process, error) {
 			"--cert-dir=" + cp.path("kube-controller-manager-certs"),
 		},
 	}
+	cp.controllerManager.args = append(cp.controllerManager.args, cp.controllerManagerFlags...)
 	return cp.controllerManager, nil
 }
 

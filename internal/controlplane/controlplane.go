@@ -55,6 +55,9 @@ type Options struct {
 	// garbage collector watches every object, load that tests not about
 	// the in-tree migrator need not carry.
 	ControllerManager bool
+	// ControllerManagerFlags are extra kube-controller-manager flags, such
+	// as the feature gate that turns its migrator on before 1.37.
+	ControllerManagerFlags []string
 	// WithoutMigrator runs kube-controller-manager with its garbage
 	// collector but not its storage version migrator, as a cluster that
 	// turned the migrator off with --controllers does: the in-tree API is
@@ -96,9 +99,10 @@ type ControlPlane struct {
 	apiserver  *process
 	aggregated []*process
 	// controllerManager is set up by the first StartControllerManager.
-	controllerManager    *process
-	controllerManagerURL string
-	withoutMigrator      bool
+	controllerManager      *process
+	controllerManagerURL   string
+	controllerManagerFlags []string
+	withoutMigrator        bool
 	// release is the resolved Options.Release of the next StartAPIServer.
 	release string
 }
@@ -114,7 +118,8 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp := &ControlPlane{Dir: opts.Dir, startTimeout: opts.StartTimeout, extraFlags: opts.APIServerFlags, withoutMigrator: opts.WithoutMigrator, release: release}
+	cp := &ControlPlane{Dir: opts.Dir, startTimeout: opts.StartTimeout, extraFlags: opts.APIServerFlags, withoutMigrator: opts.WithoutMigrator, release: release,
+		controllerManagerFlags: opts.ControllerManagerFlags}
 	if cp.startTimeout == 0 {
 		cp.startTimeout = time.Minute
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	storagemigrationv1 "k8s.io/api/storagemigration/v1"
+	storagemigrationv1beta1 "k8s.io/api/storagemigration/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,8 +29,46 @@ const (
 	ForMigrationAnnotation = "migration.k8s.io/svm-migration-uid"
 )
 
-// GroupVersion is the in-tree migrator's API.
+// GroupVersion is the in-tree migrator's API, the one svm hands migrations
+// over to (Kubernetes 1.37 and later).
 var GroupVersion = storagemigrationv1.SchemeGroupVersion
+
+// BetaGroupVersion is the in-tree migrator's API in Kubernetes 1.35 and
+// 1.36, off by default there. svm does not hand migrations over to it, but
+// never rewrites a resource while one of its migrations is Running.
+var BetaGroupVersion = storagemigrationv1beta1.SchemeGroupVersion
+
+// ServedBeta reports whether the server serves BetaGroupVersion's
+// migrations with list and watch, and not GroupVersion's: whether svm must
+// read them to keep out of their way.
+func ServedBeta(disc discovery.DiscoveryInterface) (bool, error) {
+	if v1, err := Served(disc); err != nil || v1 {
+		return false, err
+	}
+	list, err := disc.ServerResourcesForGroupVersion(BetaGroupVersion.String())
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("discover %s: %w", BetaGroupVersion, err)
+	}
+	for _, r := range list.APIResources {
+		if r.Name == "storageversionmigrations" {
+			return hasVerbs(r.Verbs, "list", "watch"), nil
+		}
+	}
+	return false, nil
+}
+
+// FromBeta is a v1beta1 in-tree migration as a v1 one: the two versions'
+// spec and status are the same.
+func FromBeta(m *storagemigrationv1beta1.StorageVersionMigration) storagemigrationv1.StorageVersionMigration {
+	out := storagemigrationv1.StorageVersionMigration{ObjectMeta: *m.ObjectMeta.DeepCopy()}
+	out.Spec.Resource = m.Spec.Resource
+	out.Status.ResourceVersion = m.Status.ResourceVersion
+	out.Status.Conditions = append(out.Status.Conditions, m.Status.Conditions...)
+	return out
+}
 
 // Served reports whether the server serves the in-tree
 // StorageVersionMigration API with the verbs svm needs to hand a migration

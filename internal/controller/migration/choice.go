@@ -62,7 +62,10 @@ func (c *Choice) get() *Executors {
 type Chooser struct {
 	Asked  intree.Executor
 	Served bool
-	Prober interface {
+	// BetaServed: only the in-tree API's v1beta1 is served (Kubernetes
+	// 1.35 and 1.36), which svm does not hand migrations over to.
+	BetaServed bool
+	Prober     interface {
 		Probe(context.Context) (intree.Verdict, error)
 		Lease(context.Context) (intree.LeaseSeen, error)
 	}
@@ -136,6 +139,11 @@ func (c *Chooser) choose(ctx context.Context, log klog.Logger, current intree.Ex
 	name, why, err := intree.Choose(c.Asked, c.Served, verdict)
 	if err != nil {
 		return current, err
+	}
+	if !c.Served && c.BetaServed {
+		why = "the server serves the in-tree API as " + intree.BetaGroupVersion.String() + " only: svm hands migrations over to " +
+			intree.GroupVersion.String() + " (Kubernetes 1.37 and later), runs its own engine, and waits while a " +
+			intree.BetaGroupVersion.Version + " migration of the same resource is Running"
 	}
 	if name == current {
 		log.Info("Kept who executes migrations", "executor", string(name), "why", why)

@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagemigrationv1 "k8s.io/api/storagemigration/v1"
+	storagemigrationv1beta1 "k8s.io/api/storagemigration/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -66,6 +67,10 @@ type Reconciler struct {
 	// storagemigration.k8s.io API: its migrations are watched, and svm
 	// never executes a resource while one of them is Running.
 	InTreeServed bool
+	// InTreeBetaServed says that the server serves the in-tree API in
+	// v1beta1 only (Kubernetes 1.35 and 1.36, when turned on): its
+	// migrations hold their resources the same way.
+	InTreeBetaServed bool
 	// Guard, if set, is read before and after every run: a migration
 	// waits while API servers disagree on the storage version, and starts
 	// over instead of succeeding if the storage version may have changed
@@ -112,13 +117,16 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// time keeps the decisions consistent.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		WatchesRawSource(r.runner.finishedSource())
+	// An in-tree migration starting holds its resource; one ending
+	// releases it.
+	inTreeChanged := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: "in-tree"}}}
+	})
 	if r.InTreeServed {
-		// An in-tree migration starting holds its resource; one ending
-		// releases it.
-		b = b.Watches(&storagemigrationv1.StorageVersionMigration{}, handler.EnqueueRequestsFromMapFunc(
-			func(context.Context, client.Object) []reconcile.Request {
-				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: "in-tree"}}}
-			}))
+		b = b.Watches(&storagemigrationv1.StorageVersionMigration{}, inTreeChanged)
+	}
+	if r.InTreeBetaServed {
+		b = b.Watches(&storagemigrationv1beta1.StorageVersionMigration{}, inTreeChanged)
 	}
 	return b.Complete(r)
 }
@@ -140,6 +148,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if r.InTreeServed {
 		if err := r.Client.List(ctx, &inTree); err != nil {
 			return reconcile.Result{}, fmt.Errorf("list in-tree migrations: %w", err)
+		}
+	}
+	if r.InTreeBetaServed {
+		var beta storagemigrationv1beta1.StorageVersionMigrationList
+		if err := r.Client.List(ctx, &beta); err != nil {
+			return reconcile.Result{}, fmt.Errorf("list in-tree %s migrations: %w", intree.BetaGroupVersion, err)
+		}
+		for i := range beta.Items {
+			inTree.Items = append(inTree.Items, intree.FromBeta(&beta.Items[i]))
 		}
 	}
 	r.mu.Lock()

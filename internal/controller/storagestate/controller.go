@@ -16,6 +16,7 @@ import (
 	apiserverinternalv1alpha1 "k8s.io/api/apiserverinternal/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	storagemigrationv1 "k8s.io/api/storagemigration/v1"
+	storagemigrationv1beta1 "k8s.io/api/storagemigration/v1beta1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -63,10 +64,14 @@ type Controller struct {
 	// Client writes; Reader reads straight from the API server, so that a
 	// round never decides from a cache that lags its own last writes (and,
 	// say, creates a second migration).
-	Client    client.Client
-	Reader    client.Reader
-	Discovery discovery.DiscoveryInterface
-	Clock     clock.Clock
+	Client client.Client
+	Reader client.Reader
+	// InTreeBetaServed says that the in-tree migration API is served in
+	// v1beta1 only (Kubernetes 1.35 and 1.36): pruning waits for its
+	// Running migrations too.
+	InTreeBetaServed bool
+	Discovery        discovery.DiscoveryInterface
+	Clock            clock.Clock
 	// Interval between discovery rounds. Default 10 minutes.
 	Interval time.Duration
 	// StaleAfter: a StorageState whose heartbeat is older when svm starts
@@ -492,9 +497,18 @@ func (c *Controller) inTreeHolder(ctx context.Context, gr schema.GroupResource) 
 	err := c.Reader.List(ctx, &list)
 	switch {
 	case meta.IsNoMatchError(err) || apierrors.IsNotFound(err):
-		return "", nil
 	case err != nil:
 		return "", fmt.Errorf("list in-tree migrations: %w", err)
+	}
+	if c.InTreeBetaServed {
+		// Kubernetes 1.35 and 1.36 serve the in-tree API in v1beta1.
+		var beta storagemigrationv1beta1.StorageVersionMigrationList
+		if err := c.Reader.List(ctx, &beta); err != nil && !meta.IsNoMatchError(err) && !apierrors.IsNotFound(err) {
+			return "", fmt.Errorf("list in-tree %s migrations: %w", intree.BetaGroupVersion, err)
+		}
+		for i := range beta.Items {
+			list.Items = append(list.Items, intree.FromBeta(&beta.Items[i]))
+		}
 	}
 	if h := intree.Holder(list.Items, gr, ""); h != nil {
 		return h.Name, nil
