@@ -27,7 +27,7 @@ import (
 )
 
 // inTreeName names kube-controller-manager's in-tree migrator in the table.
-const inTreeName = "in-tree (kube-controller-manager v1.37.1)"
+const inTreeName = "in-tree (kube-controller-manager v1.37.2)"
 
 // gcSynced is what kube-controller-manager's garbage collector logs once
 // every one of its metadata informers has listed its resource; the in-tree

@@ -25,8 +25,8 @@ func TestStorageFlipLeavesStoredObjectsInOldVersion(t *testing.T) {
 	if err != nil {
 		t.Fatalf("server version: %v", err)
 	}
-	if version.GitVersion != "v1.37.1" {
-		t.Errorf("/version gitVersion = %q, want v1.37.1", version.GitVersion)
+	if version.GitVersion != "v1.37.2" {
+		t.Errorf("/version gitVersion = %q, want v1.37.2", version.GitVersion)
 	}
 
 	// svm's own CRDs, as generated, install and are served.
