@@ -195,9 +195,9 @@ test-race: ## Run the unit tests (and the fuzz tests' seed corpora) with the rac
 ##@ Try it
 
 .PHONY: controlplane-up
-controlplane-up: controlplane ## Run a local control plane in the foreground; DIR=path for its kubeconfig.
+controlplane-up: controlplane ## Run a local control plane in the foreground; DIR=path for its kubeconfig; RELEASE=1.34 runs another supported minor (make matrix; add ARGS=--controller-manager=false where its kube-controller-manager is not built).
 	go build -o $(BIN)/svm-controlplane ./hack/controlplane
-	exec $(BIN)/svm-controlplane --bin-dir $(BIN) --dir $(or $(DIR),_output/controlplane)
+	exec $(BIN)/svm-controlplane --bin-dir $(BIN) --dir $(or $(DIR),_output/controlplane) $(if $(RELEASE),--release $(RELEASE)) $(ARGS)
 
 .PHONY: demo
 demo: controlplane build ## Run the end-to-end demo on a local control plane; ARGS="--objects N --qps Q" to change it.

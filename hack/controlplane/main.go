@@ -39,6 +39,7 @@ func run() error {
 		binDir  = flag.String("bin-dir", "", "directory holding kube-apiserver, etcd and kube-controller-manager (default $"+controlplane.BinDirEnv+" or ./bin)")
 		flags   = flag.String("apiserver-flags", "", "extra kube-apiserver flags, separated by spaces")
 		withKCM = flag.Bool("controller-manager", true, "also run kube-controller-manager with the in-tree storage version migrator and the garbage collector")
+		release = flag.String("release", "", "the Kubernetes release to run, such as 1.34 or v1.35.4, built by make matrix (default: make controlplane's)")
 	)
 	flag.Parse()
 
@@ -59,6 +60,7 @@ func run() error {
 		Dir:               abs,
 		APIServerFlags:    strings.Fields(*flags),
 		ControllerManager: *withKCM,
+		Release:           *release,
 	})
 	if err != nil {
 		return err

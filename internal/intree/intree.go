@@ -45,19 +45,7 @@ func ServedBeta(disc discovery.DiscoveryInterface) (bool, error) {
 	if v1, err := Served(disc); err != nil || v1 {
 		return false, err
 	}
-	list, err := disc.ServerResourcesForGroupVersion(BetaGroupVersion.String())
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("discover %s: %w", BetaGroupVersion, err)
-	}
-	for _, r := range list.APIResources {
-		if r.Name == "storageversionmigrations" {
-			return hasVerbs(r.Verbs, "list", "watch"), nil
-		}
-	}
-	return false, nil
+	return servedWith(disc, BetaGroupVersion, "list", "watch")
 }
 
 // FromBeta is a v1beta1 in-tree migration as a v1 one: the two versions'
@@ -74,16 +62,22 @@ func FromBeta(m *storagemigrationv1beta1.StorageVersionMigration) storagemigrati
 // StorageVersionMigration API with the verbs svm needs to hand a migration
 // over (create, and list and watch to follow it).
 func Served(disc discovery.DiscoveryInterface) (bool, error) {
-	list, err := disc.ServerResourcesForGroupVersion(GroupVersion.String())
+	return servedWith(disc, GroupVersion, "create", "list", "watch")
+}
+
+// servedWith reports whether gv's storageversionmigrations are served with
+// verbs.
+func servedWith(disc discovery.DiscoveryInterface, gv schema.GroupVersion, verbs ...string) (bool, error) {
+	list, err := disc.ServerResourcesForGroupVersion(gv.String())
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("discover %s: %w", GroupVersion, err)
+		return false, fmt.Errorf("discover %s: %w", gv, err)
 	}
 	for _, r := range list.APIResources {
 		if r.Name == "storageversionmigrations" {
-			return hasVerbs(r.Verbs, "create", "list", "watch"), nil
+			return hasVerbs(r.Verbs, verbs...), nil
 		}
 	}
 	return false, nil

@@ -16,6 +16,8 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	apiregistrationv1beta1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1beta1"
+
+	"github.com/svm-project/svm/internal/resources"
 )
 
 // kubernetesAPI holds every type kube-apiserver serves itself, each
@@ -97,38 +99,58 @@ var builtInGroups = sync.OnceValue(func() map[string]bool {
 type removed interface{ APILifecycleRemoved() (major, minor int) }
 
 // Decodes are the versions of group in which release r decodes objects of
-// kind, on a cluster upgraded from release from: every version of
-// k8s.io/api with that kind except those removed after from and at or
-// before r. A GA version has no lifecycle and is never removed.
-//
-// A version removed at or before from is kept: the server of from still
-// reads what it stores, and some are still written (CRDs are stored as
-// apiextensions.k8s.io/v1beta1 long after it stopped being served), so
-// removal from serving did not take its decoding away.
-func (r Release) Decodes(from Release, group, kind string) []schema.GroupVersion {
-	return decodes(kubernetesAPI, from, r, group, kind)
-}
-
-func decodes(scheme *runtime.Scheme, from, to Release, group, kind string) []schema.GroupVersion {
+// kind: every version of k8s.io/api with that kind that is not removed at
+// or before r. A GA version has no lifecycle and is never removed. (A
+// version a server still writes after its removal from serving, as CRDs
+// are written as apiextensions.k8s.io/v1beta1, is added by
+// FillFromRelease.)
+func (r Release) Decodes(group, kind string) []schema.GroupVersion {
 	var out []schema.GroupVersion
-	for gvk := range scheme.AllKnownTypes() {
+	for gvk := range kubernetesAPI.AllKnownTypes() {
 		if gvk.Group != group || gvk.Kind != kind || gvk.Version == runtime.APIVersionInternal {
 			continue
 		}
-		obj, err := scheme.New(gvk)
-		if err != nil {
+		if gone, ok := RemovedIn(gvk); ok && !r.Before(gone) {
 			continue
-		}
-		if rm, ok := obj.(removed); ok {
-			major, minor := rm.APILifecycleRemoved()
-			if gone := (Release{major, minor}); major > 0 && from.Before(gone) && !to.Before(gone) {
-				continue
-			}
 		}
 		out = append(out, gvk.GroupVersion())
 	}
 	slices.SortFunc(out, func(a, b schema.GroupVersion) int { return compareVersions(group, a, b) })
 	return out
+}
+
+// RemovedIn is the release that stops serving gvk, as k8s.io/api records
+// it; ok is false for a GA version or a kind it does not know.
+func RemovedIn(gvk schema.GroupVersionKind) (Release, bool) {
+	obj, err := kubernetesAPI.New(gvk)
+	if err != nil {
+		return Release{}, false
+	}
+	rm, ok := obj.(removed)
+	if !ok {
+		return Release{}, false
+	}
+	major, minor := rm.APILifecycleRemoved()
+	return Release{major, minor}, major > 0
+}
+
+// writtenAfterRemoval is the version of kind the server writes (hash,
+// discovery's storageVersionHash), when that version was removed from
+// serving at or before server's release: Kubernetes keeps decoding a
+// version it still stores in, so the target is taken to decode it too.
+func writtenAfterRemoval(server Release, group, kind, hash string) (schema.GroupVersion, bool) {
+	for gvk := range kubernetesAPI.AllKnownTypes() {
+		if gvk.Group != group || gvk.Kind != kind || gvk.Version == runtime.APIVersionInternal {
+			continue
+		}
+		if resources.StorageVersionHash(group, gvk.Version, kind) != hash {
+			continue
+		}
+		if gone, ok := RemovedIn(gvk); ok && !server.Before(gone) {
+			return gvk.GroupVersion(), true
+		}
+	}
+	return schema.GroupVersion{}, false
 }
 
 // FillFromRelease makes the target the Kubernetes release to, on a cluster
@@ -200,7 +222,10 @@ func (in *Input) FillFromRelease(to, server Release) error {
 			in.TargetUnknown[gr] = "served by an aggregated API server, whose versions a Kubernetes upgrade does not decide: give them with --decodable"
 			continue
 		}
-		decodes := to.Decodes(server, gr.Group, d.Kind)
+		decodes := to.Decodes(gr.Group, d.Kind)
+		if gv, ok := writtenAfterRemoval(server, gr.Group, d.Kind, d.StorageVersionHash); ok {
+			decodes = append(decodes, gv)
+		}
 		if len(decodes) == 0 {
 			in.TargetUnknown[gr] = fmt.Sprintf("the k8s.io/api svm is built with has no %s in %s: what %s decodes is unknown",
 				d.Kind, groupName(gr.Group), to)

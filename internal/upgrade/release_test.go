@@ -15,7 +15,6 @@ import (
 
 func TestReleaseDecodes(t *testing.T) {
 	gv := func(g, v string) schema.GroupVersion { return schema.GroupVersion{Group: g, Version: v} }
-	from := Release{1, 34}
 	cases := []struct {
 		release     string
 		group, kind string
@@ -29,9 +28,9 @@ func TestReleaseDecodes(t *testing.T) {
 		// GA versions are never removed.
 		{"1.60", "apps", "Deployment", []schema.GroupVersion{gv("apps", "v1")}, nil},
 		{"1.60", "", "Secret", []schema.GroupVersion{gv("", "v1")}, nil},
-		// Removed from serving in 1.22, and still how CRDs are stored:
-		// a version gone before the cluster's release is not judged.
-		{"1.39", "apiextensions.k8s.io", "CustomResourceDefinition", []schema.GroupVersion{gv("apiextensions.k8s.io", "v1"), gv("apiextensions.k8s.io", "v1beta1")}, nil},
+		// Removed from serving in 1.22 (and still how CRDs are stored: see
+		// TestFillFromRelease).
+		{"1.39", "apiextensions.k8s.io", "CustomResourceDefinition", []schema.GroupVersion{gv("apiextensions.k8s.io", "v1")}, []schema.GroupVersion{gv("apiextensions.k8s.io", "v1beta1")}},
 		// Not a kind of k8s.io/api: nothing is known to decode it.
 		{"1.37", "example.com", "Widget", nil, nil},
 	}
@@ -40,7 +39,7 @@ func TestReleaseDecodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := r.Decodes(from, c.group, c.kind)
+		got := r.Decodes(c.group, c.kind)
 		for _, want := range c.has {
 			if !slices.Contains(got, want) {
 				t.Errorf("%s decodes %s %s in %v, want %s among them", c.release, c.group, c.kind, got, want)
@@ -105,6 +104,8 @@ func TestFillFromRelease(t *testing.T) {
 			{GroupResource: schema.GroupResource{Group: "metrics.k8s.io", Resource: "pods"}, Kind: "PodMetrics"},
 			{GroupResource: schema.GroupResource{Group: "authentication.k8s.io", Resource: "tokenreviews"}, Kind: "TokenReview"},
 			{GroupResource: schema.GroupResource{Group: "apps", Resource: "deployments"}, Kind: "Deployment", StorageVersionHash: hash("apps", "v1", "Deployment")},
+			// Written as v1beta1, removed from serving in 1.22.
+			{GroupResource: schema.GroupResource{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}, Kind: "CustomResourceDefinition", StorageVersionHash: hash("apiextensions.k8s.io", "v1beta1", "CustomResourceDefinition")},
 		}},
 		CRDs: []apiextensionsv1.CustomResourceDefinition{widgets},
 	}
@@ -117,6 +118,8 @@ func TestFillFromRelease(t *testing.T) {
 		{Group: "example.com", Resource: "widgets"}:           {gv("example.com", "v1"), gv("example.com", "v2")},
 		{Resource: "events"}:                                  {gv("", "v1")},
 		{Group: "resource.k8s.io", Resource: "deviceclasses"}: in.Target[schema.GroupResource{Group: "resource.k8s.io", Resource: "deviceclasses"}],
+		// The version the server still writes is decodable.
+		{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}: {gv("apiextensions.k8s.io", "v1beta1"), gv("apiextensions.k8s.io", "v1")},
 	}
 	if diff := gocmp.Diff(want, in.Target); diff != "" {
 		t.Errorf("target (-want +got):\n%s", diff)

@@ -117,7 +117,7 @@ func TestCheckUpgradeCustomResource(t *testing.T) {
 
 	t.Run("no target", func(t *testing.T) {
 		code, _, stderr := framework.RunSVM(t, kubeconfig, time.Minute, "check-upgrade")
-		if code != 1 || !strings.Contains(stderr, "say what the target API server decodes") {
+		if code != 1 || !strings.Contains(stderr, "say what the target API server is or decodes: --to RELEASE") {
 			t.Errorf("exit %d, stderr %q; want 1 and a usage hint", code, stderr)
 		}
 	})
