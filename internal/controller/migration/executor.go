@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	storagemigrationv1 "k8s.io/api/storagemigration/v1"
@@ -160,6 +161,8 @@ type CRDMarker struct {
 	// its storage version, so that owned fields the version lacks are not
 	// kept in managedFields (see RetiredFields).
 	Objects dynamic.Interface
+
+	saidNoGeneration sync.Once
 }
 
 // Condition reasons svm writes on StorageMigrating. Succeeded and failed
@@ -209,6 +212,9 @@ func (c *CRDMarker) apply(ctx context.Context, gr schema.GroupResource, status a
 		// Kubernetes before 1.35 has no observedGeneration in a CRD's
 		// conditions (nor an in-tree migrator to read it): the condition
 		// is set without it.
+		c.saidNoGeneration.Do(func() {
+			klog.FromContext(ctx).Info("The API server's CRD conditions have no observedGeneration (Kubernetes before 1.35): StorageMigrating is set without it")
+		})
 		err = c.applyCondition(ctx, gr, status, reason, message, false)
 	}
 	switch {

@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,7 +78,7 @@ func storyOn(t *testing.T, minor string) {
 
 	// svm controller: its first-sight round, then a storage flip and a
 	// key rotation it notices by itself.
-	env.StartSVM(t, framework.ControllerArgs("--trigger-interval", "5s", "--encryption-check-interval", "3s", "--encrypted-resources", "secrets")...)
+	controller := env.StartSVM(t, framework.ControllerArgs("--trigger-interval", "5s", "--encryption-check-interval", "3s", "--encrypted-resources", "secrets")...)
 	env.WaitMigrationsFinished(t, 5*time.Minute)
 	env.SetStorage(t, framework.WidgetResource, "v1")
 	framework.Eventually(t, "storedVersions pruned to [v1]", 3*time.Minute, func(context.Context) (bool, error) {
@@ -131,6 +132,11 @@ func storyOn(t *testing.T, minor string) {
 	}
 	if c := apiextensionshelpers.FindCRDCondition(crd, apiextensionsv1.StorageMigrating); c == nil || c.Status != apiextensionsv1.ConditionFalse || c.Reason != "MigrationSucceeded" {
 		t.Errorf("the CRD's StorageMigrating condition is %+v, want False with reason MigrationSucceeded", c)
+	}
+	// What 1.34 lacks is said once, in one line.
+	said := strings.Count(string(controller.Log(t)), "CRD conditions have no observedGeneration")
+	if want := map[bool]int{true: 1, false: 0}[minor == "1.34"]; said != want {
+		t.Errorf("svm said %d times that CRD conditions have no observedGeneration on %s, want %d", said, minor, want)
 	}
 
 	env.ExpectUnchanged(t, framework.Widgets, widgetsBefore)
