@@ -23,7 +23,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/svm-project/svm/internal/controlplane"
+	"github.com/svm-project/svm/test/controlplane"
 )
 
 func main() {

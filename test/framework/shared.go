@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/svm-project/svm/internal/controlplane"
+	"github.com/svm-project/svm/test/controlplane"
 )
 
 // A package's tests that only create, migrate and read objects of their

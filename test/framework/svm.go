@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/svm-project/svm/internal/controlplane"
+	"github.com/svm-project/svm/test/controlplane"
 )
 
 var (

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/svm-project/svm/internal/controlplane"
+	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
 

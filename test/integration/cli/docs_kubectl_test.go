@@ -14,7 +14,7 @@ import (
 	storagemigrationv1 "k8s.io/api/storagemigration/v1"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
-	"github.com/svm-project/svm/internal/controlplane"
+	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/docs"
 	"github.com/svm-project/svm/test/framework"
 )

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/svm-project/svm/internal/cli"
-	"github.com/svm-project/svm/internal/controlplane"
+	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
 

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
-	"github.com/svm-project/svm/internal/controlplane"
+	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
 

@@ -27,7 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/svm-project/svm/internal/controlplane"
+	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
 

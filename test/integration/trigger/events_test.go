@@ -10,7 +10,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/svm-project/svm/internal/controlplane"
+	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
 
