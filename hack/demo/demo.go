@@ -28,10 +28,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
-	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/internal/etcdvalue"
 	"github.com/svm-project/svm/internal/scheme"
 	"github.com/svm-project/svm/internal/trigger"
+	"github.com/svm-project/svm/test/controlplane"
 )
 
 var widgets = schema.GroupVersionResource{Group: "demo.svm.io", Version: "v1", Resource: "widgets"}

@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
-	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
 

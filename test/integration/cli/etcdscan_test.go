@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svm-project/svm/internal/cli"
-	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/internal/etcdvalue"
+	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
 

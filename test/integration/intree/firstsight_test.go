@@ -8,8 +8,8 @@ import (
 	"time"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
-	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/internal/trigger"
+	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
 

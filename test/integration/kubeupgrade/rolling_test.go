@@ -27,9 +27,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
-	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/internal/upgrade"
+	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
 

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
 

@@ -11,9 +11,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
-	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/internal/trigger"
+	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
 
