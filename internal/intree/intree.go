@@ -1,6 +1,7 @@
 package intree
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 const (
@@ -47,6 +49,32 @@ func ServedBeta(disc discovery.DiscoveryInterface) (bool, error) {
 	}
 	return servedWith(disc, BetaGroupVersion, "list", "watch")
 }
+
+// List reads the in-tree migrations: v1's when v1 is set, v1beta1's (as
+// v1 ones, see FromBeta) when beta is. A version the server does not
+// serve adds none.
+func List(ctx context.Context, r client.Reader, v1, beta bool) ([]storagemigrationv1.StorageVersionMigration, error) {
+	var out []storagemigrationv1.StorageVersionMigration
+	if v1 {
+		var list storagemigrationv1.StorageVersionMigrationList
+		if err := r.List(ctx, &list); err != nil && !notServed(err) {
+			return nil, fmt.Errorf("list in-tree migrations: %w", err)
+		}
+		out = list.Items
+	}
+	if beta {
+		var list storagemigrationv1beta1.StorageVersionMigrationList
+		if err := r.List(ctx, &list); err != nil && !notServed(err) {
+			return nil, fmt.Errorf("list in-tree %s migrations: %w", BetaGroupVersion, err)
+		}
+		for i := range list.Items {
+			out = append(out, FromBeta(&list.Items[i]))
+		}
+	}
+	return out, nil
+}
+
+func notServed(err error) bool { return meta.IsNoMatchError(err) || apierrors.IsNotFound(err) }
 
 // FromBeta is a v1beta1 in-tree migration as a v1 one: the two versions'
 // spec and status are the same.

@@ -144,20 +144,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if err := r.Client.List(ctx, &list); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list migrations: %w", err)
 	}
-	var inTree storagemigrationv1.StorageVersionMigrationList
-	if r.InTreeServed {
-		if err := r.Client.List(ctx, &inTree); err != nil {
-			return reconcile.Result{}, fmt.Errorf("list in-tree migrations: %w", err)
-		}
-	}
-	if r.InTreeBetaServed {
-		var beta storagemigrationv1beta1.StorageVersionMigrationList
-		if err := r.Client.List(ctx, &beta); err != nil {
-			return reconcile.Result{}, fmt.Errorf("list in-tree %s migrations: %w", intree.BetaGroupVersion, err)
-		}
-		for i := range beta.Items {
-			inTree.Items = append(inTree.Items, intree.FromBeta(&beta.Items[i]))
-		}
+	inTree, err := intree.List(ctx, r.Client, r.InTreeServed, r.InTreeBetaServed)
+	if err != nil {
+		return reconcile.Result{}, err
 	}
 	r.mu.Lock()
 	notBefore := maps.Clone(r.wait)
@@ -179,7 +168,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		maxParallel = max(maxParallel, intree.RunnerWorkers)
 	}
 	d := Schedule(ScheduleInput{
-		Migrations: list.Items, InTree: inTree.Items, Running: r.runner.names(), NotBefore: notBefore, Ended: ended,
+		Migrations: list.Items, InTree: inTree, Running: r.runner.names(), NotBefore: notBefore, Ended: ended,
 		MaxParallel: maxParallel, Now: r.Clock.Now(),
 	})
 	for _, name := range d.Stop {

@@ -220,7 +220,7 @@ func (c *CRDMarker) apply(ctx context.Context, gr schema.GroupResource, status a
 	switch {
 	case err == nil:
 		return nil
-	case apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || unknownObservedGeneration(err):
+	case apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err):
 		// The condition is for those who read the CRD: a server that
 		// refuses it must not keep the migration from running. Said,
 		// not retried.

@@ -15,11 +15,8 @@ import (
 
 	apiserverinternalv1alpha1 "k8s.io/api/apiserverinternal/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
-	storagemigrationv1 "k8s.io/api/storagemigration/v1"
-	storagemigrationv1beta1 "k8s.io/api/storagemigration/v1beta1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -493,24 +490,11 @@ const pruneWait = 15 * time.Second
 // inTreeHolder names the in-tree migration of gr that is Running, "" when
 // none is or the in-tree API is not served.
 func (c *Controller) inTreeHolder(ctx context.Context, gr schema.GroupResource) (string, error) {
-	var list storagemigrationv1.StorageVersionMigrationList
-	err := c.Reader.List(ctx, &list)
-	switch {
-	case meta.IsNoMatchError(err) || apierrors.IsNotFound(err):
-	case err != nil:
-		return "", fmt.Errorf("list in-tree migrations: %w", err)
+	migrations, err := intree.List(ctx, c.Reader, true, c.InTreeBetaServed)
+	if err != nil {
+		return "", err
 	}
-	if c.InTreeBetaServed {
-		// Kubernetes 1.35 and 1.36 serve the in-tree API in v1beta1.
-		var beta storagemigrationv1beta1.StorageVersionMigrationList
-		if err := c.Reader.List(ctx, &beta); err != nil && !meta.IsNoMatchError(err) && !apierrors.IsNotFound(err) {
-			return "", fmt.Errorf("list in-tree %s migrations: %w", intree.BetaGroupVersion, err)
-		}
-		for i := range beta.Items {
-			list.Items = append(list.Items, intree.FromBeta(&beta.Items[i]))
-		}
-	}
-	if h := intree.Holder(list.Items, gr, ""); h != nil {
+	if h := intree.Holder(migrations, gr, ""); h != nil {
 		return h.Name, nil
 	}
 	return "", nil
