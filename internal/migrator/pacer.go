@@ -31,8 +31,11 @@ import (
 //     configured workers (there it probes a little lower every other
 //     epoch, so that the points spread);
 //   - knee: otherwise the window is set above the knee (kneeMargin and
-//     probeSpread), and every other epoch a little below it (probeSpread), so that the points keep spreading along the curve and the
-//     knee follows a server that changes, down as well as up.
+//     probeSpread), and every other epoch a little below it
+//     (probeSpread), so that the points keep spreading along the curve
+//     and the knee follows a server that changes, down as well as up.
+//     When the fewest writes tried already get the best rate, the probe
+//     below looks further down (edgeProbe), as growth looks further up.
 //
 // No decision moves the window by more than half: one noisy epoch must not
 // swing it far.
@@ -43,7 +46,9 @@ import (
 // of the best (someone else's load arrived, or the server slowed down).
 // Either halves the window, at most once per smoothed latency since the
 // writes already in flight saw the same queue, and a surge also forgets
-// the points, so that the busier server is learnt from scratch.
+// the points, so that the busier server is learnt from scratch: its first
+// points are looked for below the halved window (edgeProbe), where a
+// server whose ceiling fell most likely has its knee now.
 //
 // A write that fails without an answer (a 5xx, a reset connection, a
 // timeout) says nothing about the curve but that the server is unwell:
@@ -78,9 +83,12 @@ type pacer struct {
 	above bool
 	// knee is the knee at the last decision, 0 while the points show
 	// none.
-	knee      float64
-	decisions [decisionKinds]int64
-	last      PacerDecision
+	knee float64
+	// relearning is set by a surge, until three points are measured
+	// again.
+	relearning bool
+	decisions  [decisionKinds]int64
+	last       PacerDecision
 }
 
 // epoch accumulates the answers to writes sent since the last decision:
@@ -108,13 +116,15 @@ type ticket struct {
 type curvePoint struct{ inflight, rate float64 }
 
 // curveKnee is what the points show: the best rate, the fewest writes in
-// flight that got kneeFraction of it, and the most writes tried.
-type curveKnee struct{ best, knee, most float64 }
+// flight that got kneeFraction of it, and the fewest and most writes
+// tried.
+type curveKnee struct{ best, knee, least, most float64 }
 
 func kneeOf(points []curvePoint) curveKnee {
-	var k curveKnee
+	k := curveKnee{least: math.Inf(1)}
 	for _, pt := range points {
 		k.best = max(k.best, pt.rate)
+		k.least = min(k.least, pt.inflight)
 		k.most = max(k.most, pt.inflight)
 	}
 	k.knee = k.most
@@ -193,6 +203,9 @@ const (
 	// probes: enough for the points to spread, little enough to stay near
 	// the knee.
 	probeSpread = 0.1
+	// edgeProbe is where the window probes below a knee at the fewest
+	// writes tried, as a share of it.
+	edgeProbe = 0.5
 	// surgeFactor is how much below the best rate an epoch at or past the
 	// knee must fall for the pacer to back off at once.
 	surgeFactor = 2
@@ -340,6 +353,17 @@ func (p *pacer) endEpoch(now time.Time, latency time.Duration) {
 		p.samples = p.samples[1:]
 	}
 	k := kneeOf(p.samples)
+	if p.relearning {
+		if len(p.samples) < 3 {
+			// After a surge the server's ceiling is lower, and so, unless
+			// it only slowed down, is its knee: the first points are
+			// looked for below the halved window, which also leaves the
+			// room the surge asked for.
+			p.decide(PacerKnee, edgeProbe*p.limit)
+			return
+		}
+		p.relearning = false
+	}
 	if len(p.samples) < 3 || k.knee >= 0.8*k.most {
 		p.knee = 0
 		target := p.limit + maxStep(p.limit)
@@ -362,6 +386,13 @@ func (p *pacer) endEpoch(now time.Time, latency time.Duration) {
 	p.above = !p.above
 	if !p.above {
 		target = (1 - probeSpread) * k.knee
+		if k.knee <= k.least {
+			// The fewest writes tried already get the best rate: nothing
+			// says the knee is not far below them (a server saturated at
+			// fewer writes than the window had when it changed), so the
+			// probe looks further down, as growth looks further up.
+			target = edgeProbe * k.knee
+		}
 	}
 	// One epoch's noise must not swing the window far: at most halved or
 	// grown by half (and one) per decision.
@@ -382,7 +413,7 @@ func (p *pacer) backOff(now time.Time, latency time.Duration, surge bool) {
 	}
 	p.calmUntil = now.Add(max(latency, p.smoothed))
 	if surge {
-		p.samples, p.knee = nil, 0
+		p.samples, p.knee, p.relearning = nil, 0, true
 	}
 	p.newEpoch(now)
 	p.decide(PacerBackOff, math.Floor(p.limit/2))

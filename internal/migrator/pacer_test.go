@@ -169,6 +169,51 @@ func TestPacerKeepsOneWriteInFlightOnASingleSeatServer(t *testing.T) {
 	}
 }
 
+func TestPacerFindsTheSeatWhenAServerSaturatesMidway(t *testing.T) {
+	// A server with room for 16 writes turns, mid-migration, into one
+	// that answers one write at a time (53ms each), every answer up to a
+	// quarter faster or slower: within 350 answers the window must be
+	// down to half the workers or fewer and stay there, for every draw of
+	// the noise, as the faults scenario "adaptive pacing" asks of the real
+	// engine (before a surge forgot the curve and grew back to 16, a flat
+	// curve was descended a tenth at a time, and most draws failed).
+	const converge, watch = 350, 200
+	for seed := range uint64(100) {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		seated := false
+		var free time.Time
+		sim := simulate(t, 16, func(sent time.Time, inflight int) (time.Duration, bool) {
+			jitter := 0.75 + 0.5*rng.Float64()
+			if !seated {
+				return time.Duration(float64(5*time.Millisecond+time.Duration(inflight)*3*time.Millisecond) * jitter), false
+			}
+			if free.Before(sent) {
+				free = sent
+			}
+			free = free.Add(time.Duration(float64(53*time.Millisecond) * jitter))
+			return free.Sub(sent), false
+		})
+		sim.run(3 * time.Second)
+		if w := sim.p.window(); w < 8 {
+			t.Fatalf("seed %d: window %d before the change, want near the 16 workers", seed, w)
+		}
+		seated = true
+		from := sim.answered
+		for sim.answered-from < converge {
+			sim.run(time.Millisecond)
+		}
+		peak, start := 0, sim.clock.t
+		for sim.answered-from < converge+watch {
+			sim.run(time.Millisecond)
+			peak = max(peak, sim.p.window())
+		}
+		rate := float64(watch) / sim.clock.t.Sub(start).Seconds()
+		if peak > 8 || rate < 0.9/0.053 {
+			t.Errorf("seed %d: from %d answers after the change, window up to %d and %.1f writes/s, want at most 8 and the seat's %.1f", seed, converge, peak, rate, 1/0.053)
+		}
+	}
+}
+
 func TestPacerBacksOffWhenLatencySurges(t *testing.T) {
 	slower := false
 	sim := simulate(t, 256, func(sent time.Time, inflight int) (time.Duration, bool) {

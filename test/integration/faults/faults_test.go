@@ -105,10 +105,9 @@ func TestMigrationsRideOutFaults(t *testing.T) {
 			t.Run("adaptive pacing", func(t *testing.T) {
 				// Nothing to add after the mixed faults; this lets the
 				// scenario run alone (go test -run).
-				// 200 writes before, 500 answers during (the seat
-				// answers up to two writes per answer's time, as the
-				// server's own part overlaps) and plenty after: 1000
-				// more, in namespaces of their own.
+				// 200 writes before, 600 answers through the seat
+				// and plenty after: 1000 more, in namespaces of their
+				// own.
 				f.grow(t, 1000)
 				f.growIn(t, []string{"ns-i", "ns-j", "ns-k", "ns-l"}, 2000)
 				testAdaptivePacing(t, f)
