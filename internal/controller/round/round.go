@@ -1,0 +1,105 @@
+// Package round gives the controllers that look at the whole cluster at
+// once (the trigger, the re-encryption controller) the shape of every
+// other controller-runtime controller. Their Reconcile takes one
+// well-known request, a round: it runs once when the controller starts
+// (with leadership), again after the events of its watches, and again
+// after the RequeueAfter it returns. The workqueue then does what such
+// controllers would otherwise hand-make with kick channels and timers: it
+// runs one round at a time, folds the events that arrive during a round
+// into the next one, and of several times asked for keeps the earliest.
+package round
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+)
+
+// Request is the one request a round controller reconciles.
+var Request = reconcile.Request{NamespacedName: types.NamespacedName{Name: "round"}}
+
+// Queue is the workqueue of a round controller.
+type Queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
+
+// NewControllerManagedBy starts the builder of a round controller named
+// name: one round at a time, the first as soon as the controller starts.
+// The caller adds its watches (with After as their handler) and completes
+// it with its reconciler.
+func NewControllerManagedBy(mgr ctrl.Manager, name string) *builder.Builder {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(name).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		WatchesRawSource(source.Func(func(_ context.Context, q Queue) error {
+			q.Add(Request)
+			return nil
+		}))
+}
+
+// After is the event handler of a round controller's watches: every event
+// asks for a round delay later, so that a burst of events (a migration
+// changes after every chunk) makes one round, not one each.
+func After(delay time.Duration) handler.EventHandler {
+	add := func(q Queue) { q.AddAfter(Request, delay) }
+	return handler.Funcs{
+		CreateFunc:  func(_ context.Context, _ event.CreateEvent, q Queue) { add(q) },
+		UpdateFunc:  func(_ context.Context, _ event.UpdateEvent, q Queue) { add(q) },
+		DeleteFunc:  func(_ context.Context, _ event.DeleteEvent, q Queue) { add(q) },
+		GenericFunc: func(_ context.Context, _ event.GenericEvent, q Queue) { add(q) },
+	}
+}
+
+// Kicks is a source of rounds for events from outside the manager's cache
+// (an informer of an API that may not be served, say): Kick asks for a
+// round. Kicks before the controller starts are not needed, since it
+// starts with a round, and are dropped.
+type Kicks struct {
+	mu sync.Mutex
+	q  Queue
+}
+
+var _ source.Source = (*Kicks)(nil)
+
+// Start implements source.Source.
+func (k *Kicks) Start(_ context.Context, q Queue) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.q = q
+	return nil
+}
+
+// Kick asks for a round delay from now.
+func (k *Kicks) Kick(delay time.Duration) {
+	k.mu.Lock()
+	q := k.q
+	k.mu.Unlock()
+	if q != nil {
+		q.AddAfter(Request, delay)
+	}
+}
+
+// String implements fmt.Stringer for the controller's logs.
+func (k *Kicks) String() string { return "round kicks" }
+
+// Only keeps the update events whose old and new object keep accepts
+// (builder.WithPredicates(round.Only(...))); creations and deletions are
+// dropped.
+func Only(keep func(old, new client.Object) bool) builder.Predicates {
+	return builder.WithPredicates(predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return keep(e.ObjectOld, e.ObjectNew) },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	})
+}
