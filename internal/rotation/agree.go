@@ -74,6 +74,32 @@ func (a Agreement) anyConfig() bool {
 // to be all), the reports read from endpoints and the endpoints that
 // could not be read.
 func Agree(ids []apiservers.Identity, reports []apiservers.Report, failures []Failure) Agreement {
+	a := Agreement{Servers: servers(ids, reports)}
+	configs := map[string]bool{}
+	for _, s := range a.Servers {
+		if s.Reached {
+			configs[s.ConfigHash] = true
+		}
+	}
+	if why := waitingFor(a.Servers, failures, len(configs)); len(why) > 0 {
+		a.Waiting = strings.Join(why, "; ")
+		return a
+	}
+	a.Agreed = true
+	for h := range configs {
+		a.ConfigHash = h
+	}
+	for _, s := range a.Servers {
+		if s.LoadedAt.After(a.Since) {
+			a.Since = s.LoadedAt
+		}
+	}
+	return a
+}
+
+// servers lists every server the leases or the reports name, by IDHash,
+// then those that name themselves nowhere, by where they were read.
+func servers(ids []apiservers.Identity, reports []apiservers.Report) []Server {
 	byHash := map[string]*Server{}
 	var order []string
 	add := func(hash string) *Server {
@@ -99,21 +125,26 @@ func Agree(ids []apiservers.Identity, reports []apiservers.Report, failures []Fa
 		s.Endpoint, s.ConfigHash, s.LoadedAt, s.ReloadFailedAt, s.Reached = r.Endpoint, r.ConfigHash, r.LoadedAt, r.ReloadFailedAt, true
 	}
 	slices.Sort(order)
-	a := Agreement{}
+	var out []Server
 	for _, h := range order {
-		a.Servers = append(a.Servers, *byHash[h])
+		out = append(out, *byHash[h])
 	}
-	// A server that names itself nowhere is listed by where it was read.
 	for _, r := range anonymous {
-		a.Servers = append(a.Servers, Server{Endpoint: r.Endpoint, LoadedAt: r.LoadedAt, Reached: true})
+		out = append(out, Server{Endpoint: r.Endpoint, LoadedAt: r.LoadedAt, Reached: true})
 	}
+	return out
+}
 
+// waitingFor says, in words, why the servers cannot be taken to agree:
+// nothing when they can. configs counts the configurations the servers
+// reached have loaded ("" for none among them).
+func waitingFor(servers []Server, failures []Failure, configs int) []string {
 	var why []string
 	for _, f := range failures {
 		why = append(why, fmt.Sprintf("the metrics of %s could not be read (%v)", f.Endpoint, f.Err))
 	}
 	var unreached []string
-	for _, s := range a.Servers {
+	for _, s := range servers {
 		if !s.Reached {
 			unreached = append(unreached, s.ID)
 		}
@@ -124,38 +155,19 @@ func Agree(ids []apiservers.Identity, reports []apiservers.Report, failures []Fa
 	if len(unreached) > 0 {
 		why = append(why, fmt.Sprintf("API server %s did not report its encryption configuration (give its address with --apiserver-endpoints)", strings.Join(unreached, ", ")))
 	}
-	configs := map[string]bool{}
-	for _, s := range a.Servers {
-		if s.Reached {
-			configs[s.ConfigHash] = true
-		}
-	}
-	if len(a.Servers) == 0 && len(failures) == 0 {
+	if len(servers) == 0 && len(failures) == 0 {
 		why = append(why, "no API server was found")
 	}
-	if len(configs) > 1 {
+	if configs > 1 {
 		var loaded []string
-		for _, s := range a.Servers {
+		for _, s := range servers {
 			if s.Reached {
 				loaded = append(loaded, fmt.Sprintf("%s has %s", name(s), orNone(s.ConfigHash)))
 			}
 		}
 		why = append(why, "API servers have loaded different encryption configurations: "+strings.Join(loaded, ", "))
 	}
-	if len(why) > 0 {
-		a.Waiting = strings.Join(why, "; ")
-		return a
-	}
-	a.Agreed = true
-	for h := range configs {
-		a.ConfigHash = h
-	}
-	for _, s := range a.Servers {
-		if s.LoadedAt.After(a.Since) {
-			a.Since = s.LoadedAt
-		}
-	}
-	return a
+	return why
 }
 
 func name(s Server) string {

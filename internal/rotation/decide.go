@@ -8,12 +8,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/followup"
 )
 
 const (
 	// CreatedByLabel marks the migrations svm creates to re-encrypt; it is
 	// the trigger's label, with a value of its own.
-	CreatedByLabel = "migration.k8s.io/created-by"
+	CreatedByLabel = followup.CreatedByLabel
 	// CreatedByValue is CreatedByLabel's value on re-encryption migrations.
 	CreatedByValue = "svm-encryption"
 	// ConfigHashAnnotation records the encryption configuration every API
@@ -55,91 +56,106 @@ type Decision struct {
 }
 
 // Decide applies the re-encryption rule to one resource.
-func Decide(in Input) (d Decision) {
+func Decide(in Input) Decision {
 	var old *migrationv1alpha1.StorageEncryption
 	if in.State != nil {
 		old = in.State.Status.Encryption
 	}
-	status := old.DeepCopy()
-	if status == nil {
-		status = &migrationv1alpha1.StorageEncryption{}
-	}
+	d, status := decide(in, old)
 	// Write the status only when it changes.
-	defer func() {
-		if status != nil && (old == nil || !apiequality.Semantic.DeepEqual(old, status)) {
-			d.Status = status
-		}
-	}()
+	if status != nil && (old == nil || !apiequality.Semantic.DeepEqual(old, status)) {
+		d.Status = status
+	}
+	return d
+}
+
+// decide is the decision for the agreement, and the status.encryption to
+// record, nil for none: old, the one recorded, is not changed.
+func decide(in Input, old *migrationv1alpha1.StorageEncryption) (Decision, *migrationv1alpha1.StorageEncryption) {
 	a := in.Agreement
-	if !a.Agreed {
+	switch {
+	case !a.Agreed:
 		// Until the servers agree, a re-encryption would be redone by any
-		// server still writing with another configuration: stop svm's.
-		d.DeleteMigrations = unfinished(in.Migrations, "")
-		if old == nil && !a.anyConfig() {
-			// No server reached encrypts and nothing was ever recorded:
-			// a server svm could not read is no news about encryption.
-			status = nil
-			return d
-		}
-		status.ConfigHash, status.ConfigSince = "", nil
-		status.Message = "Waiting: " + a.Waiting
-		return d
+		// server still writing with another configuration. A server svm
+		// could not read is no news about encryption unless one it read
+		// encrypts.
+		return stop(in, old, a.anyConfig(), "Waiting: "+a.Waiting)
+	case !a.Encrypting():
+		return stop(in, old, false, "No API server has an encryption configuration loaded: objects are written unencrypted")
 	}
-	if !a.Encrypting() {
-		d.DeleteMigrations = unfinished(in.Migrations, "")
-		if old == nil {
-			status = nil // nothing encrypted, nothing recorded: nothing to say
-			return d
-		}
-		status.ConfigHash, status.ConfigSince = "", nil
-		status.Message = "No API server has an encryption configuration loaded: objects are written unencrypted"
-		return d
+	return encrypt(in, editable(old))
+}
+
+// stop is the decision when no re-encryption may run: svm's stop, and the
+// status says why, with no configuration current. When nothing was
+// recorded and there is no news about encryption, nothing is.
+func stop(in Input, old *migrationv1alpha1.StorageEncryption, news bool, why string) (Decision, *migrationv1alpha1.StorageEncryption) {
+	d := Decision{DeleteMigrations: mark.Unfinished(in.Migrations, "")}
+	if old == nil && !news {
+		return d, nil
 	}
+	status := editable(old)
+	status.ConfigHash, status.ConfigSince = "", nil
+	status.Message = why
+	return d, status
+}
+
+// encrypt is the decision while every server has loaded the configuration
+// Agreement.ConfigHash: record a re-encryption under it that succeeded, or
+// wait for the one under way, or start one once the failed ones allow.
+// status is changed to what to record.
+func encrypt(in Input, status *migrationv1alpha1.StorageEncryption) (Decision, *migrationv1alpha1.StorageEncryption) {
+	a := in.Agreement
 	hash := a.ConfigHash
 	status.ConfigHash, status.ConfigSince = hash, metav1Time(a.Since)
-	d.DeleteMigrations = unfinished(in.Migrations, hash)
+	d := Decision{DeleteMigrations: mark.Unfinished(in.Migrations, hash)}
 	if status.RewrittenConfigHash == hash {
 		status.Message = rewrittenMessage(in.Resource, status)
-		return d
+		return d, status
 	}
-	// A migration created after every server had loaded the configuration
-	// rewrites every object under it, whoever made it: svm's
-	// re-encryption, the trigger's, a user's. Others prove nothing.
-	var live, own []*migrationv1alpha1.StorageVersionMigration
-	for i := range in.Migrations {
-		m := &in.Migrations[i]
-		// Creation times are kept to the second.
-		if m.CreationTimestamp.Time.Before(a.Since.Truncate(time.Second)) {
-			continue
-		}
-		live = append(live, m)
-		if IsOwned(m) && m.Annotations[ConfigHashAnnotation] == hash {
-			own = append(own, m)
-		}
-	}
+	live := madeSince(in.Migrations, a.Since)
 	if m := lastSucceeded(live); m != nil {
 		status.RewrittenConfigHash, status.RewrittenTime, status.RewrittenBy = hash, metav1Time(finishedAt(m)), m.Name
 		status.Message = rewrittenMessage(in.Resource, status)
 		d.Rewritten = true
-		return d
+		return d, status
 	}
-	for _, m := range live {
-		if !m.IsFinished() && m.DeletionTimestamp == nil {
-			status.Message = fmt.Sprintf("Re-encrypting every object under configuration %s (migration %s); until it succeeds, keys of earlier configurations are still needed", hash, m.Name)
-			return d
-		}
+	if m := followup.FirstActive(live); m != nil {
+		status.Message = fmt.Sprintf("Re-encrypting every object under configuration %s (migration %s); until it succeeds, keys of earlier configurations are still needed", hash, m.Name)
+		return d, status
 	}
-	if failures, last := failed(own); failures > 0 {
-		due := last.Add(backoff(in.RetryBase, in.RetryMax, failures))
-		if in.Now.Before(due) {
-			d.RequeueAfter = due.Sub(in.Now)
-			status.Message = fmt.Sprintf("Re-encryption under configuration %s failed %d time(s); the next starts at %s; until one succeeds, keys of earlier configurations are still needed", hash, failures, due.UTC().Format(time.RFC3339))
-			return d
-		}
+	if r := followup.NextRetry(mark.For(live, hash), finishedAt, in.RetryBase, in.RetryMax); r.Wait(in.Now) > 0 {
+		d.RequeueAfter = r.Wait(in.Now)
+		status.Message = fmt.Sprintf("Re-encryption under configuration %s failed %d time(s); the next starts at %s; until one succeeds, keys of earlier configurations are still needed", hash, r.Failures, r.Due.UTC().Format(time.RFC3339))
+		return d, status
 	}
 	d.CreateMigration = true
 	status.Message = fmt.Sprintf("Re-encrypting every object under configuration %s; until it succeeds, keys of earlier configurations are still needed", hash)
-	return d
+	return d, status
+}
+
+// editable is a copy of the recorded status.encryption to change, an empty
+// one when none was recorded.
+func editable(old *migrationv1alpha1.StorageEncryption) *migrationv1alpha1.StorageEncryption {
+	if old == nil {
+		return &migrationv1alpha1.StorageEncryption{}
+	}
+	return old.DeepCopy()
+}
+
+// madeSince is the migrations of ms created at or after since. A migration
+// created after every server had loaded the configuration rewrites every
+// object under it, whoever made it: svm's re-encryption, the trigger's, a
+// user's. Others prove nothing.
+func madeSince(ms []migrationv1alpha1.StorageVersionMigration, since time.Time) []migrationv1alpha1.StorageVersionMigration {
+	var live []migrationv1alpha1.StorageVersionMigration
+	for _, m := range ms {
+		// Creation times are kept to the second.
+		if !m.CreationTimestamp.Time.Before(since.Truncate(time.Second)) {
+			live = append(live, m)
+		}
+	}
+	return live
 }
 
 // Current reports whether a resource's recorded re-encryption is under
@@ -157,44 +173,23 @@ func rewrittenMessage(resource string, s *migrationv1alpha1.StorageEncryption) s
 	return fmt.Sprintf("Every object of %s was rewritten under configuration %s%s (migration %s): objects written through the API no longer need keys the configuration only reads with", resource, s.RewrittenConfigHash, at, s.RewrittenBy)
 }
 
+// mark is how the re-encryption marks its migrations and records the
+// configuration each was made under.
+var mark = followup.Mark{Value: CreatedByValue, TargetKey: ConfigHashAnnotation}
+
 // IsOwned reports whether m is a re-encryption svm created.
 func IsOwned(m *migrationv1alpha1.StorageVersionMigration) bool {
-	return m.Labels[CreatedByLabel] == CreatedByValue
+	return mark.Owns(m)
 }
 
-// unfinished names svm's unfinished re-encryptions not under keep.
-func unfinished(ms []migrationv1alpha1.StorageVersionMigration, keep string) []string {
-	var out []string
-	for i := range ms {
-		m := &ms[i]
-		if IsOwned(m) && !m.IsFinished() && m.DeletionTimestamp == nil && (keep == "" || m.Annotations[ConfigHashAnnotation] != keep) {
-			out = append(out, m.Name)
-		}
-	}
-	return out
-}
-
-func lastSucceeded(ms []*migrationv1alpha1.StorageVersionMigration) *migrationv1alpha1.StorageVersionMigration {
+func lastSucceeded(ms []migrationv1alpha1.StorageVersionMigration) *migrationv1alpha1.StorageVersionMigration {
 	var last *migrationv1alpha1.StorageVersionMigration
-	for _, m := range ms {
-		if m.HasCondition(migrationv1alpha1.MigrationSucceeded) && (last == nil || finishedAt(m).After(finishedAt(last))) {
+	for i := range ms {
+		if m := &ms[i]; m.HasCondition(migrationv1alpha1.MigrationSucceeded) && (last == nil || finishedAt(m).After(finishedAt(last))) {
 			last = m
 		}
 	}
 	return last
-}
-
-func failed(ms []*migrationv1alpha1.StorageVersionMigration) (int, time.Time) {
-	n, last := 0, time.Time{}
-	for _, m := range ms {
-		if m.HasCondition(migrationv1alpha1.MigrationFailed) {
-			n++
-			if t := finishedAt(m); t.After(last) {
-				last = t
-			}
-		}
-	}
-	return n, last
 }
 
 // finishedAt is when m's Succeeded or Failed condition was set.
@@ -205,14 +200,6 @@ func finishedAt(m *migrationv1alpha1.StorageVersionMigration) time.Time {
 		}
 	}
 	return m.CreationTimestamp.Time
-}
-
-func backoff(base, maxDelay time.Duration, failures int) time.Duration {
-	d := base
-	for i := 1; i < failures && d < maxDelay; i++ {
-		d *= 2
-	}
-	return min(d, maxDelay)
 }
 
 func metav1Time(t time.Time) *metav1.Time {

@@ -180,6 +180,16 @@ func TestDecide(t *testing.T) {
 		migrations: []migrationv1alpha1.StorageVersionMigration{migration("secrets-0", c2, t0.Add(-time.Minute), succeeded(t0.Add(time.Minute)))},
 		create:     true,
 	}, {
+		name:       "creation times are kept to the second: one made in the second the last server loaded the configuration counts",
+		agreement:  Agree(nil, []apiservers.Report{report("a", c2, t0.Add(500*time.Millisecond))}, nil),
+		migrations: []migrationv1alpha1.StorageVersionMigration{migration("secrets-1", c2, t0, succeeded(t0.Add(3*time.Minute)))},
+		rewritten:  true, recorded: c2,
+	}, {
+		name:       "one made the second before proves nothing",
+		agreement:  Agree(nil, []apiservers.Report{report("a", c2, t0.Add(500*time.Millisecond))}, nil),
+		migrations: []migrationv1alpha1.StorageVersionMigration{migration("secrets-0", c2, t0.Add(-time.Second), succeeded(t0.Add(3*time.Minute)))},
+		create:     true,
+	}, {
 		name: "a user's migration made since every server loaded the configuration counts too", agreement: agreed,
 		migrations: []migrationv1alpha1.StorageVersionMigration{users("users", t0.Add(time.Minute), succeeded(t0.Add(2*time.Minute)))},
 		rewritten:  true, recorded: c2,

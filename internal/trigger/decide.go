@@ -6,12 +6,13 @@ import (
 	"time"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/followup"
 )
 
 const (
 	// CreatedByLabel marks the migrations svm's trigger created; only those
 	// are ever deleted by svm.
-	CreatedByLabel = "migration.k8s.io/created-by"
+	CreatedByLabel = followup.CreatedByLabel
 	// CreatedByValue is CreatedByLabel's value on svm's migrations.
 	CreatedByValue = "svm-trigger"
 	// TargetHashAnnotation records the storage version hash a trigger
@@ -134,6 +135,10 @@ func reason(in Input, d Decision) string {
 	return ReasonFirstSight
 }
 
+// decide takes the life-cycle's steps in order: what the StorageVersion
+// API says of the encoding (servers that disagree stop everything), then
+// first sight, a storage version change, and else following up on the
+// current hash.
 func decide(in Input) Decision {
 	if in.Encoding != nil {
 		if in.Encoding.Common == "" {
@@ -143,112 +148,130 @@ func decide(in Input) Decision {
 		in.Observed = &common
 	}
 	if in.State == nil {
-		if in.Observed == nil {
-			return Decision{}
-		}
-		hash := *in.Observed
-		d := Decision{
-			DeleteMigrations: unfinishedOwned(in.Migrations, ""),
-			CreateState:      true,
-			Status: &migrationv1alpha1.StorageStateStatus{
-				PersistedStorageVersionHashes: []string{migrationv1alpha1.UnknownStorageVersionHash},
-				CurrentStorageVersionHash:     hash, CurrentStorageVersionSince: ptrTime(in.Now), LastHeartbeatTime: metaTime(in.Now),
-			},
-		}
-		if wait := in.settling(in.Now); wait > 0 {
-			d.RequeueAfter = wait
-			return d
-		}
-		d.CreateMigrationFor = &hash
-		return d
+		return firstSight(in)
 	}
-
-	status := in.State.Status.DeepCopy()
-	if len(status.PersistedStorageVersionHashes) == 0 {
-		// Unknown is the default: a state whose status was never written
-		// (svm stopped between creating it and writing its status) proves
-		// nothing about what is stored.
-		status.PersistedStorageVersionHashes = []string{migrationv1alpha1.UnknownStorageVersionHash}
-	}
+	status := recordedStatus(in.State)
 	var d Decision
-	crdBehind := in.CRD != nil && len(in.CRD.StoredHashes) > 0
-	if crdBehind {
-		for _, h := range in.CRD.StoredHashes {
-			if !slices.Contains(status.PersistedStorageVersionHashes, h) {
-				status.PersistedStorageVersionHashes = append(status.PersistedStorageVersionHashes, h)
-				d.Status = status
-			}
+	if crdBehind(in.CRD) {
+		before := len(status.PersistedStorageVersionHashes)
+		status.PersistedStorageVersionHashes = union(status.PersistedStorageVersionHashes, in.CRD.StoredHashes...)
+		if len(status.PersistedStorageVersionHashes) > before {
+			d.Status = status
 		}
 	}
 	if in.Observed != nil {
 		status.LastHeartbeatTime = metaTime(in.Now)
 		d.Status = status
 		if hash := *in.Observed; hash != status.CurrentStorageVersionHash {
-			// The storage version changed: objects may now be in either
-			// version until a migration to the new one succeeds.
-			status.CurrentStorageVersionHash = hash
-			status.CurrentStorageVersionSince = ptrTime(in.Now)
-			if !slices.Contains(status.PersistedStorageVersionHashes, hash) {
-				status.PersistedStorageVersionHashes = append(status.PersistedStorageVersionHashes, hash)
-			}
-			d.DeleteMigrations = unfinishedOwned(in.Migrations, hash)
-			if hasUnfinishedOwned(in.Migrations, hash) {
-				return d
-			}
-			if wait := in.settling(in.Now); wait > 0 {
-				d.RequeueAfter = wait
-				return d
-			}
-			d.CreateMigrationFor = &hash
-			return d
+			return storageChanged(in, d, status, hash)
 		}
 	}
+	return followUp(in, d, status)
+}
 
+// firstSight is the decision for a resource without a StorageState: one
+// that says nothing is known about what is stored, and a migration to the
+// observed hash. svm's migrations of the resource, left from a state that
+// is gone, stop.
+func firstSight(in Input) Decision {
+	if in.Observed == nil {
+		return Decision{}
+	}
+	hash := *in.Observed
+	d := Decision{
+		DeleteMigrations: unfinishedOwned(in.Migrations, ""),
+		CreateState:      true,
+		Status: &migrationv1alpha1.StorageStateStatus{
+			PersistedStorageVersionHashes: []string{migrationv1alpha1.UnknownStorageVersionHash},
+			CurrentStorageVersionHash:     hash, CurrentStorageVersionSince: ptrTime(in.Now), LastHeartbeatTime: metaTime(in.Now),
+		},
+	}
+	return in.start(d, hash)
+}
+
+// storageChanged is the decision when the storage version changed to
+// hash, status being the state's status as d leaves it: objects may now be
+// in either version until a migration to the new one succeeds, and svm's
+// migrations to other versions stop.
+func storageChanged(in Input, d Decision, status *migrationv1alpha1.StorageStateStatus, hash string) Decision {
+	status.CurrentStorageVersionHash = hash
+	status.CurrentStorageVersionSince = ptrTime(in.Now)
+	status.PersistedStorageVersionHashes = union(status.PersistedStorageVersionHashes, hash)
+	d.DeleteMigrations = unfinishedOwned(in.Migrations, hash)
+	if hasUnfinishedOwned(in.Migrations, hash) {
+		return d
+	}
+	return in.start(d, hash)
+}
+
+// followUp is the decision when the current hash has not changed this
+// round, status being the state's status as d leaves it: a migration that
+// succeeded for it refines the persisted hashes to it alone; otherwise,
+// unless one is under way, a new migration starts once due.
+func followUp(in Input, d Decision, status *migrationv1alpha1.StorageStateStatus) Decision {
 	current := status.CurrentStorageVersionHash
 	if current == "" || current == migrationv1alpha1.UnknownStorageVersionHash || isExactly(status.PersistedStorageVersionHashes, current) {
 		return d
 	}
-	live := in.Migrations[:0:0]
+	live := countable(in)
+	if succeededFor(live, current) {
+		status.PersistedStorageVersionHashes = []string{current}
+		d.Status = status
+		d.PruneStoredVersions = crdBehind(in.CRD)
+		return d
+	}
+	if followup.FirstActive(live) != nil || hasUnfinishedOwned(in.Migrations, current) {
+		return d
+	}
+	if wait := in.startWait(live, current); wait > 0 {
+		d.RequeueAfter = wait
+		return d
+	}
+	d.CreateMigrationFor = &current
+	return d
+}
+
+// countable is the migrations that can vouch for what is stored: only
+// those made since the state was (re)created, and while the CRD lists
+// other stored versions, only svm's made at its current generation, since
+// the storage version cannot have changed during them.
+func countable(in Input) []migrationv1alpha1.StorageVersionMigration {
+	var live []migrationv1alpha1.StorageVersionMigration
+	behind := crdBehind(in.CRD)
 	for _, m := range in.Migrations {
-		// Only migrations made since the state was (re)created count, and
-		// while the CRD lists other stored versions, only those made at its
-		// current generation: the storage version cannot have changed
-		// during them.
 		if m.CreationTimestamp.Before(&in.State.CreationTimestamp) {
 			continue
 		}
-		if crdBehind && (!IsOwned(&m) || m.Annotations[CRDGenerationAnnotation] != strconv.FormatInt(in.CRD.Generation, 10)) {
+		if behind && (!IsOwned(&m) || m.Annotations[CRDGenerationAnnotation] != strconv.FormatInt(in.CRD.Generation, 10)) {
 			continue
 		}
 		live = append(live, m)
 	}
-	if succeededFor(live, current) {
-		status.PersistedStorageVersionHashes = []string{current}
-		d.Status = status
-		d.PruneStoredVersions = crdBehind
-		return d
+	return live
+}
+
+// startWait is how long a new migration to current must still wait, 0 for
+// none: until every API server has had time to see a CRD's change, then
+// out a growing delay if svm's earlier ones among live failed.
+func (in Input) startWait(live []migrationv1alpha1.StorageVersionMigration, current string) time.Duration {
+	// A hash seen before svm recorded when is long settled.
+	if since := in.State.Status.CurrentStorageVersionSince; since != nil {
+		if wait := in.settling(since.Time); wait > 0 {
+			return wait
+		}
 	}
-	if hasUnfinished(live) || hasUnfinishedOwned(in.Migrations, current) {
-		return d
-	}
-	// No migration is under way for the current hash: start one, once
-	// every API server has had time to see a CRD's change, and after a
-	// growing delay if svm's earlier ones failed.
-	if since := in.State.Status.CurrentStorageVersionSince; since == nil {
-		// Seen before svm recorded when: long settled.
-	} else if wait := in.settling(since.Time); wait > 0 {
+	return followup.NextRetry(mark.For(live, current), completedAt, in.RetryBase, in.RetryMax).Wait(in.Now)
+}
+
+// start asks d for a migration to hash, first seen now, unless a custom
+// resource's API servers are still settling: then d falls due again once
+// they have.
+func (in Input) start(d Decision, hash string) Decision {
+	if wait := in.settling(in.Now); wait > 0 {
 		d.RequeueAfter = wait
 		return d
 	}
-	failures, last := failedOwned(live, current)
-	if failures > 0 {
-		due := last.Add(backoff(in.RetryBase, in.RetryMax, failures))
-		if in.Now.Before(due) {
-			d.RequeueAfter = due.Sub(in.Now)
-			return d
-		}
-	}
-	d.CreateMigrationFor = &current
+	d.CreateMigrationFor = &hash
 	return d
 }
 
@@ -265,16 +288,9 @@ func disagree(in Input) Decision {
 	if in.State == nil {
 		d.CreateState = true
 	} else {
-		status = in.State.Status.DeepCopy()
-		if len(status.PersistedStorageVersionHashes) == 0 {
-			status.PersistedStorageVersionHashes = []string{migrationv1alpha1.UnknownStorageVersionHash}
-		}
+		status = recordedStatus(in.State)
 	}
-	for _, h := range in.Encoding.Reported {
-		if !slices.Contains(status.PersistedStorageVersionHashes, h) {
-			status.PersistedStorageVersionHashes = append(status.PersistedStorageVersionHashes, h)
-		}
-	}
+	status.PersistedStorageVersionHashes = union(status.PersistedStorageVersionHashes, in.Encoding.Reported...)
 	if status.CurrentStorageVersionHash != migrationv1alpha1.UnknownStorageVersionHash {
 		status.CurrentStorageVersionHash = migrationv1alpha1.UnknownStorageVersionHash
 		status.CurrentStorageVersionSince = ptrTime(in.Now)
@@ -283,6 +299,34 @@ func disagree(in Input) Decision {
 	d.Status = status
 	d.DeleteMigrations = unfinishedOwned(in.Migrations, "")
 	return d
+}
+
+// recordedStatus is a copy of s's status. Unknown is its default
+// persisted hash: a state whose status was never written (svm stopped
+// between creating it and writing its status) proves nothing about what
+// is stored.
+func recordedStatus(s *migrationv1alpha1.StorageState) *migrationv1alpha1.StorageStateStatus {
+	status := s.Status.DeepCopy()
+	if len(status.PersistedStorageVersionHashes) == 0 {
+		status.PersistedStorageVersionHashes = []string{migrationv1alpha1.UnknownStorageVersionHash}
+	}
+	return status
+}
+
+// crdBehind reports whether a CRD lists stored versions other than its
+// storage version: objects may be stored in them whatever svm saw.
+func crdBehind(crd *CRDStorage) bool {
+	return crd != nil && len(crd.StoredHashes) > 0
+}
+
+// union is persisted with the hashes it lacks appended, in order.
+func union(persisted []string, hashes ...string) []string {
+	for _, h := range hashes {
+		if !slices.Contains(persisted, h) {
+			persisted = append(persisted, h)
+		}
+	}
+	return persisted
 }
 
 // settling is how long a custom resource's migration must still wait for
@@ -316,53 +360,32 @@ func ResetStatus(s *migrationv1alpha1.StorageState, now time.Time) *migrationv1a
 	}
 }
 
-func backoff(base, maxDelay time.Duration, failures int) time.Duration {
-	d := base
-	for i := 1; i < failures && d < maxDelay; i++ {
-		d *= 2
-	}
-	return min(d, maxDelay)
-}
+// mark is how the trigger marks its migrations and records the hash each
+// was made for.
+var mark = followup.Mark{Value: CreatedByValue, TargetKey: TargetHashAnnotation}
 
 // IsOwned reports whether svm's trigger created m.
 func IsOwned(m *migrationv1alpha1.StorageVersionMigration) bool {
-	return m.Labels[CreatedByLabel] == CreatedByValue
+	return mark.Owns(m)
 }
 
 // TargetHash is the hash an owned migration was created for.
 func TargetHash(m *migrationv1alpha1.StorageVersionMigration) string {
-	return m.Annotations[TargetHashAnnotation]
+	return mark.Target(m)
 }
 
-// unfinishedOwned names svm's unfinished migrations for any hash but keep.
+// unfinishedOwned names svm's unfinished migrations for any hash but keep,
+// sorted.
 func unfinishedOwned(ms []migrationv1alpha1.StorageVersionMigration, keep string) []string {
-	var out []string
-	for i := range ms {
-		m := &ms[i]
-		if IsOwned(m) && !m.IsFinished() && m.DeletionTimestamp == nil && (keep == "" || TargetHash(m) != keep) {
-			out = append(out, m.Name)
-		}
-	}
+	out := mark.Unfinished(ms, keep)
 	slices.Sort(out)
 	return out
 }
 
+// hasUnfinishedOwned reports whether a migration of svm's to hash is
+// under way.
 func hasUnfinishedOwned(ms []migrationv1alpha1.StorageVersionMigration, hash string) bool {
-	for i := range ms {
-		if m := &ms[i]; IsOwned(m) && TargetHash(m) == hash && !m.IsFinished() && m.DeletionTimestamp == nil {
-			return true
-		}
-	}
-	return false
-}
-
-func hasUnfinished(ms []migrationv1alpha1.StorageVersionMigration) bool {
-	for i := range ms {
-		if !ms[i].IsFinished() && ms[i].DeletionTimestamp == nil {
-			return true
-		}
-	}
-	return false
+	return followup.FirstActive(mark.For(ms, hash)) != nil
 }
 
 // succeededFor reports whether a migration made for hash succeeded: an
@@ -380,24 +403,12 @@ func succeededFor(ms []migrationv1alpha1.StorageVersionMigration, hash string) b
 	return false
 }
 
-// failedOwned counts svm's failed migrations for hash and returns when the
-// last one ended.
-func failedOwned(ms []migrationv1alpha1.StorageVersionMigration, hash string) (int, time.Time) {
-	n, last := 0, time.Time{}
-	for i := range ms {
-		m := &ms[i]
-		if IsOwned(m) && TargetHash(m) == hash && m.HasCondition(migrationv1alpha1.MigrationFailed) {
-			n++
-			end := m.CreationTimestamp.Time
-			if m.Status.CompletionTime != nil {
-				end = m.Status.CompletionTime.Time
-			}
-			if end.After(last) {
-				last = end
-			}
-		}
+// completedAt is when a finished migration ended.
+func completedAt(m *migrationv1alpha1.StorageVersionMigration) time.Time {
+	if m.Status.CompletionTime != nil {
+		return m.Status.CompletionTime.Time
 	}
-	return n, last
+	return m.CreationTimestamp.Time
 }
 
 func isExactly(hashes []string, hash string) bool {

@@ -117,6 +117,12 @@ func TestDecide(t *testing.T) {
 			want: Decision{DeleteMigrations: []string{"to-a"}, Status: changed(status(now, "B", "A", "B"), now), CreateMigrationFor: ptr("B")},
 		},
 		{
+			name: "hash changed to one svm already migrates to: stop the others, start no second",
+			in: Input{Now: now, Observed: ptr("B"), State: state(t0, "A", "A"),
+				Migrations: []migrationv1alpha1.StorageVersionMigration{owned("to-a", "A", t0, ""), owned("to-b", "B", t0, "")}},
+			want: Decision{DeleteMigrations: []string{"to-a"}, Status: changed(status(now, "B", "A", "B"), now)},
+		},
+		{
 			name: "flipped back: the old hash is not listed twice",
 			in:   Input{Now: now, Observed: ptr("A"), State: state(t0, "B", "A", "B")},
 			want: Decision{Status: changed(status(now, "A", "A", "B"), now), CreateMigrationFor: ptr("A")},
@@ -196,6 +202,12 @@ func TestDecide(t *testing.T) {
 			in: Input{Now: now, Observed: ptr("A"), State: state(t0, "A", "A"), Encoding: &Encoding{Reported: []string{"A", "B"}},
 				Migrations: []migrationv1alpha1.StorageVersionMigration{owned("to-a", "A", t0, ""), user("mine", t0, "", "")}},
 			want: Decision{DeleteMigrations: []string{"to-a"}, Status: changed(status(now, unknown, "A", "B"), now)},
+		},
+		{
+			name: "servers disagree on a state whose status was never written: Unknown, then every reported hash",
+			in: Input{Now: now, State: &migrationv1alpha1.StorageState{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(t0)}},
+				Encoding: &Encoding{Reported: []string{"B", "A"}}},
+			want: Decision{Status: changed(status(now, unknown, unknown, "B", "A"), now)},
 		},
 		{
 			name: "servers disagree at first sight: a state that says Unknown, no migration",
