@@ -1,0 +1,494 @@
+package encryption
+
+import (
+	"context"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/apiservers"
+	"github.com/svm-project/svm/internal/controller/round"
+	"github.com/svm-project/svm/internal/health"
+	"github.com/svm-project/svm/internal/rotation"
+	"github.com/svm-project/svm/internal/scheme"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+const (
+	config1 = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	config2 = "sha256:2222222222222222222222222222222222222222222222222222222222222222"
+)
+
+// apiServer is a kube-apiserver as the controller sees it: an identity
+// lease, and /metrics telling the encryption configuration it loaded.
+type apiServer struct {
+	id       string
+	config   string
+	loadedAt time.Time
+}
+
+// metricsOf is what kube-apiserver serves on /metrics about its
+// encryption configuration, among series the controller does not read.
+func metricsOf(s apiServer) string {
+	hash := apiservers.IDHash(s.id)
+	loaded := strconv.FormatFloat(float64(s.loadedAt.Unix()), 'e', -1, 64)
+	return `# HELP apiserver_request_total [STABLE] Counter of apiserver requests.
+# TYPE apiserver_request_total counter
+apiserver_request_total{code="200",verb="GET"} 12
+# HELP apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds [ALPHA] Timestamp of the last successful or failed automatic reload of encryption configuration split by apiserver identity.
+# TYPE apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds gauge
+apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds{apiserver_id_hash="` + hash + `",status="success"} ` + loaded + `
+# HELP apiserver_encryption_config_controller_last_config_info [ALPHA] Information about the last applied encryption configuration with hash as label, split by apiserver identity.
+# TYPE apiserver_encryption_config_controller_last_config_info gauge
+apiserver_encryption_config_controller_last_config_info{apiserver_id_hash="` + hash + `",hash="` + s.config + `"} 1
+# HELP process_start_time_seconds [ALPHA] Start time of the process since unix epoch in seconds.
+# TYPE process_start_time_seconds gauge
+process_start_time_seconds 1.7e+09
+`
+}
+
+// serve starts an HTTPS server answering /metrics as s would.
+func serve(t *testing.T, s apiServer) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		fmt.Fprint(w, metricsOf(s))
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func identityLease(id string, renewed time.Time) *coordinationv1.Lease {
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: id, Namespace: apiservers.LeaseNamespace,
+			Labels: map[string]string{apiservers.IdentityLabel: "kube-apiserver"},
+		},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &id, RenewTime: &metav1.MicroTime{Time: renewed}},
+	}
+}
+
+// served serves Secrets and ConfigMaps, and a custom resource.
+func served() *fakediscovery.FakeDiscovery {
+	verbs := metav1.Verbs{"create", "delete", "get", "list", "patch", "update", "watch"}
+	return &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{Resources: []*metav1.APIResourceList{{
+		GroupVersion: "v1",
+		APIResources: []metav1.APIResource{
+			{Name: "configmaps", SingularName: "configmap", Namespaced: true, Kind: "ConfigMap", Verbs: verbs},
+			{Name: "secrets", SingularName: "secret", Namespaced: true, Kind: "Secret", Verbs: verbs},
+		},
+	}, {
+		GroupVersion: "example.com/v1",
+		APIResources: []metav1.APIResource{{Name: "widgets", SingularName: "widget", Namespaced: true, Kind: "Widget", Verbs: verbs}},
+	}}}}
+}
+
+func storageState(resource string, e *migrationv1alpha1.StorageEncryption) *migrationv1alpha1.StorageState {
+	return &migrationv1alpha1.StorageState{
+		ObjectMeta: metav1.ObjectMeta{Name: resource},
+		Spec:       migrationv1alpha1.StorageStateSpec{Resource: migrationv1alpha1.GroupResource{Resource: resource}},
+		Status:     migrationv1alpha1.StorageStateStatus{Encryption: e},
+	}
+}
+
+// reencryption is one of the controller's migrations of a core resource
+// under config, created at created; ended, when set, is its final
+// condition.
+func reencryption(name, resource, config string, created time.Time, ended *migrationv1alpha1.MigrationCondition) *migrationv1alpha1.StorageVersionMigration {
+	m := &migrationv1alpha1.StorageVersionMigration{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, UID: types.UID("uid-" + name), CreationTimestamp: metav1.NewTime(created),
+			Labels:      map[string]string{rotation.CreatedByLabel: rotation.CreatedByValue},
+			Annotations: map[string]string{rotation.ConfigHashAnnotation: config},
+		},
+		Spec: migrationv1alpha1.StorageVersionMigrationSpec{Resource: migrationv1alpha1.GroupVersionResource{Version: "v1", Resource: resource}},
+	}
+	if ended != nil {
+		m.Status.Conditions = []migrationv1alpha1.MigrationCondition{*ended}
+	}
+	return m
+}
+
+func condition(t migrationv1alpha1.MigrationConditionType, at time.Time) *migrationv1alpha1.MigrationCondition {
+	return &migrationv1alpha1.MigrationCondition{Type: t, Status: corev1.ConditionTrue, LastUpdateTime: metav1.NewTime(at)}
+}
+
+// env is a controller over fakes of everything it reads and writes, and
+// real HTTPS servers for the API servers' metrics.
+type env struct {
+	c        *Controller
+	client   client.Client
+	clock    *clocktesting.FakeClock
+	recorder *events.FakeRecorder
+	disc     *fakediscovery.FakeDiscovery
+}
+
+type setup struct {
+	servers   []apiServer
+	resources []string
+	objects   []client.Object
+	// statusUpdate, if set, stands in for the API server's answer to
+	// status updates.
+	statusUpdate func() error
+}
+
+func newEnv(t *testing.T, s setup) *env {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(t0)
+	var endpoints []string
+	var leases []runtime.Object
+	var ca []byte
+	for _, srv := range s.servers {
+		ts := serve(t, srv)
+		endpoints = append(endpoints, ts.URL)
+		ca = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
+		leases = append(leases, identityLease(srv.id, t0.Add(-5*time.Second)))
+	}
+	funcs := interceptor.Funcs{
+		// The API server stamps what it creates; Decide reads the stamp.
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			obj.SetCreationTimestamp(metav1.NewTime(clk.Now()))
+			return c.Create(ctx, obj, opts...)
+		},
+	}
+	if s.statusUpdate != nil {
+		funcs.SubResourceUpdate = func(context.Context, client.Client, string, client.Object, ...client.SubResourceUpdateOption) error {
+			return s.statusUpdate()
+		}
+	}
+	cl := fake.NewClientBuilder().WithScheme(scheme.Scheme).
+		WithStatusSubresource(&migrationv1alpha1.StorageState{}, &migrationv1alpha1.StorageVersionMigration{}).
+		WithObjects(s.objects...).WithInterceptorFuncs(funcs).Build()
+	e := &env{client: cl, clock: clk, recorder: events.NewFakeRecorder(100), disc: served()}
+	e.c = &Controller{
+		Client: cl, Reader: cl, Leases: kubefake.NewClientset(leases...).CoordinationV1(), Discovery: e.disc,
+		Config:    &rest.Config{Host: endpoints[0], TLSClientConfig: rest.TLSClientConfig{CAData: ca}},
+		Endpoints: endpoints, Resources: s.resources,
+		Clock: clk, Recorder: e.recorder,
+	}
+	e.c.setDefaults()
+	return e
+}
+
+func (e *env) reconcile(t *testing.T) reconcile.Result {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	res, err := e.c.Reconcile(ctx, round.Request)
+	if err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	return res
+}
+
+func (e *env) migrations(t *testing.T) []migrationv1alpha1.StorageVersionMigration {
+	t.Helper()
+	var list migrationv1alpha1.StorageVersionMigrationList
+	if err := e.client.List(context.Background(), &list); err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+func (e *env) encryption(t *testing.T, state string) *migrationv1alpha1.StorageEncryption {
+	t.Helper()
+	var s migrationv1alpha1.StorageState
+	if err := e.client.Get(context.Background(), client.ObjectKey{Name: state}, &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Status.Encryption == nil {
+		t.Fatalf("storage state %s records no encryption", state)
+	}
+	return s.Status.Encryption
+}
+
+// reasons are the reasons of the events recorded so far.
+func (e *env) reasons() []string {
+	var out []string
+	for {
+		select {
+		case ev := <-e.recorder.Events:
+			out = append(out, strings.Fields(ev)[1])
+		default:
+			return out
+		}
+	}
+}
+
+func TestReconcileCreatesReencryptionWhenAllServersAgree(t *testing.T) {
+	loaded := t0.Add(-10 * time.Minute)
+	e := newEnv(t, setup{
+		servers:   []apiServer{{id: "apiserver-a", config: config2, loadedAt: loaded}, {id: "apiserver-b", config: config2, loadedAt: loaded}},
+		resources: []string{"secrets", "configmaps", "widgets.example.com"},
+		objects: []client.Object{
+			storageState("secrets", &migrationv1alpha1.StorageEncryption{ConfigHash: config1, RewrittenConfigHash: config1}),
+			storageState("configmaps", nil),
+		},
+	})
+	if got, want := e.reconcile(t), (reconcile.Result{RequeueAfter: time.Minute}); got != want {
+		t.Errorf("Reconcile = %+v, want %+v", got, want)
+	}
+	ms := e.migrations(t)
+	var created []string
+	for _, m := range ms {
+		created = append(created, m.Spec.Resource.Resource)
+		if !rotation.IsOwned(&m) || m.Annotations[rotation.ConfigHashAnnotation] != config2 || m.Spec.Resource.Version != "v1" ||
+			!strings.HasPrefix(m.Name, m.Spec.Resource.Resource+"-reencrypt-") {
+			t.Errorf("migration %s: labels %v, annotations %v, resource %+v; want a re-encryption of its resource under %s",
+				m.Name, m.Labels, m.Annotations, m.Spec.Resource, config2)
+		}
+	}
+	slices.Sort(created)
+	// Widgets have no StorageState yet: they wait for the trigger.
+	if want := []string{"configmaps", "secrets"}; !slices.Equal(created, want) {
+		t.Errorf("re-encryptions of %v, want one of each of %v", created, want)
+	}
+	for _, state := range []string{"secrets", "configmaps"} {
+		got := e.encryption(t, state)
+		if got.ConfigHash != config2 || !got.ConfigSince.Time.Equal(loaded) || !strings.HasPrefix(got.Message, "Re-encrypting every object under configuration "+config2) {
+			t.Errorf("%s: status.encryption = %+v, want configuration %s since %s, re-encrypting", state, got, config2, loaded)
+		}
+	}
+	if got := e.encryption(t, "secrets").RewrittenConfigHash; got != config1 {
+		t.Errorf("secrets: rewritten under %q, want the earlier record %s kept until the re-encryption succeeds", got, config1)
+	}
+	if got := e.reasons(); !slices.Equal(got, []string{ReasonReencryptionCreated, ReasonReencryptionCreated}) {
+		t.Errorf("events %v, want two %s", got, ReasonReencryptionCreated)
+	}
+
+	// The next look sees the re-encryptions running and makes no more.
+	e.clock.Step(time.Minute)
+	e.reconcile(t)
+	if got := len(e.migrations(t)); got != 2 {
+		t.Errorf("%d migrations after a second round, want the 2 of the first", got)
+	}
+}
+
+func TestReconcileWaitsWhileServersDisagree(t *testing.T) {
+	loaded := t0.Add(-10 * time.Minute)
+	running := reencryption("secrets-reencrypt-old", "secrets", config1, t0.Add(-time.Minute), nil)
+	e := newEnv(t, setup{
+		servers:   []apiServer{{id: "apiserver-a", config: config2, loadedAt: loaded}, {id: "apiserver-b", config: config1, loadedAt: loaded}},
+		resources: []string{"secrets"},
+		objects: []client.Object{
+			storageState("secrets", &migrationv1alpha1.StorageEncryption{ConfigHash: config1, RewrittenConfigHash: config1}),
+			running,
+		},
+	})
+	if got, want := e.reconcile(t), (reconcile.Result{RequeueAfter: time.Minute}); got != want {
+		t.Errorf("Reconcile = %+v, want %+v", got, want)
+	}
+	// A re-encryption under a configuration some server no longer writes
+	// with would be undone by it: it is stopped, and none is created.
+	if ms := e.migrations(t); len(ms) != 0 {
+		t.Errorf("migrations %v, want none while the API servers disagree", ms)
+	}
+	got := e.encryption(t, "secrets")
+	if got.ConfigHash != "" || !strings.HasPrefix(got.Message, "Waiting: ") || !strings.Contains(got.Message, "different encryption configurations") {
+		t.Errorf("status.encryption = %+v, want no configuration and a message that it waits for the API servers to agree", got)
+	}
+	if got.RewrittenConfigHash != config1 {
+		t.Errorf("rewritten under %q, want the record %s kept", got.RewrittenConfigHash, config1)
+	}
+	if got := e.reasons(); !slices.Equal(got, []string{ReasonSuperseded, ReasonWaiting}) {
+		t.Errorf("events %v, want %s then %s", got, ReasonSuperseded, ReasonWaiting)
+	}
+}
+
+func TestReconcileRecordsSucceededReencryption(t *testing.T) {
+	loaded := t0.Add(-time.Hour)
+	succeeded := t0.Add(-time.Minute)
+	e := newEnv(t, setup{
+		servers:   []apiServer{{id: "apiserver-a", config: config2, loadedAt: loaded}},
+		resources: []string{"secrets"},
+		objects: []client.Object{
+			storageState("secrets", &migrationv1alpha1.StorageEncryption{ConfigHash: config2, ConfigSince: &metav1.Time{Time: loaded}, RewrittenConfigHash: config1}),
+			reencryption("secrets-reencrypt-abcde", "secrets", config2, t0.Add(-30*time.Minute), condition(migrationv1alpha1.MigrationSucceeded, succeeded)),
+		},
+	})
+	if got, want := e.reconcile(t), (reconcile.Result{RequeueAfter: time.Minute}); got != want {
+		t.Errorf("Reconcile = %+v, want %+v", got, want)
+	}
+	got := e.encryption(t, "secrets")
+	if got.RewrittenConfigHash != config2 || got.RewrittenBy != "secrets-reencrypt-abcde" || got.RewrittenTime == nil || !got.RewrittenTime.Time.Equal(succeeded) {
+		t.Errorf("status.encryption = %+v, want rewritten under %s by secrets-reencrypt-abcde at %s", got, config2, succeeded)
+	}
+	if n := len(e.migrations(t)); n != 1 {
+		t.Errorf("%d migrations, want the one that succeeded alone", n)
+	}
+	if got := e.reasons(); !slices.Equal(got, []string{ReasonReencrypted}) {
+		t.Errorf("events %v, want %s", got, ReasonReencrypted)
+	}
+}
+
+func TestReconcileRetriesFailedReencryptionAfterBackoff(t *testing.T) {
+	loaded := t0.Add(-time.Hour)
+	e := newEnv(t, setup{
+		servers:   []apiServer{{id: "apiserver-a", config: config2, loadedAt: loaded}},
+		resources: []string{"secrets"},
+		objects: []client.Object{
+			storageState("secrets", &migrationv1alpha1.StorageEncryption{ConfigHash: config2, ConfigSince: &metav1.Time{Time: loaded}}),
+			reencryption("secrets-reencrypt-abcde", "secrets", config2, t0.Add(-5*time.Minute), condition(migrationv1alpha1.MigrationFailed, t0.Add(-30*time.Second))),
+		},
+	})
+	e.c.Interval, e.c.RetryBase = 10*time.Minute, 2*time.Minute
+	// One failure waits RetryBase from when it failed.
+	if got, want := e.reconcile(t), (reconcile.Result{RequeueAfter: 90 * time.Second}); got != want {
+		t.Errorf("Reconcile = %+v, want %+v", got, want)
+	}
+	if n := len(e.migrations(t)); n != 1 {
+		t.Errorf("%d migrations, want no new one before the retry is due", n)
+	}
+	if got := e.encryption(t, "secrets").Message; !strings.Contains(got, "failed 1 time(s)") {
+		t.Errorf("message %q, want it to tell of the failure and the retry", got)
+	}
+
+	e.clock.Step(90 * time.Second)
+	if got, want := e.reconcile(t), (reconcile.Result{RequeueAfter: 10 * time.Minute}); got != want {
+		t.Errorf("Reconcile when the retry is due = %+v, want %+v", got, want)
+	}
+	if n := len(e.migrations(t)); n != 2 {
+		t.Errorf("%d migrations when the retry is due, want a new one besides the failed one", n)
+	}
+}
+
+func TestReconcileRequeuesWithinInterval(t *testing.T) {
+	loaded := t0.Add(-time.Hour)
+	failed := reencryption("secrets-reencrypt-abcde", "secrets", config2, t0.Add(-5*time.Minute), condition(migrationv1alpha1.MigrationFailed, t0.Add(-30*time.Second)))
+	for _, tc := range []struct {
+		name  string
+		setup setup
+		// prepare breaks what the round reads.
+		prepare func(*env)
+		want    time.Duration
+	}{{
+		name: "a retry due after the next look",
+		setup: setup{objects: []client.Object{
+			storageState("secrets", &migrationv1alpha1.StorageEncryption{ConfigHash: config2, ConfigSince: &metav1.Time{Time: loaded}}), failed,
+		}},
+		prepare: func(e *env) { e.c.RetryBase = time.Hour },
+		want:    time.Minute,
+	}, {
+		name:    "discovery fails",
+		setup:   setup{objects: []client.Object{storageState("secrets", nil)}},
+		prepare: func(e *env) { e.disc.PrependReactor("get", "group", errorReactor) },
+		want:    time.Minute,
+	}, {
+		name: "a status update conflicts",
+		setup: setup{
+			objects: []client.Object{storageState("secrets", nil)},
+			statusUpdate: func() error {
+				return apierrors.NewConflict(schema.GroupResource{Group: "migration.k8s.io", Resource: "storagestates"}, "secrets", errors.New("changed"))
+			},
+		},
+		want: applyRetry,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.setup.servers = []apiServer{{id: "apiserver-a", config: config2, loadedAt: loaded}}
+			tc.setup.resources = []string{"secrets"}
+			e := newEnv(t, tc.setup)
+			if tc.prepare != nil {
+				tc.prepare(e)
+			}
+			got := e.reconcile(t)
+			if got.RequeueAfter != tc.want || got.RequeueAfter > e.c.Interval {
+				t.Errorf("RequeueAfter = %s, want %s (interval %s)", got.RequeueAfter, tc.want, e.c.Interval)
+			}
+		})
+	}
+}
+
+func errorReactor(clienttesting.Action) (bool, runtime.Object, error) {
+	return true, nil, errors.New("the server is currently unable to handle the request")
+}
+
+func TestReconcileTracksLiveness(t *testing.T) {
+	e := newEnv(t, setup{
+		servers:   []apiServer{{id: "apiserver-a", config: config2, loadedAt: t0.Add(-time.Hour)}},
+		resources: []string{"secrets"},
+	})
+	tracker := health.NewTracker(e.clock, true)
+	stop := make(chan struct{})
+	e.c.Health, e.c.stopped = tracker, stop
+	live := func() error { return health.Live(tracker.State(true, false)) }
+
+	e.reconcile(t)
+	stall := health.StallAfter(e.c.Interval)
+	e.clock.Step(stall + time.Second)
+	if err := live(); err == nil || !strings.Contains(err.Error(), loopName+" stuck") {
+		t.Errorf("liveness with no round for %s: %v, want the rounds stuck", stall+time.Second, err)
+	}
+	e.reconcile(t)
+	if err := live(); err != nil {
+		t.Errorf("liveness right after a round: %v", err)
+	}
+
+	// Once the manager stops, no round is due.
+	close(stop)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(tracker.State(true, false).Loops) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the rounds are still tracked after the manager stopped")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.clock.Step(stall + time.Second)
+	if err := live(); err != nil {
+		t.Errorf("liveness after the manager stopped: %v", err)
+	}
+}
+
+func TestFinishedChanged(t *testing.T) {
+	at := t0
+	own := reencryption("secrets-reencrypt-abcde", "secrets", config2, at, nil)
+	ownDone := reencryption("secrets-reencrypt-abcde", "secrets", config2, at, condition(migrationv1alpha1.MigrationSucceeded, at))
+	ownFailed := reencryption("secrets-reencrypt-abcde", "secrets", config2, at, condition(migrationv1alpha1.MigrationFailed, at))
+	others, othersDone := own.DeepCopy(), ownDone.DeepCopy()
+	others.Labels, othersDone.Labels = nil, nil
+	for _, tc := range []struct {
+		name          string
+		before, after client.Object
+		want          bool
+	}{
+		{"an own re-encryption succeeds", own, ownDone, true},
+		{"an own re-encryption fails", own, ownFailed, true},
+		{"an own re-encryption goes on", own, own, false},
+		{"another's migration succeeds", others, othersDone, false},
+		{"not a migration", storageState("secrets", nil), storageState("secrets", nil), false},
+	} {
+		if got := finishedChanged(tc.before, tc.after); got != tc.want {
+			t.Errorf("%s: finishedChanged = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

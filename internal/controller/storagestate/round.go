@@ -1,0 +1,202 @@
+package storagestate
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/resources"
+	"github.com/svm-project/svm/internal/trigger"
+)
+
+// round decides for every resource and applies the decisions: with
+// discover, from what discovery says now; without, from what the cluster
+// records (a migration ended, a retry fell due, a StorageVersion changed).
+// It returns the delay until the earliest retry falls due, 0 for none.
+func (c *Controller) round(ctx context.Context, discover bool) time.Duration {
+	log := klog.FromContext(ctx)
+	var seen observation
+	if discover {
+		var err error
+		if seen, err = c.observe(ctx); err != nil {
+			log.Error(err, "Discovery failed; nothing is concluded this round")
+			return 0
+		}
+	}
+	snap, err := c.readCluster(ctx)
+	if err != nil {
+		log.Error(err, "Reading the cluster failed; nothing is concluded this round")
+		return 0
+	}
+	if c.MigrateUnhashed {
+		c.migrateOnce(ctx, seen.unhashed, snap.all)
+	}
+	var next time.Duration
+	for gr, hash := range seen.withStates(snap.states) {
+		next = sooner(next, c.decide(ctx, gr, hash, snap))
+	}
+	return next
+}
+
+// observation is what one discovery found: the storage version hash of
+// every resource that reports one, and the resources that report none.
+type observation struct {
+	hashes   map[schema.GroupResource]*string
+	unhashed []schema.GroupResource
+}
+
+// withStates is every resource to decide for: those discovered, with their
+// hash, and those with a StorageState that discovery did not answer for
+// this round (or that no discovery ran for), with nil.
+func (o observation) withStates(states map[schema.GroupResource]*migrationv1alpha1.StorageState) map[schema.GroupResource]*string {
+	all := make(map[schema.GroupResource]*string, len(o.hashes)+len(states))
+	for gr := range states {
+		all[gr] = nil
+	}
+	for gr, hash := range o.hashes {
+		all[gr] = hash
+	}
+	return all
+}
+
+// observe runs discovery. It remembers each resource's version and kind:
+// migrations are made in that version, and StorageVersion objects are
+// read by kind, in later rounds too.
+func (c *Controller) observe(ctx context.Context) (observation, error) {
+	found, err := resources.Discover(c.Discovery)
+	if err != nil {
+		c.Metrics.DiscoveryPolled(err, 0)
+		return observation{}, err
+	}
+	c.Metrics.DiscoveryPolled(nil, len(found.FailedGroups))
+	if len(found.FailedGroups) > 0 {
+		klog.FromContext(ctx).Info("Discovery failed for some groups; their resources keep their state this round", "groups", len(found.FailedGroups))
+	}
+	seen := observation{hashes: map[schema.GroupResource]*string{}}
+	for _, r := range found.Resources {
+		gr := r.GroupResource()
+		c.versions[gr] = r.Version
+		c.kinds[gr] = r.Kind
+		if r.StorageVersionHash == "" {
+			seen.unhashed = append(seen.unhashed, gr)
+			continue
+		}
+		hash := r.StorageVersionHash
+		seen.hashes[gr] = &hash
+	}
+	return seen, nil
+}
+
+// snapshot is the cluster as one round reads it, by resource.
+type snapshot struct {
+	states     map[schema.GroupResource]*migrationv1alpha1.StorageState
+	migrations map[schema.GroupResource][]migrationv1alpha1.StorageVersionMigration
+	crds       map[schema.GroupResource]*apiextensionsv1.CustomResourceDefinition
+	// all holds every migration.
+	all []migrationv1alpha1.StorageVersionMigration
+}
+
+// readCluster reads StorageStates, migrations and CRDs straight from the
+// API server.
+func (c *Controller) readCluster(ctx context.Context) (*snapshot, error) {
+	var states migrationv1alpha1.StorageStateList
+	if err := c.Reader.List(ctx, &states); err != nil {
+		return nil, fmt.Errorf("list storage states: %w", err)
+	}
+	var migrations migrationv1alpha1.StorageVersionMigrationList
+	if err := c.Reader.List(ctx, &migrations); err != nil {
+		return nil, fmt.Errorf("list migrations: %w", err)
+	}
+	var crds apiextensionsv1.CustomResourceDefinitionList
+	if err := c.Reader.List(ctx, &crds); err != nil {
+		return nil, fmt.Errorf("list CustomResourceDefinitions: %w", err)
+	}
+	snap := &snapshot{
+		states:     map[schema.GroupResource]*migrationv1alpha1.StorageState{},
+		migrations: map[schema.GroupResource][]migrationv1alpha1.StorageVersionMigration{},
+		crds:       map[schema.GroupResource]*apiextensionsv1.CustomResourceDefinition{},
+		all:        migrations.Items,
+	}
+	for i := range states.Items {
+		r := states.Items[i].Spec.Resource
+		snap.states[schema.GroupResource{Group: r.Group, Resource: r.Resource}] = &states.Items[i]
+	}
+	for _, m := range migrations.Items {
+		gr := schema.GroupResource{Group: m.Spec.Resource.Group, Resource: m.Spec.Resource.Resource}
+		snap.migrations[gr] = append(snap.migrations[gr], m)
+	}
+	for i := range crds.Items {
+		crd := &crds.Items[i]
+		snap.crds[schema.GroupResource{Group: crd.Spec.Group, Resource: crd.Spec.Names.Plural}] = crd
+	}
+	return snap, nil
+}
+
+// decide decides for one resource, given its discovered hash (nil when
+// unknown this round), and applies the decision. It returns when to
+// decide again, 0 when only a change or the next discovery calls for it.
+func (c *Controller) decide(ctx context.Context, gr schema.GroupResource, observed *string, snap *snapshot) time.Duration {
+	now := c.Clock.Now()
+	state, crd, migrations := snap.states[gr], snap.crds[gr], snap.migrations[gr]
+	d := trigger.Decide(trigger.Input{
+		Now: now, Observed: observed, State: state, Migrations: migrations,
+		RetryBase: c.RetryBase, RetryMax: c.RetryMax, CRD: crdStorage(crd),
+		Encoding: c.encoding(gr), SettleDelay: c.SettleDelay,
+	})
+	requeue, err := c.apply(ctx, gr, state, crd, migrations, d)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Apply trigger decision", "resource", gr)
+	}
+	c.noteRetry(gr, state, d, now)
+	return sooner(d.RequeueAfter, requeue)
+}
+
+// sooner is the shorter of two delays, where 0 means none.
+func sooner(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return max(b, 0)
+	case b <= 0:
+		return a
+	}
+	return min(a, b)
+}
+
+// migrateOnce creates the one-time migration of each resource without a
+// storageVersionHash that has none yet.
+func (c *Controller) migrateOnce(ctx context.Context, grs []schema.GroupResource, existing []migrationv1alpha1.StorageVersionMigration) {
+	names := map[string]bool{}
+	for _, m := range existing {
+		names[m.Name] = true
+	}
+	for _, gr := range grs {
+		r := migrationv1alpha1.GroupResource{Group: gr.Group, Resource: gr.Resource}
+		name := trigger.InitialMigrationName(r)
+		if names[name] {
+			continue
+		}
+		m := &migrationv1alpha1.StorageVersionMigration{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:   name,
+				Labels: map[string]string{trigger.CreatedByLabel: trigger.InitializerValue},
+			},
+			Spec: migrationv1alpha1.StorageVersionMigrationSpec{
+				Resource: migrationv1alpha1.GroupVersionResource{Group: gr.Group, Version: c.versions[gr], Resource: gr.Resource},
+			},
+		}
+		err := c.Client.Create(ctx, m, client.FieldOwner(FieldManager))
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			klog.FromContext(ctx).Error(err, "Create the one-time migration of a resource without a storage version hash", "resource", gr)
+			continue
+		}
+		klog.FromContext(ctx).Info("Created the one-time migration of a resource without a storage version hash", "migration", name, "resource", gr)
+	}
+}
