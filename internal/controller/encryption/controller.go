@@ -78,17 +78,18 @@ type Controller struct {
 	// coming fails the liveness probe.
 	Health *health.Tracker
 
-	// stopped is closed when the manager stops: the rounds then end, and
-	// their silence is no longer a stall.
-	stopped <-chan struct{}
 	begin   sync.Once
 	waiting string // the last reason to wait logged
 }
 
-// SetupWithManager adds the controller to mgr; ctx is the manager's.
-func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+// SetupWithManager adds the controller to mgr. It runs with leadership.
+func (c *Controller) SetupWithManager(_ context.Context, mgr ctrl.Manager) error {
 	c.setDefaults()
-	c.stopped = ctx.Done()
+	if c.Health != nil {
+		if err := mgr.Add(round.Liveness(c.Health, loopName, c.Interval)); err != nil {
+			return err
+		}
+	}
 	return round.NewControllerManagedBy(mgr, loopName).
 		// A re-encryption that ends is recorded at once, not at the next look.
 		Watches(&migrationv1alpha1.StorageVersionMigration{}, round.After(0), round.Only(finishedChanged)).
@@ -122,15 +123,7 @@ func (c *Controller) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	return reconcile.Result{RequeueAfter: shortest(c.Interval, retry)}, nil
 }
 
-// start marks the first round, which comes once this replica leads: from
-// then on the rounds must keep coming, until the manager stops.
+// start logs, once, what the controller watches.
 func (c *Controller) start(ctx context.Context) {
-	c.Health.Start(loopName, health.StallAfter(c.Interval))
-	if c.stopped != nil {
-		go func() {
-			<-c.stopped
-			c.Health.Stop(loopName)
-		}()
-	}
 	klog.FromContext(ctx).Info("Watching the API servers' encryption configurations", "resources", c.Resources, "interval", c.Interval)
 }

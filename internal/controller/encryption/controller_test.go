@@ -439,9 +439,21 @@ func TestReconcileTracksLiveness(t *testing.T) {
 		resources: []string{"secrets"},
 	})
 	tracker := health.NewTracker(e.clock, true)
-	stop := make(chan struct{})
-	e.c.Health, e.c.stopped = tracker, stop
+	e.c.Health = tracker
 	live := func() error { return health.Live(tracker.State(true, false)) }
+	ctx, cancel := context.WithCancel(t.Context())
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		_ = round.Liveness(tracker, loopName, e.c.Interval).Start(ctx)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(tracker.State(true, false).Loops) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the rounds are not tracked while leading")
+		}
+		time.Sleep(time.Millisecond)
+	}
 
 	e.reconcile(t)
 	stall := health.StallAfter(e.c.Interval)
@@ -455,14 +467,8 @@ func TestReconcileTracksLiveness(t *testing.T) {
 	}
 
 	// Once the manager stops, no round is due.
-	close(stop)
-	deadline := time.Now().Add(10 * time.Second)
-	for len(tracker.State(true, false).Loops) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the rounds are still tracked after the manager stopped")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	cancel()
+	<-stopped
 	e.clock.Step(stall + time.Second)
 	if err := live(); err != nil {
 		t.Errorf("liveness after the manager stopped: %v", err)

@@ -22,9 +22,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/svm-project/svm/internal/health"
 )
 
 // Request is the one request a round controller reconciles.
@@ -103,3 +106,31 @@ func Only(keep func(old, new client.Object) bool) builder.Predicates {
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	})
 }
+
+// Liveness is what a round controller adds to its manager so that a leader
+// whose rounds stop fails the liveness probe: while this replica leads, it
+// tells tracker that the rounds of loop must keep coming, one at least
+// every interval (health.StallAfter gives the slack); the controller's
+// Reconcile beats tracker after every round. A replica that does not lead
+// runs no rounds, and is not stuck for that.
+func Liveness(tracker *health.Tracker, loop string, interval time.Duration) manager.Runnable {
+	return liveness{tracker: tracker, loop: loop, interval: interval}
+}
+
+type liveness struct {
+	tracker  *health.Tracker
+	loop     string
+	interval time.Duration
+}
+
+// Start implements manager.Runnable.
+func (l liveness) Start(ctx context.Context) error {
+	l.tracker.Start(l.loop, health.StallAfter(l.interval))
+	<-ctx.Done()
+	l.tracker.Stop(l.loop)
+	return nil
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: the rounds
+// run with leadership only.
+func (liveness) NeedLeaderElection() bool { return true }

@@ -121,7 +121,7 @@ type Controller struct {
 func (c *Controller) SetupWithManager(_ context.Context, mgr ctrl.Manager) error {
 	c.setDefaults()
 	if c.Health != nil {
-		if err := mgr.Add(liveness{c}); err != nil {
+		if err := mgr.Add(round.Liveness(c.Health, loopName, c.Interval)); err != nil {
 			return err
 		}
 	}
@@ -190,23 +190,6 @@ func (c *Controller) start(ctx context.Context) error {
 	}
 	return c.watchStorageVersions(ctx)
 }
-
-// liveness tells Health, while this replica leads, that the rounds must
-// keep coming: one finishes at least every Interval. A replica that does
-// not lead runs no rounds, and is not stuck for that.
-type liveness struct{ c *Controller }
-
-// Start implements manager.Runnable.
-func (l liveness) Start(ctx context.Context) error {
-	l.c.Health.Start(loopName, health.StallAfter(l.c.Interval))
-	<-ctx.Done()
-	l.c.Health.Stop(loopName)
-	return nil
-}
-
-// NeedLeaderElection implements manager.LeaderElectionRunnable: the
-// rounds run with leadership only.
-func (liveness) NeedLeaderElection() bool { return true }
 
 // resetStale re-creates every StorageState whose heartbeat is older than
 // StaleAfter with persisted hashes ["Unknown"]: svm may have missed storage

@@ -266,7 +266,7 @@ func TestLiveness(t *testing.T) {
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
-		_ = liveness{k.c}.Start(ctx)
+		_ = round.Liveness(tracker, loopName, interval).Start(ctx)
 	}()
 	waitFor(t, func() bool { return len(tracker.State(true, true).Loops) == 1 })
 
