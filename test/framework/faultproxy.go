@@ -455,6 +455,16 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			// ReverseProxy aborts the handler (panics with
+			// http.ErrAbortHandler) when the answer cannot be copied to a
+			// client that hung up in the middle of it: the record ends all
+			// the same, or WaitIdle would wait for it forever.
+			if v := recover(); v != nil {
+				p.end(i, true, sw.status, true)
+				panic(v)
+			}
+		}()
 		p.forward.ServeHTTP(sw, r)
 		// net/http cancels the request's context when the client hangs up.
 		p.end(i, true, sw.status, r.Context().Err() != nil)
