@@ -133,16 +133,10 @@ func (o *ControllerOptions) Validate() error {
 
 // Run runs the controller until ctx ends, then drains running migrations.
 func (o *ControllerOptions) Run(ctx context.Context) error {
-	cfg, err := restConfig(o.ConfigFlags)
+	cfg, err := controllerConfig(o.ConfigFlags)
 	if err != nil {
 		return err
 	}
-	// svm's own bookkeeping (status writes, heartbeats, one discovery
-	// request per group version) must not queue behind client-go's default
-	// 5-20 requests per second; the migrations themselves are limited by
-	// --qps, on a separate client.
-	cfg = rest.CopyConfig(cfg)
-	cfg.QPS, cfg.Burst = 50, 100
 	ctrl.SetLogger(klog.NewKlogr())
 	if err := requireCRDs(ctx, cfg); err != nil {
 		if ctx.Err() != nil {
@@ -150,12 +144,54 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	if err := requireAccess(ctx, cfg); err != nil {
+	if err := requireAccess(ctx, cfg, migrationsResource); err != nil {
 		return err
 	}
+	b, err := o.newBase(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	betaServed, err := o.setUpMigrations(b)
+	if err != nil {
+		return err
+	}
+	if o.Trigger {
+		if err := o.setUpTrigger(ctx, b, betaServed); err != nil {
+			return err
+		}
+	}
+	return b.start(ctx)
+}
+
+// controllerConfig is the client configuration of svm controller. svm's
+// own bookkeeping (status writes, heartbeats, one discovery request per
+// group version) must not queue behind client-go's default 5-20 requests
+// per second; the migrations themselves are limited by --qps, on a
+// separate client.
+func controllerConfig(flags *genericclioptions.ConfigFlags) (*rest.Config, error) {
+	cfg, err := restConfig(flags)
+	if err != nil {
+		return nil, err
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 50, 100
+	return cfg, nil
+}
+
+// controllerBase is what every controller of svm controller is set up on.
+type controllerBase struct {
+	cfg     *rest.Config
+	mgr     ctrl.Manager
+	metrics *metrics.Metrics
+	tracker *health.Tracker
+}
+
+// newBase registers svm's metrics and builds the manager, with its leader
+// election lock (see electionLock) wrapped for the probes.
+func (o *ControllerOptions) newBase(ctx context.Context, cfg *rest.Config) (*controllerBase, error) {
 	svmMetrics := metrics.New()
 	if err := svmMetrics.Register(ctrlmetrics.Registry); err != nil {
-		return fmt.Errorf("register metrics: %w", err)
+		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	tracker := health.NewTracker(clock.RealClock{}, o.LeaderElect)
 	opts := ctrl.Options{
@@ -171,70 +207,86 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 	if o.LeaderElect {
 		lock, err := o.electionLock(ctx, cfg)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		opts.LeaderElectionNamespace = lock.namespace
 		opts.LeaderElectionResourceLockInterface = tracker.WrapLock(lock.Interface)
 	}
 	mgr, err := ctrl.NewManager(cfg, opts)
 	if err != nil {
-		return fmt.Errorf("create manager: %w", err)
+		return nil, fmt.Errorf("create manager: %w", err)
 	}
+	return &controllerBase{cfg: cfg, mgr: mgr, metrics: svmMetrics, tracker: tracker}, nil
+}
+
+// start adds the probes and runs the manager (see startUntilStopped).
+func (b *controllerBase) start(ctx context.Context) error {
+	// See package health for what ready and live mean.
+	if err := b.mgr.AddHealthzCheck("progress", b.tracker.HealthzCheck(b.mgr.Elected())); err != nil {
+		return err
+	}
+	if err := b.mgr.AddReadyzCheck("synced-and-settled", b.tracker.ReadyzCheck(b.mgr.GetCache().WaitForCacheSync, b.mgr.Elected())); err != nil {
+		return err
+	}
+	return startUntilStopped(ctx, b.mgr.Start, shutdownGrace)
+}
+
+// setUpMigrations adds the migration controller, with the engine and the
+// executors it runs migrations with, and tells whether the in-tree API is
+// served in v1beta1 only.
+func (o *ControllerOptions) setUpMigrations(b *controllerBase) (betaServed bool, _ error) {
 	stallAfter := health.StallAfter(o.Engine.requestInterval(o.MaxParallel))
-	m, err := o.Engine.newMigrator(cfg, migrator.Observers(svmMetrics, tracker.MigrationObserver(stallAfter)))
+	m, err := o.Engine.newMigrator(b.cfg, migrator.Observers(b.metrics, b.tracker.MigrationObserver(stallAfter)))
 	if err != nil {
-		return err
+		return false, err
 	}
-	choice, served, betaServed, err := o.setUpExecutors(cfg, mgr, m, svmMetrics)
+	choice, served, betaServed, err := o.setUpExecutors(b, m)
 	if err != nil {
-		return err
+		return false, err
 	}
 	r := &migration.Reconciler{
-		Client:           mgr.GetClient(),
+		Client:           b.mgr.GetClient(),
 		Executors:        choice,
 		InTreeServed:     served,
 		InTreeBetaServed: betaServed,
-		Guard:            migration.APIStorageGuard{Reader: mgr.GetAPIReader()},
-		Recorder:         mgr.GetEventRecorder("svm-controller"),
-		Metrics:          svmMetrics,
+		Guard:            migration.APIStorageGuard{Reader: b.mgr.GetAPIReader()},
+		Recorder:         b.mgr.GetEventRecorder("svm-controller"),
+		Metrics:          b.metrics,
 		MaxParallel:      o.MaxParallel,
 	}
-	if err := r.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("set up migration controller: %w", err)
+	if err := r.SetupWithManager(b.mgr); err != nil {
+		return false, fmt.Errorf("set up migration controller: %w", err)
 	}
-	if o.Trigger {
-		disc, err := resources.NewDiscoveryClient(cfg)
-		if err != nil {
+	return betaServed, nil
+}
+
+// setUpTrigger adds the trigger, which keeps StorageStates and creates
+// migrations, and the re-encryption controller unless
+// --encrypted-resources is empty.
+func (o *ControllerOptions) setUpTrigger(ctx context.Context, b *controllerBase, betaServed bool) error {
+	disc, err := resources.NewDiscoveryClient(b.cfg)
+	if err != nil {
+		return err
+	}
+	mgr := b.mgr
+	t := &storagestate.Controller{
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Discovery: disc, InTreeBetaServed: betaServed,
+		Interval: o.TriggerInterval, StaleAfter: o.StaleAfter, RetryBase: o.TriggerRetryDelay,
+		PruneStoredVersions: o.PruneStoredVersions, MigrateUnhashed: o.MigrateUnhashed, SettleDelay: o.CRDSettleDelay,
+		Recorder: mgr.GetEventRecorder("svm-trigger"), Metrics: b.metrics, Health: b.tracker,
+	}
+	if o.StorageVersionAPI {
+		if t.StorageVersions, err = kubernetes.NewForConfig(b.cfg); err != nil {
 			return err
 		}
-		t := &storagestate.Controller{
-			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Discovery: disc, InTreeBetaServed: betaServed,
-			Interval: o.TriggerInterval, StaleAfter: o.StaleAfter, RetryBase: o.TriggerRetryDelay,
-			PruneStoredVersions: o.PruneStoredVersions, MigrateUnhashed: o.MigrateUnhashed, SettleDelay: o.CRDSettleDelay,
-			Recorder: mgr.GetEventRecorder("svm-trigger"), Metrics: svmMetrics, Health: tracker,
-		}
-		if o.StorageVersionAPI {
-			if t.StorageVersions, err = kubernetes.NewForConfig(cfg); err != nil {
-				return err
-			}
-		}
-		if err := t.SetupWithManager(ctx, mgr); err != nil {
-			return fmt.Errorf("set up trigger: %w", err)
-		}
-		if len(o.EncryptedResources) > 0 {
-			if err := o.setUpEncryption(ctx, cfg, mgr, svmMetrics, tracker); err != nil {
-				return err
-			}
-		}
 	}
-	// See package health for what ready and live mean.
-	if err := mgr.AddHealthzCheck("progress", tracker.HealthzCheck(mgr.Elected())); err != nil {
-		return err
+	if err := t.SetupWithManager(ctx, mgr); err != nil {
+		return fmt.Errorf("set up trigger: %w", err)
 	}
-	if err := mgr.AddReadyzCheck("synced-and-settled", tracker.ReadyzCheck(mgr.GetCache().WaitForCacheSync, mgr.Elected())); err != nil {
-		return err
+	if len(o.EncryptedResources) > 0 {
+		return o.setUpEncryption(ctx, b)
 	}
-	return startUntilStopped(ctx, mgr.Start, shutdownGrace)
+	return nil
 }
 
 // validateAPIServerEndpoints checks --apiserver-endpoints of svm
@@ -249,20 +301,21 @@ func validateAPIServerEndpoints(endpoints []string) error {
 }
 
 // setUpEncryption adds the re-encryption controller.
-func (o *ControllerOptions) setUpEncryption(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, svmMetrics *metrics.Metrics, tracker *health.Tracker) error {
-	disc, err := resources.NewDiscoveryClient(cfg)
+func (o *ControllerOptions) setUpEncryption(ctx context.Context, b *controllerBase) error {
+	disc, err := resources.NewDiscoveryClient(b.cfg)
 	if err != nil {
 		return err
 	}
-	kube, err := kubernetes.NewForConfig(cfg)
+	kube, err := kubernetes.NewForConfig(b.cfg)
 	if err != nil {
 		return err
 	}
+	mgr := b.mgr
 	e := &encryption.Controller{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Leases: kube.CoordinationV1(), Discovery: disc,
-		Config: cfg, Endpoints: o.APIServerEndpoints, Resources: o.EncryptedResources,
+		Config: b.cfg, Endpoints: o.APIServerEndpoints, Resources: o.EncryptedResources,
 		Interval: o.EncryptionCheckInterval, RetryBase: o.TriggerRetryDelay,
-		Recorder: mgr.GetEventRecorder("svm-encryption"), Metrics: svmMetrics, Health: tracker,
+		Recorder: mgr.GetEventRecorder("svm-encryption"), Metrics: b.metrics, Health: b.tracker,
 	}
 	if err := e.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up re-encryption: %w", err)
@@ -273,64 +326,59 @@ func (o *ControllerOptions) setUpEncryption(ctx context.Context, cfg *rest.Confi
 // setUpExecutors adds the runnable that chooses, once svm controller
 // leads, who executes its migrations (see intree.Choose), and returns where
 // the choice will be found and whether the in-tree API is served in v1
-// (which svm hands migrations over to) or in v1beta1 only (whose
-// migrations svm keeps out of the way of).
-func (o *ControllerOptions) setUpExecutors(cfg *rest.Config, mgr ctrl.Manager, m *migrator.Migrator, svmMetrics *metrics.Metrics) (_ *migration.Choice, served, betaServed bool, _ error) {
-	disc, err := resources.NewDiscoveryClient(cfg)
+// or in v1beta1 only (see inTreeAPI).
+func (o *ControllerOptions) setUpExecutors(b *controllerBase, m *migrator.Migrator) (_ *migration.Choice, served, betaServed bool, _ error) {
+	served, betaServed, err := inTreeAPI(b.cfg)
 	if err != nil {
 		return nil, false, false, err
 	}
-	if served, err = intree.Served(disc); err != nil {
-		return nil, false, false, err
-	}
-	if betaServed, err = intree.ServedBeta(disc); err != nil {
-		return nil, false, false, err
-	}
-	// The controller watches in-tree migrations where they are served; a
-	// cache it may not fill would retry forever. Say so once.
-	if served {
-		if err := requireList(context.Background(), cfg, inTreeMigrationsResource); err != nil {
-			return nil, false, false, err
-		}
-	}
-	if betaServed {
-		if err := requireList(context.Background(), cfg, intree.BetaGroupVersion.WithResource("storageversionmigrations")); err != nil {
-			return nil, false, false, err
-		}
-	}
-	crds, err := apiextensionsclient.NewForConfig(cfg)
+	engine, inTree, err := newExecutors(b.cfg, b.mgr, m)
 	if err != nil {
 		return nil, false, false, err
 	}
 	choice := &migration.Choice{}
-	objects, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, false, false, err
-	}
-	meta, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		return nil, false, false, err
-	}
-	marker := &migration.CRDMarker{Reader: mgr.GetAPIReader(), CRDs: crds.ApiextensionsV1().CustomResourceDefinitions(), Objects: objects}
-	engine := migration.EngineExecutor{Migrator: m, CRDs: marker}
 	chooser := &migration.Chooser{
-		Asked: o.executor, Served: served, BetaServed: betaServed, Choice: choice, Metrics: svmMetrics, Recheck: o.ExecutorRecheck,
-		Prober: intree.Prober{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()},
+		Asked: o.executor, Served: served, BetaServed: betaServed, Choice: choice, Metrics: b.metrics, Recheck: o.ExecutorRecheck,
+		Prober: intree.Prober{Client: b.mgr.GetClient(), Reader: b.mgr.GetAPIReader()},
 		Engine: engine,
-		InTree: migration.InTreeExecutor{Client: mgr.GetClient(), Reader: mgr.GetClient(), Lookup: m.Lookup, Fallback: engine, Engine: m, CRDs: marker,
-			Empty: func(ctx context.Context, gvr schema.GroupVersionResource) (bool, error) {
-				// One object's metadata, from the API server: not a cache.
-				list, err := meta.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
-				if err != nil {
-					return false, err
-				}
-				return len(list.Items) == 0 && list.Continue == "", nil
-			}},
+		InTree: inTree,
 	}
 	if _, _, err := intree.Choose(o.executor, served, &intree.Verdict{}); err != nil {
 		return nil, false, false, err // --executor=in-tree where it is not served: say so now
 	}
-	return choice, served, betaServed, mgr.Add(chooser)
+	return choice, served, betaServed, b.mgr.Add(chooser)
+}
+
+// newExecutors builds the two executors a chooser chooses from: svm's
+// engine m, and the hand-over to kube-controller-manager, which falls back
+// to it. Both mark a custom resource's CRD while they migrate it.
+func newExecutors(cfg *rest.Config, mgr ctrl.Manager, m *migrator.Migrator) (migration.EngineExecutor, migration.InTreeExecutor, error) {
+	crds, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return migration.EngineExecutor{}, migration.InTreeExecutor{}, err
+	}
+	objects, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return migration.EngineExecutor{}, migration.InTreeExecutor{}, err
+	}
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return migration.EngineExecutor{}, migration.InTreeExecutor{}, err
+	}
+	marker := &migration.CRDMarker{Reader: mgr.GetAPIReader(), CRDs: crds.ApiextensionsV1().CustomResourceDefinitions(), Objects: objects}
+	engine := migration.EngineExecutor{Migrator: m, CRDs: marker}
+	inTree := migration.InTreeExecutor{
+		Client: mgr.GetClient(), Reader: mgr.GetClient(), Lookup: m.Lookup, Fallback: engine, Engine: m, CRDs: marker,
+		Empty: func(ctx context.Context, gvr schema.GroupVersionResource) (bool, error) {
+			// One object's metadata, from the API server: not a cache.
+			list, err := meta.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
+			if err != nil {
+				return false, err
+			}
+			return len(list.Items) == 0 && list.Continue == "", nil
+		},
+	}
+	return engine, inTree, nil
 }
 
 // shutdownGrace bounds how long the process may take to stop after SIGTERM:

@@ -2,9 +2,9 @@ package cli
 
 // svm controller's checks before it starts: where its leader election lease
 // lives, whether its CRDs are served (waiting while they are being set up),
-// and whether it may list its own migrations. Each failure is one line that
-// names what to do, instead of an error the manager would retry and log
-// forever.
+// and whether it may list its own migrations and the in-tree ones it
+// watches. Each failure is one line that names what to do, instead of an
+// error the manager would retry and log forever.
 
 import (
 	"context"
@@ -33,6 +33,7 @@ import (
 	"k8s.io/klog/v2"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/intree"
 	"github.com/svm-project/svm/internal/resources"
 )
 
@@ -367,26 +368,55 @@ func notServedBecause(crd *apiextensionsv1.CustomResourceDefinition) string {
 	return crd.Name + " is not Established"
 }
 
-// requireAccess fails with the API server's own words when svm may not list
-// its migrations: the manager's cache would otherwise retry that list
-// forever, logging each refusal, and the controller would never start.
-func requireAccess(ctx context.Context, cfg *rest.Config) error {
-	return requireList(ctx, cfg, migrationsResource)
-}
-
-// requireList fails with the API server's own words, and the role to bind,
-// when svm may not list gvr.
-func requireList(ctx context.Context, cfg *rest.Config, gvr schema.GroupVersionResource) error {
+// requireAccess fails with the API server's own words, and the role to
+// bind, when svm may not list one of gvrs: the manager's cache would
+// otherwise retry that list forever, logging each refusal, and the
+// controller would never start.
+func requireAccess(ctx context.Context, cfg *rest.Config, gvrs ...schema.GroupVersionResource) error {
+	if len(gvrs) == 0 {
+		return nil
+	}
 	md, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
-	_, err = md.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
-	if apierrors.IsForbidden(err) {
-		return fmt.Errorf("%w; svm controller needs the ClusterRole svm-controller (config/rbac) bound to this user", err)
-	}
-	if err != nil {
-		return fmt.Errorf("list %s.%s: %w", gvr.Resource, gvr.Group, err)
+	for _, gvr := range gvrs {
+		_, err = md.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
+		if apierrors.IsForbidden(err) {
+			return fmt.Errorf("%w; svm controller needs the ClusterRole svm-controller (config/rbac) bound to this user", err)
+		}
+		if err != nil {
+			return fmt.Errorf("list %s.%s: %w", gvr.Resource, gvr.Group, err)
+		}
 	}
 	return nil
+}
+
+// inTreeAPI tells whether the server serves the in-tree
+// storagemigration.k8s.io API in v1 (which svm hands migrations over to)
+// or in v1beta1 only (whose migrations svm keeps out of the way of). The
+// controller watches in-tree migrations where they are served, so it
+// requires access to them as to its own.
+func inTreeAPI(cfg *rest.Config) (served, betaServed bool, _ error) {
+	disc, err := resources.NewDiscoveryClient(cfg)
+	if err != nil {
+		return false, false, err
+	}
+	if served, err = intree.Served(disc); err != nil {
+		return false, false, err
+	}
+	if betaServed, err = intree.ServedBeta(disc); err != nil {
+		return false, false, err
+	}
+	var watched []schema.GroupVersionResource
+	if served {
+		watched = append(watched, inTreeMigrationsResource)
+	}
+	if betaServed {
+		watched = append(watched, intree.BetaGroupVersion.WithResource("storageversionmigrations"))
+	}
+	if err := requireAccess(context.Background(), cfg, watched...); err != nil {
+		return false, false, err
+	}
+	return served, betaServed, nil
 }

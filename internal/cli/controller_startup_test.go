@@ -12,16 +12,43 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 )
 
+type leaseNamespaceTest struct {
+	name    string
+	in      leaseNamespaceInputs
+	want    string
+	wantWhy string
+	wantErr string
+}
+
+func checkLeaseNamespace(t *testing.T, tests []leaseNamespaceTest) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, why, err := chooseLeaseNamespace(tt.in)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("got %q (%s), error %v; want an error saying %q", got, why, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want || !strings.Contains(why, tt.wantWhy) {
+				t.Errorf("got %q because %q, want %q because of %q", got, why, tt.want, tt.wantWhy)
+			}
+		})
+	}
+}
+
+// TestChooseLeaseNamespace checks the flag and, in a pod, the pod's
+// namespace.
 func TestChooseLeaseNamespace(t *testing.T) {
-	tests := []struct {
-		name    string
-		in      leaseNamespaceInputs
-		want    string
-		wantWhy string
-		wantErr string
-	}{
+	checkLeaseNamespace(t, []leaseNamespaceTest{
 		{
 			name:    "the flag wins over everything",
 			in:      leaseNamespaceInputs{Flag: "ops", InPod: true, PodNamespace: "svm-system", Kubectl: "team", KubectlFromFlag: true},
@@ -44,6 +71,13 @@ func TestChooseLeaseNamespace(t *testing.T) {
 			in:      leaseNamespaceInputs{InPod: true, Kubectl: "default"},
 			wantErr: "is empty; set --leader-election-namespace",
 		},
+	})
+}
+
+// TestChooseLeaseNamespaceOutOfPod checks that out of a pod the namespace
+// is kubectl's.
+func TestChooseLeaseNamespaceOutOfPod(t *testing.T) {
+	checkLeaseNamespace(t, []leaseNamespaceTest{
 		{
 			name:    "out of a pod, --namespace",
 			in:      leaseNamespaceInputs{Kubectl: "team", KubectlFromFlag: true, Context: "c", ContextNamespace: "other"},
@@ -84,24 +118,7 @@ func TestChooseLeaseNamespace(t *testing.T) {
 			in:      leaseNamespaceInputs{},
 			wantErr: "set --leader-election-namespace",
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, why, err := chooseLeaseNamespace(tt.in)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("got %q (%s), error %v; want an error saying %q", got, why, err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != tt.want || !strings.Contains(why, tt.wantWhy) {
-				t.Errorf("got %q because %q, want %q because of %q", got, why, tt.want, tt.wantWhy)
-			}
-		})
-	}
+	})
 }
 
 // TestReadLeaseNamespaceInputs reads real kubeconfig files through the
@@ -160,110 +177,42 @@ func TestReadLeaseNamespaceInputs(t *testing.T) {
 	}
 }
 
-func TestCRDReadiness(t *testing.T) {
-	const group = "migration.k8s.io"
-	crd := func(resource string, mods ...func(*apiextensionsv1.CustomResourceDefinition)) *apiextensionsv1.CustomResourceDefinition {
-		c := &apiextensionsv1.CustomResourceDefinition{
-			ObjectMeta: metav1.ObjectMeta{Name: resource + "." + group},
-			Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-				Group:    group,
-				Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1alpha1", Served: true, Storage: true}},
-			},
-		}
-		for _, mod := range mods {
-			mod(c)
-		}
-		return c
-	}
-	cond := func(typ apiextensionsv1.CustomResourceDefinitionConditionType, status apiextensionsv1.ConditionStatus, reason, message string) func(*apiextensionsv1.CustomResourceDefinition) {
-		return func(c *apiextensionsv1.CustomResourceDefinition) {
-			c.Status.Conditions = append(c.Status.Conditions, apiextensionsv1.CustomResourceDefinitionCondition{Type: typ, Status: status, Reason: reason, Message: message})
-		}
-	}
-	both := []string{"storageversionmigrations", "storagestates"}
-	tests := []struct {
-		name   string
-		served []string
-		crds   map[string]*apiextensionsv1.CustomResourceDefinition
-		// listed false: the CRDs could not be listed (forbidden).
-		unlisted bool
-		// want is "ready", "fail: <text>" or "wait: <text>", the text a
-		// part of the error or of the pending list.
-		want string
-	}{
-		{name: "both served", served: both, want: "ready"},
-		{name: "both served, CRDs not even read", served: append([]string{"storageversionmigrations/status"}, both...), unlisted: true, want: "ready"},
-		{
-			name: "no CRDs: the existing message",
-			want: "fail: the server does not serve migration.k8s.io/v1alpha1: install svm's CRDs first (kubectl apply -k config/crd)",
-		},
-		{
-			name:   "one CRD missing, the other served",
-			served: []string{"storageversionmigrations"},
-			want:   "fail: the server does not serve storagestates.migration.k8s.io: install svm's CRDs first",
-		},
-		{
-			name: "one CRD missing, the other not established yet: no wait will bring the missing one",
-			crds: map[string]*apiextensionsv1.CustomResourceDefinition{"storagestates": crd("storagestates")},
-			want: "fail: the server does not serve storageversionmigrations.migration.k8s.io: install svm's CRDs first",
-		},
-		{
-			name: "CRDs that may not be listed count as missing",
-			crds: map[string]*apiextensionsv1.CustomResourceDefinition{
-				"storageversionmigrations": crd("storageversionmigrations"), "storagestates": crd("storagestates"),
-			},
-			unlisted: true,
-			want:     "fail: the server does not serve migration.k8s.io/v1alpha1: install svm's CRDs first",
-		},
-		{
-			name: "just created, no conditions yet",
-			crds: map[string]*apiextensionsv1.CustomResourceDefinition{
-				"storageversionmigrations": crd("storageversionmigrations"), "storagestates": crd("storagestates"),
-			},
-			want: "wait: storageversionmigrations.migration.k8s.io is not Established; storagestates.migration.k8s.io is not Established",
-		},
-		{
-			name:   "names accepted, installing",
-			served: []string{"storageversionmigrations"},
-			crds: map[string]*apiextensionsv1.CustomResourceDefinition{"storagestates": crd("storagestates",
-				cond(apiextensionsv1.NamesAccepted, apiextensionsv1.ConditionTrue, "NoConflicts", "no conflicts found"),
-				cond(apiextensionsv1.Established, apiextensionsv1.ConditionFalse, "Installing", "the initial names have been accepted"))},
-			want: "wait: storagestates.migration.k8s.io is not Established (Installing: the initial names have been accepted)",
-		},
-		{
-			name:   "established, not yet in discovery",
-			served: []string{"storagestates"},
-			crds: map[string]*apiextensionsv1.CustomResourceDefinition{"storageversionmigrations": crd("storageversionmigrations",
-				cond(apiextensionsv1.Established, apiextensionsv1.ConditionTrue, "InitialNamesAccepted", ""))},
-			want: "wait: storageversionmigrations.migration.k8s.io is Established but not yet in discovery",
-		},
-		{
-			name: "names held by another CRD",
-			crds: map[string]*apiextensionsv1.CustomResourceDefinition{
-				"storageversionmigrations": crd("storageversionmigrations",
-					cond(apiextensionsv1.NamesAccepted, apiextensionsv1.ConditionFalse, "ShortNamesConflict", `"svmigration" is already in use`),
-					cond(apiextensionsv1.Established, apiextensionsv1.ConditionFalse, "NotAccepted", "not all names are accepted")),
-				"storagestates": crd("storagestates"),
-			},
-			want: `wait: storageversionmigrations.migration.k8s.io is not Established: its names are not accepted (ShortNamesConflict: "svmigration" is already in use)`,
-		},
-		{
-			name:   "being deleted",
-			served: []string{"storageversionmigrations"},
-			crds: map[string]*apiextensionsv1.CustomResourceDefinition{"storagestates": crd("storagestates", func(c *apiextensionsv1.CustomResourceDefinition) {
-				c.DeletionTimestamp = &metav1.Time{}
-			})},
-			want: "wait: storagestates.migration.k8s.io is being deleted",
-		},
-		{
-			name:   "a CRD that does not serve svm's version never will",
-			served: []string{"storageversionmigrations"},
-			crds: map[string]*apiextensionsv1.CustomResourceDefinition{"storagestates": crd("storagestates", func(c *apiextensionsv1.CustomResourceDefinition) {
-				c.Spec.Versions[0].Served = false
-			})},
-			want: "fail: CRD storagestates.migration.k8s.io does not serve v1alpha1",
+// testCRD is the CRD of one of svm's resources, serving and storing
+// v1alpha1, changed by mods.
+func testCRD(resource string, mods ...func(*apiextensionsv1.CustomResourceDefinition)) *apiextensionsv1.CustomResourceDefinition {
+	c := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: resource + "." + migrationv1alpha1.GroupVersion.Group},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group:    migrationv1alpha1.GroupVersion.Group,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1alpha1", Served: true, Storage: true}},
 		},
 	}
+	for _, mod := range mods {
+		mod(c)
+	}
+	return c
+}
+
+// withCondition adds a condition to a CRD.
+func withCondition(typ apiextensionsv1.CustomResourceDefinitionConditionType, status apiextensionsv1.ConditionStatus, reason, message string) func(*apiextensionsv1.CustomResourceDefinition) {
+	return func(c *apiextensionsv1.CustomResourceDefinition) {
+		c.Status.Conditions = append(c.Status.Conditions, apiextensionsv1.CustomResourceDefinitionCondition{Type: typ, Status: status, Reason: reason, Message: message})
+	}
+}
+
+type crdReadinessTest struct {
+	name   string
+	served []string
+	crds   map[string]*apiextensionsv1.CustomResourceDefinition
+	// listed false: the CRDs could not be listed (forbidden).
+	unlisted bool
+	// want is "ready", "fail: <text>" or "wait: <text>", the text a
+	// part of the error or of the pending list.
+	want string
+}
+
+func checkCRDReadiness(t *testing.T, tests []crdReadinessTest) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			v := crdReadiness(tt.served, tt.crds, !tt.unlisted)
@@ -284,6 +233,93 @@ func TestCRDReadiness(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCRDReadiness checks when svm controller may start, and when it
+// cannot start at all.
+func TestCRDReadiness(t *testing.T) {
+	both := []string{"storageversionmigrations", "storagestates"}
+	checkCRDReadiness(t, []crdReadinessTest{
+		{name: "both served", served: both, want: "ready"},
+		{name: "both served, CRDs not even read", served: append([]string{"storageversionmigrations/status"}, both...), unlisted: true, want: "ready"},
+		{
+			name: "no CRDs: the existing message",
+			want: "fail: the server does not serve migration.k8s.io/v1alpha1: install svm's CRDs first (kubectl apply -k config/crd)",
+		},
+		{
+			name:   "one CRD missing, the other served",
+			served: []string{"storageversionmigrations"},
+			want:   "fail: the server does not serve storagestates.migration.k8s.io: install svm's CRDs first",
+		},
+		{
+			name: "one CRD missing, the other not established yet: no wait will bring the missing one",
+			crds: map[string]*apiextensionsv1.CustomResourceDefinition{"storagestates": testCRD("storagestates")},
+			want: "fail: the server does not serve storageversionmigrations.migration.k8s.io: install svm's CRDs first",
+		},
+		{
+			name: "CRDs that may not be listed count as missing",
+			crds: map[string]*apiextensionsv1.CustomResourceDefinition{
+				"storageversionmigrations": testCRD("storageversionmigrations"), "storagestates": testCRD("storagestates"),
+			},
+			unlisted: true,
+			want:     "fail: the server does not serve migration.k8s.io/v1alpha1: install svm's CRDs first",
+		},
+		{
+			name:   "a CRD that does not serve svm's version never will",
+			served: []string{"storageversionmigrations"},
+			crds: map[string]*apiextensionsv1.CustomResourceDefinition{"storagestates": testCRD("storagestates", func(c *apiextensionsv1.CustomResourceDefinition) {
+				c.Spec.Versions[0].Served = false
+			})},
+			want: "fail: CRD storagestates.migration.k8s.io does not serve v1alpha1",
+		},
+	})
+}
+
+// TestCRDReadinessWaits checks that CRDs being set up are waited for, and
+// says why each is not served yet.
+func TestCRDReadinessWaits(t *testing.T) {
+	checkCRDReadiness(t, []crdReadinessTest{
+		{
+			name: "just created, no conditions yet",
+			crds: map[string]*apiextensionsv1.CustomResourceDefinition{
+				"storageversionmigrations": testCRD("storageversionmigrations"), "storagestates": testCRD("storagestates"),
+			},
+			want: "wait: storageversionmigrations.migration.k8s.io is not Established; storagestates.migration.k8s.io is not Established",
+		},
+		{
+			name:   "names accepted, installing",
+			served: []string{"storageversionmigrations"},
+			crds: map[string]*apiextensionsv1.CustomResourceDefinition{"storagestates": testCRD("storagestates",
+				withCondition(apiextensionsv1.NamesAccepted, apiextensionsv1.ConditionTrue, "NoConflicts", "no conflicts found"),
+				withCondition(apiextensionsv1.Established, apiextensionsv1.ConditionFalse, "Installing", "the initial names have been accepted"))},
+			want: "wait: storagestates.migration.k8s.io is not Established (Installing: the initial names have been accepted)",
+		},
+		{
+			name:   "established, not yet in discovery",
+			served: []string{"storagestates"},
+			crds: map[string]*apiextensionsv1.CustomResourceDefinition{"storageversionmigrations": testCRD("storageversionmigrations",
+				withCondition(apiextensionsv1.Established, apiextensionsv1.ConditionTrue, "InitialNamesAccepted", ""))},
+			want: "wait: storageversionmigrations.migration.k8s.io is Established but not yet in discovery",
+		},
+		{
+			name: "names held by another CRD",
+			crds: map[string]*apiextensionsv1.CustomResourceDefinition{
+				"storageversionmigrations": testCRD("storageversionmigrations",
+					withCondition(apiextensionsv1.NamesAccepted, apiextensionsv1.ConditionFalse, "ShortNamesConflict", `"svmigration" is already in use`),
+					withCondition(apiextensionsv1.Established, apiextensionsv1.ConditionFalse, "NotAccepted", "not all names are accepted")),
+				"storagestates": testCRD("storagestates"),
+			},
+			want: `wait: storageversionmigrations.migration.k8s.io is not Established: its names are not accepted (ShortNamesConflict: "svmigration" is already in use)`,
+		},
+		{
+			name:   "being deleted",
+			served: []string{"storageversionmigrations"},
+			crds: map[string]*apiextensionsv1.CustomResourceDefinition{"storagestates": testCRD("storagestates", func(c *apiextensionsv1.CustomResourceDefinition) {
+				c.DeletionTimestamp = &metav1.Time{}
+			})},
+			want: "wait: storagestates.migration.k8s.io is being deleted",
+		},
+	})
 }
 
 func TestNotServedInTime(t *testing.T) {

@@ -30,7 +30,6 @@ import (
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/intree"
 	"github.com/svm-project/svm/internal/metrics"
-	"github.com/svm-project/svm/internal/migrator"
 )
 
 // In-tree migrations are read from the cache; svm creates one for each
@@ -96,17 +95,7 @@ type Reconciler struct {
 
 // SetupWithManager registers the reconciler and its runner with mgr.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.MaxParallel <= 0 {
-		r.MaxParallel = 1
-	}
-	if r.Clock == nil {
-		r.Clock = clock.RealClock{}
-	}
-	r.backoff = workqueue.NewTypedItemExponentialFailureRateLimiter[string](10*time.Second, 10*time.Minute)
-	r.wait = map[string]time.Time{}
-	r.ended = map[types.UID]bool{}
-	r.held = map[string]string{}
-	r.runner.done = make(chan string, 16)
+	r.setDefaults()
 	if err := mgr.Add(&r.runner); err != nil {
 		return err
 	}
@@ -131,6 +120,21 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return b.Complete(r)
 }
 
+// setDefaults fills in the defaults and the reconciler's own state.
+func (r *Reconciler) setDefaults() {
+	if r.MaxParallel <= 0 {
+		r.MaxParallel = 1
+	}
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	r.backoff = workqueue.NewTypedItemExponentialFailureRateLimiter[string](10*time.Second, 10*time.Minute)
+	r.wait = map[string]time.Time{}
+	r.ended = map[types.UID]bool{}
+	r.held = map[string]string{}
+	r.runner.done = make(chan string, 16)
+}
+
 // Reconcile decides which migrations run and starts or stops them. The
 // request's name does not matter: every call schedules all migrations.
 func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
@@ -148,19 +152,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	r.mu.Lock()
-	notBefore := maps.Clone(r.wait)
-	// Forget ended runs once the cache shows their outcome or their object.
-	inCache := make(map[types.UID]bool, len(list.Items))
-	for i := range list.Items {
-		if !list.Items[i].IsFinished() {
-			inCache[list.Items[i].UID] = true
-		}
-	}
-	maps.DeleteFunc(r.ended, func(uid types.UID, _ bool) bool { return !inCache[uid] })
-	ended := maps.Clone(r.ended)
-	r.mu.Unlock()
-
+	notBefore, ended := r.runState(list.Items)
 	maxParallel := r.MaxParallel
 	if executors.Name == intree.ExecutorInTree {
 		// A hand-over mostly waits for kube-controller-manager, which
@@ -171,6 +163,29 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		Migrations: list.Items, InTree: inTree, Running: r.runner.names(), NotBefore: notBefore, Ended: ended,
 		MaxParallel: maxParallel, Now: r.Clock.Now(),
 	})
+	r.apply(d, list.Items, executors)
+	return reconcile.Result{RequeueAfter: d.RequeueAfter}, nil
+}
+
+// runState returns copies of the backoff deadlines and of the runs that
+// ended, first forgetting ended runs once the cache, listed as migrations,
+// shows their outcome or no longer has their object.
+func (r *Reconciler) runState(migrations []migrationv1alpha1.StorageVersionMigration) (notBefore map[string]time.Time, ended map[types.UID]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	inCache := make(map[types.UID]bool, len(migrations))
+	for i := range migrations {
+		if !migrations[i].IsFinished() {
+			inCache[migrations[i].UID] = true
+		}
+	}
+	maps.DeleteFunc(r.ended, func(uid types.UID, _ bool) bool { return !inCache[uid] })
+	return maps.Clone(r.wait), maps.Clone(r.ended)
+}
+
+// apply carries out d: it stops runs, records the migrations held back,
+// and starts runs with executors.
+func (r *Reconciler) apply(d ScheduleDecision, migrations []migrationv1alpha1.StorageVersionMigration, executors *Executors) {
 	for _, name := range d.Stop {
 		var cause error = errStopped
 		if holder, ok := d.Yield[name]; ok {
@@ -178,9 +193,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		}
 		r.runner.stop(name, cause)
 	}
-	byName := make(map[string]*migrationv1alpha1.StorageVersionMigration, len(list.Items))
-	for i := range list.Items {
-		byName[list.Items[i].Name] = &list.Items[i]
+	byName := make(map[string]*migrationv1alpha1.StorageVersionMigration, len(migrations))
+	for i := range migrations {
+		byName[migrations[i].Name] = &migrations[i]
 	}
 	r.noteHeld(byName, d.Held)
 	for _, name := range d.Start {
@@ -188,7 +203,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		ex := executors.For(m)
 		r.runner.start(name, func(ctx context.Context) { r.execute(ctx, m, ex) })
 	}
-	return reconcile.Result{RequeueAfter: d.RequeueAfter}, nil
 }
 
 // noteHeld records an event the first time a migration is seen held back
@@ -221,162 +235,6 @@ var errStopped = errors.New("the migration was deleted or finished elsewhere")
 type heldByInTree struct{ name string }
 
 func (h *heldByInTree) Error() string { return "in-tree migration " + h.name + " is running" }
-
-// execute runs one migration with ex to its end, cancellation, or a
-// transient failure.
-func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVersionMigration, ex Executor) {
-	log := klog.FromContext(ctx).WithValues("migration", klog.KObj(m), "resource", m.Spec.Resource)
-	status := m.Status.DeepCopy()
-	resume := resumeState(m)
-	reason := ReasonStarted
-	if resume != nil {
-		reason = ReasonResumed
-	}
-	now := metav1.NewTime(r.Clock.Now())
-	if status.StartTime == nil {
-		status.StartTime = &now
-	}
-	status.Conditions = setCondition(status.Conditions, migrationv1alpha1.MigrationRunning, corev1.ConditionTrue, reason, "", now)
-	if err := r.patchStatus(ctx, m, status); err != nil {
-		r.retryLater(ctx, m, err)
-		return
-	}
-	if resume != nil {
-		r.event(m, corev1.EventTypeNormal, reason, fmt.Sprintf("Resuming the migration of %s after %d objects listed", resourceString(m), resume.Progress.Listed))
-	} else {
-		r.event(m, corev1.EventTypeNormal, reason, "Migrating "+resourceString(m))
-	}
-	log.Info("Migration started", "reason", reason)
-
-	gvr := schema.GroupVersionResource{Group: m.Spec.Resource.Group, Version: m.Spec.Resource.Version, Resource: m.Spec.Resource.Resource}
-	if r.Guard != nil {
-		fp, err := r.Guard.Fingerprint(ctx, gvr.GroupResource())
-		switch {
-		case err != nil:
-			r.retryLater(ctx, m, err)
-			return
-		case fp.Disagreement != "":
-			// Whatever is rewritten now, a server still on the old
-			// version may write back in it: wait for agreement.
-			r.waitLater(ctx, m, status, ReasonStorageVersionsDisagree, fp.Disagreement+"; waiting for them to agree")
-			return
-		case status.StorageFingerprint == "":
-			status.StorageFingerprint = fp.Value
-		case !sameStorage(status.StorageFingerprint, fp):
-			// The storage version may have changed while the migration
-			// was stopped: what it rewrote before may be in the old one.
-			r.event(m, corev1.EventTypeWarning, ReasonStorageVersionChanged, "The storage version may have changed since the migration started: starting over")
-			log.Info("Storage version changed since the migration started; starting over", "was", status.StorageFingerprint, "now", fp.Value)
-			startOver(status, fp.Value)
-			if err := r.saveStartOver(ctx, m, status); err != nil {
-				r.retryLater(ctx, m, err)
-				return
-			}
-			resume = nil
-		}
-	}
-	res, err := ex.Execute(ctx, Run{
-		Migration: m,
-		Resource:  gvr,
-		Resume:    resume,
-		OnDelegated: func(ctx context.Context, inTree string) error {
-			if status.InTreeMigration == inTree {
-				return nil
-			}
-			status.InTreeMigration = inTree
-			r.event(m, corev1.EventTypeNormal, ReasonDelegated, "kube-controller-manager executes this migration as in-tree migration "+inTree)
-			return r.patchStatus(ctx, m, status)
-		},
-		// The counters (in status) and the token (in spec) take two writes.
-		// Counters first: a crash between the two then resumes from the old
-		// token and counts the chunk again, as it counts any chunk listed
-		// again, whereas a saved token with unsaved counters would lose the
-		// chunk from them for good and report fewer objects than exist.
-		OnChunk: func(ctx context.Context, s migrator.State) error {
-			applyState(status, s, "")
-			if err := r.patchStatus(ctx, m, status); err != nil {
-				return err
-			}
-			return r.patchContinueToken(ctx, m, s.ContinueToken)
-		},
-	})
-	if ctx.Err() != nil {
-		var held *heldByInTree
-		if errors.As(context.Cause(ctx), &held) {
-			r.hold(ctx, m, status, held.name)
-			return
-		}
-		// Shutting down, or the migration was deleted: keep the saved state.
-		log.Info("Migration stopped", "reason", context.Cause(ctx))
-		if !r.runner.shuttingDown() {
-			r.event(m, corev1.EventTypeNormal, ReasonStopped, "Stopped: the migration was deleted or finished elsewhere")
-		}
-		return
-	}
-	// Only errGone, from saving the migration, means it was deleted. A
-	// NotFound from the engine is about the resource being migrated (a CRD
-	// deleted meanwhile): the migration must fail with that reason, not
-	// stop and be restarted at once as if deleted.
-	if errors.Is(err, errGone) {
-		log.Info("Migration deleted while running")
-		r.event(m, corev1.EventTypeNormal, ReasonStopped, "Stopped: the migration was deleted")
-		return
-	}
-	if err == nil && r.Guard != nil {
-		// Done means done only if the storage version did not change
-		// while the objects were rewritten.
-		fp, gerr := r.Guard.Fingerprint(ctx, gvr.GroupResource())
-		switch {
-		case gerr != nil:
-			r.retryLater(ctx, m, gerr)
-			return
-		case fp.Disagreement != "" || !sameStorage(status.StorageFingerprint, fp):
-			why := fp.Disagreement
-			if why == "" {
-				why = "the storage version may have changed while the migration ran"
-			}
-			r.event(m, corev1.EventTypeWarning, ReasonStorageVersionChanged, why+": starting over")
-			log.Info("Storage version changed during the migration; starting over", "was", status.StorageFingerprint, "now", fp.Value, "disagreement", fp.Disagreement)
-			startOver(status, "")
-			r.redo(ctx, m, status, why+"; starting over")
-			return
-		}
-	}
-	out := finish(status, res, err, metav1.NewTime(r.Clock.Now()))
-	// The final writes must outlive the run's context: once the API server
-	// has stored Succeeded or Failed, the scheduler stops this run, which
-	// would cancel the write while its answer is being read, and the end
-	// would go unreported.
-	final, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	defer cancel()
-	// Counters before the token, as after every chunk. The token differs
-	// from the saved one only when a chunk's save failed, which ends the
-	// run to be retried.
-	if perr := r.patchStatus(final, m, status); perr != nil {
-		r.retryLater(ctx, m, perr)
-		return
-	}
-	if err := r.patchContinueToken(final, m, res.ContinueToken); err != nil && !out.retry {
-		r.retryLater(ctx, m, err)
-		return
-	}
-	switch {
-	case out.retry:
-		r.retryLater(ctx, m, err)
-	case err == nil:
-		r.forget(m)
-		r.Metrics.MigrationFinished(gvr.GroupResource(), metrics.StatusSucceeded, took(status))
-		r.event(m, corev1.EventTypeNormal, ReasonAllObjectsRewritten, condition(status, migrationv1alpha1.MigrationSucceeded).Message)
-		log.Info("Migration succeeded", "restored", res.Progress.Restored, "alreadyCurrent", res.Progress.AlreadyCurrent,
-			"writtenSinceStart", res.Progress.WrittenSinceStart, "gone", res.Progress.Gone, "inTreeMigration", status.InTreeMigration)
-	default:
-		r.forget(m)
-		r.Metrics.MigrationFinished(gvr.GroupResource(), metrics.StatusFailed, took(status))
-		failed := condition(status, migrationv1alpha1.MigrationFailed)
-		r.event(m, corev1.EventTypeWarning, ReasonFailed, truncate(failed.Reason+": "+failed.Message, 1024))
-		log.Info("Migration failed", "reason", failed.Reason, "err", err)
-	}
-}
 
 // took is how long a finished migration ran, from its first start to its
 // end, whichever process started it.

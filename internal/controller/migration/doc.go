@@ -10,5 +10,8 @@
 // chunk, so a controller that crashes or is preempted resumes where it left
 // off. Migrations marked Running resume before new ones start; one
 // migration per resource runs at a time, and a configurable number of
-// resources in parallel.
+// resources in parallel. Each run reads its resource's storage fingerprint
+// (the guard) before it rewrites anything and again at the end; Judge,
+// pure as well, decides from the two whether the run goes on, waits for
+// API servers to agree, or starts over.
 package migration

@@ -345,49 +345,75 @@ func (e InTreeExecutor) Execute(ctx context.Context, run Run) (migrator.Result, 
 			return res, err
 		}
 	}
+	it, err := e.handOver(ctx, run)
+	if err != nil {
+		return res, err
+	}
+	if it == nil {
+		return e.Fallback.Execute(ctx, run)
+	}
+	if err := run.OnDelegated(ctx, run.Migration.Name); err != nil {
+		return res, err
+	}
+	return res, e.follow(ctx, run, it, fields)
+}
+
+// handOver returns the in-tree migration that executes run, created if
+// there was none; nil, with no error, when the resource has no object and
+// Fallback runs it instead.
+func (e InTreeExecutor) handOver(ctx context.Context, run Run) (*storagemigrationv1.StorageVersionMigration, error) {
 	m := run.Migration
-	name := client.ObjectKey{Name: m.Name}
-	var it storagemigrationv1.StorageVersionMigration
-	err = e.Reader.Get(ctx, name, &it)
+	it := &storagemigrationv1.StorageVersionMigration{}
+	err := e.Reader.Get(ctx, client.ObjectKey{Name: m.Name}, it)
 	switch {
 	case apierrors.IsNotFound(err) && e.Empty != nil:
 		// An object created from now on is written in the storage
 		// version: an empty resource has nothing to rewrite.
 		empty, eerr := e.Empty(ctx, run.Resource)
 		if eerr != nil {
-			return res, fmt.Errorf("tell whether %s has objects: %w", run.Resource.GroupResource(), eerr)
+			return nil, fmt.Errorf("tell whether %s has objects: %w", run.Resource.GroupResource(), eerr)
 		}
 		if empty {
-			return e.Fallback.Execute(ctx, run)
+			return nil, nil
 		}
 		fallthrough
 	case apierrors.IsNotFound(err):
-		it = storagemigrationv1.StorageVersionMigration{
-			ObjectMeta: metav1.ObjectMeta{
-				Name:        m.Name,
-				Labels:      map[string]string{intree.CreatedByLabel: intree.CreatedByExecutor},
-				Annotations: map[string]string{intree.ForMigrationAnnotation: string(m.UID)},
-				// Deleting svm's migration (the trigger superseding it, a
-				// user) deletes the in-tree one with it.
-				OwnerReferences: []metav1.OwnerReference{{
-					APIVersion: migrationv1alpha1.GroupVersion.String(), Kind: "StorageVersionMigration",
-					Name: m.Name, UID: m.UID, BlockOwnerDeletion: ptr.To(false),
-				}},
-			},
-			Spec: storagemigrationv1.StorageVersionMigrationSpec{Resource: metav1.GroupResource{Group: run.Resource.Group, Resource: run.Resource.Resource}},
-		}
-		if err := e.Client.Create(ctx, &it, client.FieldOwner(FieldManager)); err != nil {
-			return res, fmt.Errorf("create the in-tree migration %s: %w", m.Name, err)
+		it = newInTreeMigration(m, run.Resource.GroupResource())
+		if err := e.Client.Create(ctx, it, client.FieldOwner(FieldManager)); err != nil {
+			return nil, fmt.Errorf("create the in-tree migration %s: %w", m.Name, err)
 		}
 	case err != nil:
-		return res, fmt.Errorf("read the in-tree migration %s: %w", m.Name, err)
+		return nil, fmt.Errorf("read the in-tree migration %s: %w", m.Name, err)
 	case it.Annotations[intree.ForMigrationAnnotation] != string(m.UID):
-		return res, &migrator.TerminalError{Reason: ReasonInTreeNameTaken, Err: fmt.Errorf(
+		return nil, &migrator.TerminalError{Reason: ReasonInTreeNameTaken, Err: fmt.Errorf(
 			"an in-tree migration named %s exists and is not this migration's: rename one of them", m.Name)}
 	}
-	if err := run.OnDelegated(ctx, m.Name); err != nil {
-		return res, err
+	return it, nil
+}
+
+// newInTreeMigration is the in-tree migration of gr that executes m, named
+// like it and owned by it.
+func newInTreeMigration(m *migrationv1alpha1.StorageVersionMigration, gr schema.GroupResource) *storagemigrationv1.StorageVersionMigration {
+	return &storagemigrationv1.StorageVersionMigration{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        m.Name,
+			Labels:      map[string]string{intree.CreatedByLabel: intree.CreatedByExecutor},
+			Annotations: map[string]string{intree.ForMigrationAnnotation: string(m.UID)},
+			// Deleting svm's migration (the trigger superseding it, a
+			// user) deletes the in-tree one with it.
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: migrationv1alpha1.GroupVersion.String(), Kind: "StorageVersionMigration",
+				Name: m.Name, UID: m.UID, BlockOwnerDeletion: ptr.To(false),
+			}},
+		},
+		Spec: storagemigrationv1.StorageVersionMigrationSpec{Resource: metav1.GroupResource{Group: gr.Group, Resource: gr.Resource}},
 	}
+}
+
+// follow reads the in-tree migration it until it ends, and then, if it
+// succeeded, moves fields.
+func (e InTreeExecutor) follow(ctx context.Context, run Run, it *storagemigrationv1.StorageVersionMigration, fields *migrator.ManagedFields) error {
+	name := run.Migration.Name
 	clk := e.Clock
 	if clk == nil {
 		clk = clock.RealClock{}
@@ -395,22 +421,22 @@ func (e InTreeExecutor) Execute(ctx context.Context, run Run) (migrator.Result, 
 	interval := cmpOr(e.Interval, time.Second)
 	for {
 		switch {
-		case intree.Ended(&it) && intree.Succeeded(&it):
-			return res, e.moveFields(ctx, run.Resource, fields)
-		case intree.Ended(&it):
-			return res, &migrator.TerminalError{Reason: ReasonInTreeMigrationFailed, Err: errors.New("in-tree migration " + m.Name + " failed: " + intree.Message(&it))}
+		case intree.Ended(it) && intree.Succeeded(it):
+			return e.moveFields(ctx, run.Resource, fields)
+		case intree.Ended(it):
+			return &migrator.TerminalError{Reason: ReasonInTreeMigrationFailed, Err: errors.New("in-tree migration " + name + " failed: " + intree.Message(it))}
 		}
 		select {
 		case <-ctx.Done():
-			return res, ctx.Err()
+			return ctx.Err()
 		case <-clk.After(interval):
 		}
-		if err := e.Reader.Get(ctx, name, &it); err != nil {
+		if err := e.Reader.Get(ctx, client.ObjectKey{Name: name}, it); err != nil {
 			if apierrors.IsNotFound(err) {
 				// Deleted by someone: transient, the next run creates it again.
-				return res, fmt.Errorf("the in-tree migration %s was deleted before it ended", m.Name)
+				return fmt.Errorf("the in-tree migration %s was deleted before it ended", name)
 			}
-			return res, fmt.Errorf("read the in-tree migration %s: %w", m.Name, err)
+			return fmt.Errorf("read the in-tree migration %s: %w", name, err)
 		}
 	}
 }

@@ -1,11 +1,22 @@
 package migration
 
 import (
+	"context"
 	"errors"
 	"testing"
 
+	storagemigrationv1 "k8s.io/api/storagemigration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/svm-project/svm/internal/intree"
+	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/internal/scheme"
 )
 
 func TestUnknownObservedGeneration(t *testing.T) {
@@ -24,5 +35,108 @@ func TestUnknownObservedGeneration(t *testing.T) {
 		if got := unknownObservedGeneration(c.err); got != c.want {
 			t.Errorf("unknownObservedGeneration(%v) = %v, want %v", c.err, got, c.want)
 		}
+	}
+}
+
+// inTreeCase is an InTreeExecutor over a fake client holding existing.
+type inTreeCase struct {
+	name     string
+	verbs    []string
+	empty    bool
+	existing *storagemigrationv1.StorageVersionMigration
+	// wantFallback: svm's engine runs the migration; wantReason: it
+	// fails with a TerminalError of that reason; wantCreated: an in-tree
+	// migration owned by svm's is created.
+	wantFallback bool
+	wantReason   string
+	wantCreated  bool
+}
+
+func TestInTreeExecutor(t *testing.T) {
+	allVerbs := []string{"list", "watch", "delete", "patch"}
+	ended := func(forUID types.UID, cond storagemigrationv1.MigrationConditionType, message string) *storagemigrationv1.StorageVersionMigration {
+		it := inTree("widgets", "widgets", false, forUID)
+		it.Spec.Resource.Group = "example.com"
+		it.Status.Conditions = []metav1.Condition{{Type: string(cond), Status: metav1.ConditionTrue, Message: message}}
+		return &it
+	}
+	for _, tc := range []inTreeCase{
+		{name: "a resource kube-controller-manager cannot execute falls back", verbs: []string{"list", "patch"}, wantFallback: true},
+		{name: "an empty resource falls back", verbs: allVerbs, empty: true, wantFallback: true},
+		{name: "a new migration is handed over", verbs: allVerbs, wantCreated: true},
+		{name: "its in-tree migration succeeded", verbs: allVerbs, existing: ended("uid-widgets", storagemigrationv1.MigrationSucceeded, "")},
+		{name: "its in-tree migration failed", verbs: allVerbs, existing: ended("uid-widgets", storagemigrationv1.MigrationFailed, "denied"), wantReason: ReasonInTreeMigrationFailed},
+		{name: "someone else's in-tree migration of that name", verbs: allVerbs, existing: ended("uid-other", storagemigrationv1.MigrationSucceeded, ""), wantReason: ReasonInTreeNameTaken},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkInTreeExecutor(t, tc) })
+	}
+}
+
+func checkInTreeExecutor(t *testing.T, tc inTreeCase) {
+	b := fake.NewClientBuilder().WithScheme(scheme.Scheme)
+	if tc.existing != nil {
+		b = b.WithObjects(tc.existing)
+	}
+	cl := b.Build()
+	fallback := &recordingExecutor{}
+	e := InTreeExecutor{
+		Client: cl, Reader: cl, Fallback: fallback, Clock: clocktesting.NewFakeClock(t0),
+		Lookup: func(context.Context, schema.GroupVersionResource) (*metav1.APIResource, error) {
+			return &metav1.APIResource{Verbs: tc.verbs, StorageVersionHash: "hash"}, nil
+		},
+		Empty: func(context.Context, schema.GroupVersionResource) (bool, error) { return tc.empty, nil },
+	}
+	m := stopped("")
+	// A handed-over run follows its in-tree migration until stopped; here
+	// it stops once handed over.
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var delegated []string
+	_, err := e.Execute(ctx, Run{Migration: m, Resource: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"},
+		OnDelegated: func(_ context.Context, inTree string) error {
+			delegated = append(delegated, inTree)
+			if tc.wantCreated {
+				cancel()
+			}
+			return nil
+		}})
+	var terminal *migrator.TerminalError
+	switch {
+	case tc.wantReason != "":
+		if !errors.As(err, &terminal) || terminal.Reason != tc.wantReason {
+			t.Errorf("error %v, want a TerminalError with reason %s", err, tc.wantReason)
+		}
+	case tc.wantCreated:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("error %v, want the run's stop", err)
+		}
+	case err != nil:
+		t.Errorf("error %v", err)
+	}
+	if got := len(fallback.runs) == 1; got != tc.wantFallback {
+		t.Errorf("svm's engine ran %d times, want it to run: %v", len(fallback.runs), tc.wantFallback)
+	}
+	if wantDelegated := !tc.wantFallback && tc.wantReason != ReasonInTreeNameTaken; (len(delegated) == 1 && delegated[0] == "widgets") != wantDelegated {
+		t.Errorf("delegated to %v, want delegated to widgets: %v", delegated, wantDelegated)
+	}
+	checkInTreeCreated(t, cl, tc, m.UID)
+}
+
+// checkInTreeCreated checks that an in-tree migration for uid was created
+// if and only if tc wants one.
+func checkInTreeCreated(t *testing.T, cl client.Client, tc inTreeCase, uid types.UID) {
+	t.Helper()
+	var it storagemigrationv1.StorageVersionMigration
+	err := cl.Get(t.Context(), client.ObjectKey{Name: "widgets"}, &it)
+	switch {
+	case tc.wantCreated && err != nil:
+		t.Errorf("no in-tree migration created: %v", err)
+	case tc.wantCreated:
+		if it.Annotations[intree.ForMigrationAnnotation] != string(uid) || len(it.OwnerReferences) != 1 || it.OwnerReferences[0].UID != uid ||
+			it.Spec.Resource != (metav1.GroupResource{Group: "example.com", Resource: "widgets"}) {
+			t.Errorf("in-tree migration %+v: want one of widgets.example.com, owned by and annotated for %s", it, uid)
+		}
+	case tc.existing == nil && !apierrors.IsNotFound(err):
+		t.Errorf("an in-tree migration was created (%v), want none", err)
 	}
 }

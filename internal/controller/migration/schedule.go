@@ -61,106 +61,159 @@ type ScheduleDecision struct {
 // runs an in-tree migration of it that is not one of svm's: a migration
 // held by one waits, and a running one stops (to resume when it ends).
 func Schedule(in ScheduleInput) ScheduleDecision {
-	var d ScheduleDecision
-	holder := func(m *migrationv1alpha1.StorageVersionMigration) *storagemigrationv1.StorageVersionMigration {
-		gr := schema.GroupResource{Group: m.Spec.Resource.Group, Resource: m.Spec.Resource.Resource}
-		return intree.Holder(in.InTree, gr, string(m.UID))
-	}
-	live := map[string]bool{}
-	busy := map[string]bool{} // resources with a running migration
-	for i := range in.Migrations {
-		m := &in.Migrations[i]
-		if m.DeletionTimestamp == nil && !m.IsFinished() && !in.Ended[m.UID] {
-			live[m.Name] = true
-			if in.Running[m.Name] {
-				busy[resourceKey(m)] = true
+	s := &scheduler{in: in}
+	s.findLive()
+	s.stopRunning()
+	s.startWaiting(s.candidates())
+	return s.d
+}
+
+// scheduler is the state of one Schedule call.
+type scheduler struct {
+	in ScheduleInput
+	d  ScheduleDecision
+	// live names the migrations that may run: neither deleted nor
+	// finished, as far as anyone knows.
+	live map[string]bool
+	// busy holds the resources (resourceKey) a running migration rewrites.
+	busy map[string]bool
+}
+
+// holder is the in-tree migration that holds m's resource, nil if none.
+func (s *scheduler) holder(m *migrationv1alpha1.StorageVersionMigration) *storagemigrationv1.StorageVersionMigration {
+	gr := schema.GroupResource{Group: m.Spec.Resource.Group, Resource: m.Spec.Resource.Resource}
+	return intree.Holder(s.in.InTree, gr, string(m.UID))
+}
+
+func (s *scheduler) findLive() {
+	s.live, s.busy = map[string]bool{}, map[string]bool{}
+	for i := range s.in.Migrations {
+		m := &s.in.Migrations[i]
+		if m.DeletionTimestamp == nil && !m.IsFinished() && !s.in.Ended[m.UID] {
+			s.live[m.Name] = true
+			if s.in.Running[m.Name] {
+				s.busy[resourceKey(m)] = true
 			}
 		}
 	}
-	for name := range in.Running {
-		if !live[name] {
-			d.Stop = append(d.Stop, name)
+}
+
+// stopRunning stops the runs of migrations that are no longer live, and
+// those whose resource an in-tree migration now holds, freeing it.
+func (s *scheduler) stopRunning() {
+	for name := range s.in.Running {
+		if !s.live[name] {
+			s.d.Stop = append(s.d.Stop, name)
 		}
 	}
-	for i := range in.Migrations {
-		m := &in.Migrations[i]
-		if !live[m.Name] || !in.Running[m.Name] {
+	for i := range s.in.Migrations {
+		m := &s.in.Migrations[i]
+		if !s.live[m.Name] || !s.in.Running[m.Name] {
 			continue
 		}
-		if h := holder(m); h != nil {
-			d.Stop = append(d.Stop, m.Name)
-			d.Yield = setName(d.Yield, m.Name, h.Name)
-			delete(busy, resourceKey(m))
+		if h := s.holder(m); h != nil {
+			s.d.Stop = append(s.d.Stop, m.Name)
+			s.d.Yield = setName(s.d.Yield, m.Name, h.Name)
+			delete(s.busy, resourceKey(m))
 		}
 	}
-	slices.Sort(d.Stop)
+	slices.Sort(s.d.Stop)
+}
 
-	candidates := make([]*migrationv1alpha1.StorageVersionMigration, 0, len(in.Migrations))
-	for i := range in.Migrations {
-		m := &in.Migrations[i]
-		if live[m.Name] && !in.Running[m.Name] {
+// candidates are the live migrations that do not run, in the order they
+// start.
+func (s *scheduler) candidates() []*migrationv1alpha1.StorageVersionMigration {
+	candidates := make([]*migrationv1alpha1.StorageVersionMigration, 0, len(s.in.Migrations))
+	for i := range s.in.Migrations {
+		m := &s.in.Migrations[i]
+		if s.live[m.Name] && !s.in.Running[m.Name] {
 			candidates = append(candidates, m)
 		}
 	}
-	slices.SortFunc(candidates, func(a, b *migrationv1alpha1.StorageVersionMigration) int {
-		if ra, rb := a.HasCondition(migrationv1alpha1.MigrationRunning), b.HasCondition(migrationv1alpha1.MigrationRunning); ra != rb {
-			if ra {
-				return -1
-			}
-			return 1
-		}
-		if fa, fb := firstSight(a), firstSight(b); fa != fb {
-			if fb {
-				return -1
-			}
-			return 1
-		}
-		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
+	slices.SortFunc(candidates, startOrder)
+	return candidates
+}
 
-	slots := in.MaxParallel - (len(in.Running) - len(d.Stop))
+// startOrder puts Running migrations (resuming) first, then those for a
+// storage change before first-sight rewrites, then the oldest.
+func startOrder(a, b *migrationv1alpha1.StorageVersionMigration) int {
+	if ra, rb := a.HasCondition(migrationv1alpha1.MigrationRunning), b.HasCondition(migrationv1alpha1.MigrationRunning); ra != rb {
+		if ra {
+			return -1
+		}
+		return 1
+	}
+	if fa, fb := firstSight(a), firstSight(b); fa != fb {
+		if fb {
+			return -1
+		}
+		return 1
+	}
+	if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
+}
+
+// startWaiting starts candidates, in order, while slots are free, skipping
+// those whose resource is busy or held, those backing off, and first-sight
+// rewrites beyond their share.
+func (s *scheduler) startWaiting(candidates []*migrationv1alpha1.StorageVersionMigration) {
+	slots := s.in.MaxParallel - (len(s.in.Running) - len(s.d.Stop))
 	// With more than one slot, first-sight rewrites leave one free, so
 	// that a storage change starts at once rather than after one of them.
-	firstSightSlots := max(in.MaxParallel-1, 1)
-	stopping := map[string]bool{}
-	for _, name := range d.Stop {
-		stopping[name] = true
-	}
-	firstSightRunning := 0
-	for i := range in.Migrations {
-		m := &in.Migrations[i]
-		if in.Running[m.Name] && !stopping[m.Name] && firstSight(m) {
-			firstSightRunning++
-		}
-	}
+	firstSightSlots := max(s.in.MaxParallel-1, 1)
+	firstSightRunning := s.firstSightRunning()
 	for _, m := range candidates {
 		if slots <= 0 {
 			break
 		}
-		if busy[resourceKey(m)] || firstSight(m) && firstSightRunning >= firstSightSlots {
+		if s.busy[resourceKey(m)] || firstSight(m) && firstSightRunning >= firstSightSlots {
 			continue
 		}
-		if h := holder(m); h != nil {
-			d.Held = setName(d.Held, m.Name, h.Name)
+		if h := s.holder(m); h != nil {
+			s.d.Held = setName(s.d.Held, m.Name, h.Name)
 			continue
 		}
-		if t, ok := in.NotBefore[m.Name]; ok && in.Now.Before(t) {
-			if wait := t.Sub(in.Now); d.RequeueAfter == 0 || wait < d.RequeueAfter {
-				d.RequeueAfter = wait
-			}
+		if s.backingOff(m) {
 			continue
 		}
-		d.Start = append(d.Start, m.Name)
-		busy[resourceKey(m)] = true
+		s.d.Start = append(s.d.Start, m.Name)
+		s.busy[resourceKey(m)] = true
 		slots--
 		if firstSight(m) {
 			firstSightRunning++
 		}
 	}
-	return d
+}
+
+// firstSightRunning counts the first-sight rewrites that keep running.
+func (s *scheduler) firstSightRunning() int {
+	stopping := map[string]bool{}
+	for _, name := range s.d.Stop {
+		stopping[name] = true
+	}
+	n := 0
+	for i := range s.in.Migrations {
+		m := &s.in.Migrations[i]
+		if s.in.Running[m.Name] && !stopping[m.Name] && firstSight(m) {
+			n++
+		}
+	}
+	return n
+}
+
+// backingOff tells whether m waits for its backoff to end; if so, the
+// decision asks to be woken when the soonest backoff ends.
+func (s *scheduler) backingOff(m *migrationv1alpha1.StorageVersionMigration) bool {
+	t, ok := s.in.NotBefore[m.Name]
+	if !ok || !s.in.Now.Before(t) {
+		return false
+	}
+	if wait := t.Sub(s.in.Now); s.d.RequeueAfter == 0 || wait < s.d.RequeueAfter {
+		s.d.RequeueAfter = wait
+	}
+	return true
 }
 
 func setName(m map[string]string, k, v string) map[string]string {

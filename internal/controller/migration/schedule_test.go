@@ -62,13 +62,28 @@ func deleted(m migrationv1alpha1.StorageVersionMigration) migrationv1alpha1.Stor
 	return m
 }
 
+type scheduleTest struct {
+	name string
+	in   ScheduleInput
+	want ScheduleDecision
+}
+
+func checkSchedule(t *testing.T, tests []scheduleTest) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, Schedule(tt.in)); diff != "" {
+				t.Errorf("Schedule() (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestSchedule checks the order migrations start in, and the slots and
+// resources they take.
 func TestSchedule(t *testing.T) {
-	const running, succeeded, failed = migrationv1alpha1.MigrationRunning, migrationv1alpha1.MigrationSucceeded, migrationv1alpha1.MigrationFailed
-	tests := []struct {
-		name string
-		in   ScheduleInput
-		want ScheduleDecision
-	}{
+	const running = migrationv1alpha1.MigrationRunning
+	checkSchedule(t, []scheduleTest{
 		{
 			name: "oldest first, one at a time by default",
 			in:   ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("b", "secrets", 2), mig("a", "configmaps", 1)}, MaxParallel: 1},
@@ -103,11 +118,6 @@ func TestSchedule(t *testing.T) {
 			want: ScheduleDecision{Start: []string{"first-a"}},
 		},
 		{
-			name: "finished migrations never start",
-			in:   ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("ok", "secrets", 1, succeeded), mig("bad", "pods", 1, failed)}, MaxParallel: 3},
-			want: ScheduleDecision{},
-		},
-		{
 			name: "one migration per resource",
 			in:   ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("s1", "secrets", 1), mig("s2", "secrets", 2), mig("c", "configmaps", 3)}, MaxParallel: 3},
 			want: ScheduleDecision{Start: []string{"s1", "c"}},
@@ -123,6 +133,19 @@ func TestSchedule(t *testing.T) {
 			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("a", "a", 1, running), mig("b", "b", 2), mig("c", "c", 3)},
 				Running: map[string]bool{"a": true}, MaxParallel: 2},
 			want: ScheduleDecision{Start: []string{"b"}},
+		},
+	})
+}
+
+// TestScheduleStopsAndWaits checks which migrations stop, never start, or
+// wait for their backoff.
+func TestScheduleStopsAndWaits(t *testing.T) {
+	const running, succeeded, failed = migrationv1alpha1.MigrationRunning, migrationv1alpha1.MigrationSucceeded, migrationv1alpha1.MigrationFailed
+	checkSchedule(t, []scheduleTest{
+		{
+			name: "finished migrations never start",
+			in:   ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("ok", "secrets", 1, succeeded), mig("bad", "pods", 1, failed)}, MaxParallel: 3},
+			want: ScheduleDecision{},
 		},
 		{
 			name: "deleted and finished running migrations stop, freeing their slots",
@@ -148,6 +171,20 @@ func TestSchedule(t *testing.T) {
 				NotBefore: map[string]time.Time{"a": t0.Add(30 * time.Second)}, Now: t0, MaxParallel: 1},
 			want: ScheduleDecision{Start: []string{"b"}, RequeueAfter: 30 * time.Second},
 		},
+		{
+			name: "an expired backoff no longer holds",
+			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("a", "a", 1, running)},
+				NotBefore: map[string]time.Time{"a": t0}, Now: t0.Add(time.Second), MaxParallel: 1},
+			want: ScheduleDecision{Start: []string{"a"}},
+		},
+	})
+}
+
+// TestScheduleInTree checks how in-tree migrations of a resource hold
+// svm's back.
+func TestScheduleInTree(t *testing.T) {
+	const running = migrationv1alpha1.MigrationRunning
+	checkSchedule(t, []scheduleTest{
 		{
 			name: "a Running in-tree migration of the resource holds a new migration back",
 			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("s", "secrets", 1), mig("c", "configmaps", 2)},
@@ -178,18 +215,5 @@ func TestSchedule(t *testing.T) {
 				InTree: []storagemigrationv1.StorageVersionMigration{inTree("kcm", "configmaps", true, "")}, MaxParallel: 1},
 			want: ScheduleDecision{Start: []string{"s"}},
 		},
-		{
-			name: "an expired backoff no longer holds",
-			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("a", "a", 1, running)},
-				NotBefore: map[string]time.Time{"a": t0}, Now: t0.Add(time.Second), MaxParallel: 1},
-			want: ScheduleDecision{Start: []string{"a"}},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if diff := cmp.Diff(tt.want, Schedule(tt.in)); diff != "" {
-				t.Errorf("Schedule() (-want +got):\n%s", diff)
-			}
-		})
-	}
+	})
 }

@@ -1,0 +1,246 @@
+package migration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/metrics"
+	"github.com/svm-project/svm/internal/migrator"
+)
+
+// execution is one run of a migration: the status it keeps saving, and the
+// engine state it resumes from.
+type execution struct {
+	r      *Reconciler
+	m      *migrationv1alpha1.StorageVersionMigration
+	ex     Executor
+	gvr    schema.GroupVersionResource
+	status *migrationv1alpha1.StorageVersionMigrationStatus
+	resume *migrator.State
+	log    klog.Logger
+}
+
+// execute runs one migration with ex to its end, cancellation, or a
+// transient failure. The guard is read before the objects are rewritten
+// and after (see Judge).
+func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVersionMigration, ex Executor) {
+	e := &execution{
+		r: r, m: m, ex: ex,
+		gvr:    schema.GroupVersionResource{Group: m.Spec.Resource.Group, Version: m.Spec.Resource.Version, Resource: m.Spec.Resource.Resource},
+		status: m.Status.DeepCopy(),
+		resume: resumeState(m),
+		log:    klog.FromContext(ctx).WithValues("migration", klog.KObj(m), "resource", m.Spec.Resource),
+	}
+	if !e.begin(ctx) || !e.guardBefore(ctx) {
+		return
+	}
+	res, err := e.rewrite(ctx)
+	if e.interrupted(ctx, err) {
+		return
+	}
+	if err == nil && !e.guardAfter(ctx) {
+		return
+	}
+	e.end(ctx, res, err)
+}
+
+// begin marks the migration Running, started or resumed, and tells whether
+// that was saved.
+func (e *execution) begin(ctx context.Context) bool {
+	reason := ReasonStarted
+	if e.resume != nil {
+		reason = ReasonResumed
+	}
+	now := metav1.NewTime(e.r.Clock.Now())
+	if e.status.StartTime == nil {
+		e.status.StartTime = &now
+	}
+	e.status.Conditions = setCondition(e.status.Conditions, migrationv1alpha1.MigrationRunning, corev1.ConditionTrue, reason, "", now)
+	if err := e.r.patchStatus(ctx, e.m, e.status); err != nil {
+		e.r.retryLater(ctx, e.m, err)
+		return false
+	}
+	if e.resume != nil {
+		e.r.event(e.m, corev1.EventTypeNormal, reason, fmt.Sprintf("Resuming the migration of %s after %d objects listed", resourceString(e.m), e.resume.Progress.Listed))
+	} else {
+		e.r.event(e.m, corev1.EventTypeNormal, reason, "Migrating "+resourceString(e.m))
+	}
+	e.log.Info("Migration started", "reason", reason)
+	return true
+}
+
+// guardBefore reads the guard before the objects are rewritten and acts
+// on Judge's verdict; it tells whether the run goes on.
+func (e *execution) guardBefore(ctx context.Context) bool {
+	if e.r.Guard == nil {
+		return true
+	}
+	fp, err := e.r.Guard.Fingerprint(ctx, e.gvr.GroupResource())
+	if err != nil {
+		e.r.retryLater(ctx, e.m, err)
+		return false
+	}
+	v := Judge(GuardInput{Saved: e.status.StorageFingerprint, Now: fp})
+	switch v.Action {
+	case GuardWait:
+		e.r.waitLater(ctx, e.m, e.status, ReasonStorageVersionsDisagree, v.Why+"; waiting for them to agree")
+		return false
+	case GuardStartOver:
+		e.r.event(e.m, corev1.EventTypeWarning, ReasonStorageVersionChanged, v.Why+": starting over")
+		e.log.Info("Storage version changed since the migration started; starting over", "was", e.status.StorageFingerprint, "now", fp.Value)
+		startOver(e.status, v.Fingerprint)
+		if err := e.r.saveStartOver(ctx, e.m, e.status); err != nil {
+			e.r.retryLater(ctx, e.m, err)
+			return false
+		}
+		e.resume = nil
+	default:
+		e.status.StorageFingerprint = v.Fingerprint
+	}
+	return true
+}
+
+// rewrite has the executor rewrite every object, saving the engine's state
+// after each chunk.
+func (e *execution) rewrite(ctx context.Context) (migrator.Result, error) {
+	return e.ex.Execute(ctx, Run{
+		Migration:   e.m,
+		Resource:    e.gvr,
+		Resume:      e.resume,
+		OnDelegated: e.delegated,
+		OnChunk:     e.saveChunk,
+	})
+}
+
+// delegated records the in-tree migration that executes this one.
+func (e *execution) delegated(ctx context.Context, inTree string) error {
+	if e.status.InTreeMigration == inTree {
+		return nil
+	}
+	e.status.InTreeMigration = inTree
+	e.r.event(e.m, corev1.EventTypeNormal, ReasonDelegated, "kube-controller-manager executes this migration as in-tree migration "+inTree)
+	return e.r.patchStatus(ctx, e.m, e.status)
+}
+
+// saveChunk saves the engine's state after a chunk. The counters (in
+// status) and the token (in spec) take two writes. Counters first: a crash
+// between the two then resumes from the old token and counts the chunk
+// again, as it counts any chunk listed again, whereas a saved token with
+// unsaved counters would lose the chunk from them for good and report
+// fewer objects than exist.
+func (e *execution) saveChunk(ctx context.Context, s migrator.State) error {
+	applyState(e.status, s, "")
+	if err := e.r.patchStatus(ctx, e.m, e.status); err != nil {
+		return err
+	}
+	return e.r.patchContinueToken(ctx, e.m, s.ContinueToken)
+}
+
+// interrupted handles a run that did not end by itself: stopped (held by
+// an in-tree migration, shutting down, the migration deleted or finished
+// elsewhere) or the migration deleted while saving. It tells whether the
+// run was.
+func (e *execution) interrupted(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		var held *heldByInTree
+		if errors.As(context.Cause(ctx), &held) {
+			e.r.hold(ctx, e.m, e.status, held.name)
+			return true
+		}
+		// Shutting down, or the migration was deleted: keep the saved state.
+		e.log.Info("Migration stopped", "reason", context.Cause(ctx))
+		if !e.r.runner.shuttingDown() {
+			e.r.event(e.m, corev1.EventTypeNormal, ReasonStopped, "Stopped: the migration was deleted or finished elsewhere")
+		}
+		return true
+	}
+	// Only errGone, from saving the migration, means it was deleted. A
+	// NotFound from the engine is about the resource being migrated (a CRD
+	// deleted meanwhile): the migration must fail with that reason, not
+	// stop and be restarted at once as if deleted.
+	if errors.Is(err, errGone) {
+		e.log.Info("Migration deleted while running")
+		e.r.event(e.m, corev1.EventTypeNormal, ReasonStopped, "Stopped: the migration was deleted")
+		return true
+	}
+	return false
+}
+
+// guardAfter reads the guard once every object was rewritten and acts on
+// Judge's verdict; it tells whether the migration may succeed.
+func (e *execution) guardAfter(ctx context.Context) bool {
+	if e.r.Guard == nil {
+		return true
+	}
+	fp, err := e.r.Guard.Fingerprint(ctx, e.gvr.GroupResource())
+	if err != nil {
+		e.r.retryLater(ctx, e.m, err)
+		return false
+	}
+	v := Judge(GuardInput{After: true, Saved: e.status.StorageFingerprint, Now: fp})
+	if v.Action == GuardGoOn {
+		return true
+	}
+	e.r.event(e.m, corev1.EventTypeWarning, ReasonStorageVersionChanged, v.Why+": starting over")
+	e.log.Info("Storage version changed during the migration; starting over", "was", e.status.StorageFingerprint, "now", fp.Value, "disagreement", fp.Disagreement)
+	startOver(e.status, v.Fingerprint)
+	e.r.redo(ctx, e.m, e.status, v.Why+"; starting over")
+	return false
+}
+
+// end saves the outcome of a run the executor ended, err being its error:
+// succeeded, failed, or to be retried.
+func (e *execution) end(ctx context.Context, res migrator.Result, err error) {
+	out := finish(e.status, res, err, metav1.NewTime(e.r.Clock.Now()))
+	// The final writes must outlive the run's context: once the API server
+	// has stored Succeeded or Failed, the scheduler stops this run, which
+	// would cancel the write while its answer is being read, and the end
+	// would go unreported.
+	final, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	// Counters before the token, as after every chunk. The token differs
+	// from the saved one only when a chunk's save failed, which ends the
+	// run to be retried.
+	if perr := e.r.patchStatus(final, e.m, e.status); perr != nil {
+		e.r.retryLater(ctx, e.m, perr)
+		return
+	}
+	if terr := e.r.patchContinueToken(final, e.m, res.ContinueToken); terr != nil && !out.retry {
+		e.r.retryLater(ctx, e.m, terr)
+		return
+	}
+	switch {
+	case out.retry:
+		e.r.retryLater(ctx, e.m, err)
+	case err == nil:
+		e.succeeded(res)
+	default:
+		e.failed(err)
+	}
+}
+
+// succeeded reports a migration that ended with Succeeded=True.
+func (e *execution) succeeded(res migrator.Result) {
+	e.r.forget(e.m)
+	e.r.Metrics.MigrationFinished(e.gvr.GroupResource(), metrics.StatusSucceeded, took(e.status))
+	e.r.event(e.m, corev1.EventTypeNormal, ReasonAllObjectsRewritten, condition(e.status, migrationv1alpha1.MigrationSucceeded).Message)
+	e.log.Info("Migration succeeded", "restored", res.Progress.Restored, "alreadyCurrent", res.Progress.AlreadyCurrent,
+		"writtenSinceStart", res.Progress.WrittenSinceStart, "gone", res.Progress.Gone, "inTreeMigration", e.status.InTreeMigration)
+}
+
+// failed reports a migration that ended with Failed=True because of err.
+func (e *execution) failed(err error) {
+	e.r.forget(e.m)
+	e.r.Metrics.MigrationFinished(e.gvr.GroupResource(), metrics.StatusFailed, took(e.status))
+	failed := condition(e.status, migrationv1alpha1.MigrationFailed)
+	e.r.event(e.m, corev1.EventTypeWarning, ReasonFailed, truncate(failed.Reason+": "+failed.Message, 1024))
+	e.log.Info("Migration failed", "reason", failed.Reason, "err", err)
+}
