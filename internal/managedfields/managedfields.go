@@ -102,79 +102,113 @@ func (rt Retarget) Apply(entries []metav1.ManagedFieldsEntry, object map[string]
 	if slices.Contains(rt.Retired, rt.Target) {
 		return res, fmt.Errorf("target version %s is one of the retired versions", rt.Target)
 	}
-	type slot struct {
-		entry  metav1.ManagedFieldsEntry
-		fields *fieldpath.Set // set when the entry was merged or checked
-	}
 	var out []slot
 	index := map[string]int{}
 	for _, e := range entries {
-		retired := slices.Contains(rt.Retired, e.APIVersion)
-		if retired {
-			res.Retargeted++
-			e.APIVersion = rt.Target
+		s, err := rt.retarget(e, object, &res)
+		if err != nil {
+			return Result{}, err
 		}
-		var fields *fieldpath.Set
-		if retired {
-			var err error
-			if fields, err = decode(e); err != nil {
-				return Result{}, fmt.Errorf("managedFields entry of %s (%s): %w", e.Manager, e.Operation, err)
-			}
-			if object != nil {
-				kept := fieldpath.NewSet()
-				for p := range fields.All() {
-					if has(object, p) {
-						kept.Insert(p)
-					} else {
-						res.DroppedFields++
-					}
-				}
-				fields = kept
-			}
-		}
-		key := identity(e)
+		key := identity(s.entry)
 		if i, ok := index[key]; ok {
 			// Only an entry that was retargeted can meet an entry of the
 			// same identity: the API server keeps identities unique.
-			prev := &out[i]
-			if prev.fields == nil {
-				var err error
-				if prev.fields, err = decode(prev.entry); err != nil {
-					return Result{}, fmt.Errorf("managedFields entry of %s (%s): %w", prev.entry.Manager, prev.entry.Operation, err)
-				}
-			}
-			if fields == nil {
-				var err error
-				if fields, err = decode(e); err != nil {
-					return Result{}, fmt.Errorf("managedFields entry of %s (%s): %w", e.Manager, e.Operation, err)
-				}
-			}
-			prev.fields = prev.fields.Union(fields)
-			if later(e.Time, prev.entry.Time) {
-				prev.entry.Time = e.Time
+			if err := out[i].merge(s); err != nil {
+				return Result{}, err
 			}
 			res.Merged++
 			continue
 		}
 		index[key] = len(out)
-		out = append(out, slot{entry: e, fields: fields})
+		out = append(out, s)
 	}
 	for _, s := range out {
-		if s.fields != nil {
-			if s.fields.Empty() {
-				res.DroppedEntries++
-				continue
-			}
-			raw, err := s.fields.ToJSON()
-			if err != nil {
-				return Result{}, fmt.Errorf("encode fields of %s: %w", s.entry.Manager, err)
-			}
-			s.entry.FieldsType = "FieldsV1"
-			s.entry.FieldsV1 = &metav1.FieldsV1{Raw: raw}
+		if s.fields != nil && s.fields.Empty() {
+			res.DroppedEntries++
+			continue
 		}
-		res.Entries = append(res.Entries, s.entry)
+		e, err := s.encode()
+		if err != nil {
+			return Result{}, err
+		}
+		res.Entries = append(res.Entries, e)
 	}
 	return res, nil
+}
+
+// slot is an entry of the result: its fields are set once the entry was
+// retargeted, checked or merged, and are then written back.
+type slot struct {
+	entry  metav1.ManagedFieldsEntry
+	fields *fieldpath.Set
+}
+
+// retarget moves an entry that names a retired version to the target,
+// keeping only the fields object has (all of them when object is nil); any
+// other entry is kept as it is.
+func (rt Retarget) retarget(e metav1.ManagedFieldsEntry, object map[string]any, res *Result) (slot, error) {
+	if !slices.Contains(rt.Retired, e.APIVersion) {
+		return slot{entry: e}, nil
+	}
+	res.Retargeted++
+	e.APIVersion = rt.Target
+	fields, err := decodeEntry(e)
+	if err != nil || object == nil {
+		return slot{entry: e, fields: fields}, err
+	}
+	kept := fieldpath.NewSet()
+	for p := range fields.All() {
+		if has(object, p) {
+			kept.Insert(p)
+		} else {
+			res.DroppedFields++
+		}
+	}
+	return slot{entry: e, fields: kept}, nil
+}
+
+// merge folds another entry of the same identity into s: the union of
+// their fields, at the later time.
+func (s *slot) merge(other slot) error {
+	var err error
+	if s.fields == nil {
+		if s.fields, err = decodeEntry(s.entry); err != nil {
+			return err
+		}
+	}
+	if other.fields == nil {
+		if other.fields, err = decodeEntry(other.entry); err != nil {
+			return err
+		}
+	}
+	s.fields = s.fields.Union(other.fields)
+	if later(other.entry.Time, s.entry.Time) {
+		s.entry.Time = other.entry.Time
+	}
+	return nil
+}
+
+// encode writes s's fields, if it holds them, back into its entry.
+func (s slot) encode() (metav1.ManagedFieldsEntry, error) {
+	if s.fields == nil {
+		return s.entry, nil
+	}
+	raw, err := s.fields.ToJSON()
+	if err != nil {
+		return metav1.ManagedFieldsEntry{}, fmt.Errorf("encode fields of %s: %w", s.entry.Manager, err)
+	}
+	s.entry.FieldsType = "FieldsV1"
+	s.entry.FieldsV1 = &metav1.FieldsV1{Raw: raw}
+	return s.entry, nil
+}
+
+// decodeEntry reads the fields of e, naming the entry when it cannot.
+func decodeEntry(e metav1.ManagedFieldsEntry) (*fieldpath.Set, error) {
+	fields, err := decode(e)
+	if err != nil {
+		return nil, fmt.Errorf("managedFields entry of %s (%s): %w", e.Manager, e.Operation, err)
+	}
+	return fields, nil
 }
 
 // Patch is the JSON merge patch that sets an object's managedFields to
