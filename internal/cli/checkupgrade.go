@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -17,8 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/resources"
@@ -48,12 +45,10 @@ type CheckUpgradeOptions struct {
 
 	Out, ErrOut io.Writer
 
+	clusterReader
 	target    upgrade.Target
 	to        *upgrade.Release
-	host      string
 	discovery *discovery.DiscoveryClient
-	dynamic   dynamic.Interface
-	kube      kubernetes.Interface
 }
 
 var (
@@ -91,23 +86,10 @@ func newCheckUpgradeCommand(configFlags *genericclioptions.ConfigFlags, out, err
 			"  svm check-upgrade --decodable widgets.example.com=v2 --decodable deployments.apps=v1\n" +
 			"  svm check-upgrade -f target.yaml -o json",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Complete(); err != nil {
-				return err
-			}
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			verdict, err := o.Run(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if code := ExitCode(verdict); code != 0 {
-				// The verdict is printed; it is no error to print again.
-				return ExitError(code)
-			}
-			return nil
-		},
+		RunE: runOptions(o, func(ctx context.Context) (int, error) {
+			verdict, err := o.Run(ctx)
+			return ExitCode(verdict), err
+		}),
 	}
 	fs := cmd.Flags()
 	fs.StringArrayVar(&o.Decodable, "decodable", nil, "RESOURCE[.GROUP]=VERSION[,VERSION...]: versions the target decodes for a resource; repeat for more resources")
@@ -154,25 +136,18 @@ func (o *CheckUpgradeOptions) Complete() error {
 			return fmt.Errorf("target file %s: %w", path, err)
 		}
 	}
-	cfg, err := restConfig(o.ConfigFlags)
+	cfg, err := o.connect(o.ConfigFlags)
 	if err != nil {
 		return err
 	}
-	o.host = cfg.Host
-	if o.discovery, err = resources.NewDiscoveryClient(cfg); err != nil {
-		return err
-	}
-	if o.dynamic, err = dynamic.NewForConfig(cfg); err != nil {
-		return err
-	}
-	o.kube, err = kubernetes.NewForConfig(cfg)
+	o.discovery, err = resources.NewDiscoveryClient(cfg)
 	return err
 }
 
 // Validate checks the flags.
 func (o *CheckUpgradeOptions) Validate() error {
-	if !slices.Contains(checkUpgradeOutputs, o.Output) {
-		return fmt.Errorf("--output must be one of %s, got %q", strings.Join(checkUpgradeOutputs, ", "), o.Output)
+	if err := validateOutput(o.Output, checkUpgradeOutputs); err != nil {
+		return err
 	}
 	if len(o.target) == 0 && o.to == nil {
 		return errors.New("say what the target API server is or decodes: --to RELEASE, --decodable RESOURCE[.GROUP]=VERSION[,VERSION...] or -f FILE")
@@ -224,12 +199,7 @@ func (o *CheckUpgradeOptions) fetch(ctx context.Context) (*upgrade.Input, error)
 		}
 		slices.SortFunc(in.Discovery.FailedGroupVersions, func(a, b schema.GroupVersion) int { return strings.Compare(a.String(), b.String()) })
 	} else if err != nil {
-		// The request's URL repeats the host; say it once.
-		var urlErr *url.Error
-		if errors.As(err, &urlErr) {
-			err = urlErr.Err
-		}
-		return nil, fmt.Errorf("reach the API server at %s: %w", o.host, err)
+		return nil, o.unreachable(err)
 	}
 	groupList := &metav1.APIGroupList{}
 	in.Discovery.GroupVersions = map[string][]string{}

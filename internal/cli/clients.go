@@ -1,12 +1,18 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"net/url"
 	"os"
+	"slices"
+	"strings"
 
 	"golang.org/x/time/rate"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
@@ -34,7 +40,7 @@ func (f *EngineFlags) addFlags(fs interface {
 	fs.Float64Var(&f.QPS, "qps", 0, "requests per second to the API server, shared by all migrations (0: unlimited)")
 	fs.IntVar(&f.Burst, "burst", 0, "requests allowed in a burst above --qps (default: --qps rounded up, at least 1)")
 	fs.Int64Var(&f.ChunkSize, "chunk-size", 500, "objects listed per request")
-	fs.BoolVar(&f.AdaptivePacing, "adaptive-pacing", true, "keep the writes in flight just past the knee of the API server's rate curve (the fewest that get nine tenths of its ceiling and more), and halve them when it throttles or its rate collapses (--workers is the most; --qps stays a hard cap)")
+	fs.BoolVar(&f.AdaptivePacing, "adaptive-pacing", true, "keep the writes in flight just past the knee of the API server's rate curve (the fewest that get 0.95 of the best rate measured, with a margin above), and halve them when it throttles or its rate collapses (--workers is the most; --qps stays a hard cap)")
 }
 
 func (f *EngineFlags) validate() error {
@@ -87,4 +93,50 @@ func restConfig(flags *genericclioptions.ConfigFlags) (*rest.Config, error) {
 	// request; say it once, not once per object.
 	cfg.WarningHandler = rest.NewWarningWriter(os.Stderr, rest.WarningWriterOptions{Deduplicate: true})
 	return cfg, nil
+}
+
+// clusterReader holds the clients of a command that reads the cluster: the
+// dynamic one for svm's API, which has no generated clientset, and the
+// typed one for the rest.
+type clusterReader struct {
+	// host is the API server's address, for errors.
+	host    string
+	dynamic dynamic.Interface
+	kube    kubernetes.Interface
+}
+
+// connect loads the client configuration named by the kubectl flags and
+// builds the clients over it. It sends no request.
+func (c *clusterReader) connect(flags *genericclioptions.ConfigFlags) (*rest.Config, error) {
+	cfg, err := restConfig(flags)
+	if err != nil {
+		return nil, err
+	}
+	c.host = cfg.Host
+	if c.dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if c.kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// unreachable is the error of a command's first request, the one that
+// finds out whether the API server can be reached at all.
+func (c *clusterReader) unreachable(err error) error {
+	// The request's URL repeats the host; say it once.
+	var urlErr *url.Error
+	if errors.As(err, &urlErr) {
+		err = urlErr.Err
+	}
+	return fmt.Errorf("reach the API server at %s: %w", c.host, err)
+}
+
+// validateOutput checks --output against the formats a command prints.
+func validateOutput(output string, outputs []string) error {
+	if !slices.Contains(outputs, output) {
+		return fmt.Errorf("--output must be one of %s, got %q", strings.Join(outputs, ", "), output)
+	}
+	return nil
 }

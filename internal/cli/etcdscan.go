@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/svm-project/svm/internal/document"
 	"github.com/svm-project/svm/internal/etcdvalue"
 )
 
@@ -125,23 +125,7 @@ func newEtcdScanCommand(out, errOut io.Writer) *cobra.Command {
 			"  svm etcd-scan --endpoints http://127.0.0.1:2379 --resource secrets --fail-on-key key1\n" +
 			"  svm etcd-scan --endpoints http://127.0.0.1:2379 --resource widgets.example.com -o json",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Complete(); err != nil {
-				return err
-			}
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			code, err := o.Run(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if code != 0 {
-				// The counts and the failed check are printed.
-				return ExitError(code)
-			}
-			return nil
-		},
+		RunE: runOptions(o, o.Run),
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&o.Endpoints, "endpoints", "", "etcd client URLs, comma-separated (http:// or https://)")
@@ -187,8 +171,8 @@ func (o *EtcdScanOptions) Validate() error {
 	if !secure && (o.CACert != "" || o.Cert != "") {
 		return errors.New("--cacert, --cert and --key are for https:// endpoints")
 	}
-	if !slices.Contains(etcdScanOutputs, o.Output) {
-		return fmt.Errorf("--output must be one of %s, got %q", strings.Join(etcdScanOutputs, ", "), o.Output)
+	if err := validateOutput(o.Output, etcdScanOutputs); err != nil {
+		return err
 	}
 	if o.Timeout <= 0 {
 		return fmt.Errorf("--timeout must be positive, got %s", o.Timeout)
@@ -270,7 +254,7 @@ func (o *EtcdScanOptions) Run(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	if o.Output == "json" {
-		err = writeEtcdScanJSON(o.Out, r)
+		err = document.WriteJSON(o.Out, r)
 	} else {
 		err = writeEtcdScanTable(o.Out, r)
 	}
@@ -498,10 +482,4 @@ func writeEtcdScanTable(w io.Writer, r *EtcdScanReport) error {
 	fmt.Fprintf(&b, "etcd revision %d: %s under %s\n", r.Revision, total, strings.Join(prefixes, ", "))
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-func writeEtcdScanJSON(w io.Writer, r *EtcdScanReport) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
 }

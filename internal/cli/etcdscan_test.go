@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +12,9 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/svm-project/svm/internal/document"
+	"github.com/svm-project/svm/test/golden"
 )
 
 func TestEtcdScanFlags(t *testing.T) {
@@ -251,16 +253,8 @@ func TestWriteEtcdScan(t *testing.T) {
 
 	// The JSON document reads back into the same report, field for field.
 	var doc bytes.Buffer
-	if err := writeEtcdScanJSON(&doc, r); err != nil {
+	if err := document.WriteJSON(&doc, r); err != nil {
 		t.Fatal(err)
 	}
-	var back EtcdScanReport
-	dec := json.NewDecoder(&doc)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&back); err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(r, &back); diff != "" {
-		t.Errorf("json round trip (-want +got):\n%s", diff)
-	}
+	golden.DecodesJSON(t, doc.Bytes(), r)
 }

@@ -2,11 +2,9 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
@@ -14,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 
+	"github.com/svm-project/svm/internal/document"
 	"github.com/svm-project/svm/internal/migrator"
 	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/pkg/migrate"
@@ -95,8 +93,8 @@ func (o *RetireOptions) Complete(ctx context.Context) error {
 	if err := o.Engine.validate(); err != nil {
 		return err
 	}
-	if !slices.Contains(retireOutputs, o.Output) {
-		return fmt.Errorf("--output must be one of %s, got %q", strings.Join(retireOutputs, ", "), o.Output)
+	if err := validateOutput(o.Output, retireOutputs); err != nil {
+		return err
 	}
 	if o.QuietFor <= 0 {
 		return fmt.Errorf("--quiet-for must be positive, got %s", o.QuietFor)
@@ -158,17 +156,11 @@ func (o *RetireOptions) Run(ctx context.Context) error {
 	}
 	switch o.Output {
 	case "json":
-		enc := json.NewEncoder(o.Out)
-		enc.SetIndent("", "  ")
-		if jerr := enc.Encode(report); jerr != nil {
+		if jerr := document.WriteJSON(o.Out, report); jerr != nil {
 			return jerr
 		}
 	case "yaml":
-		data, yerr := yaml.Marshal(report)
-		if yerr != nil {
-			return yerr
-		}
-		if _, yerr := o.Out.Write(data); yerr != nil {
+		if yerr := document.WriteYAML(o.Out, report); yerr != nil {
 			return yerr
 		}
 	default:

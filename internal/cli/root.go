@@ -64,6 +64,36 @@ type ExitError int
 
 func (e ExitError) Error() string { return fmt.Sprintf("exit code %d", int(e)) }
 
+// commandOptions are a command's options in the style of kubectl:
+// Complete builds what the command needs, Validate checks the flags.
+type commandOptions interface {
+	Complete() error
+	Validate() error
+}
+
+// runOptions is the RunE of a command whose options complete, validate
+// and then run. run returns the exit code of what it found and printed: a
+// code other than 0 ends the command as an ExitError, with nothing more to
+// print.
+func runOptions(o commandOptions, run func(context.Context) (int, error)) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		if err := o.Complete(); err != nil {
+			return err
+		}
+		if err := o.Validate(); err != nil {
+			return err
+		}
+		code, err := run(cmd.Context())
+		if err != nil {
+			return err
+		}
+		if code != 0 {
+			return ExitError(code)
+		}
+		return nil
+	}
+}
+
 // NewRootCommand builds the svm command tree.
 func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{

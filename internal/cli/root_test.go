@@ -2,12 +2,15 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 func TestMain(t *testing.T) {
@@ -64,6 +67,50 @@ func TestExitCode(t *testing.T) {
 			var errOut bytes.Buffer
 			if code := exitCode(tt.err, &errOut); code != tt.wantCode || errOut.String() != tt.wantErr {
 				t.Errorf("exit code %d and stderr %q, want %d and %q", code, errOut.String(), tt.wantCode, tt.wantErr)
+			}
+		})
+	}
+}
+
+// steps are options that record what runOptions calls, and fail where told.
+type steps struct {
+	called                   []string
+	completeErr, validateErr error
+}
+
+func (s *steps) Complete() error { s.called = append(s.called, "complete"); return s.completeErr }
+func (s *steps) Validate() error { s.called = append(s.called, "validate"); return s.validateErr }
+
+func TestRunOptions(t *testing.T) {
+	refused := errors.New("connect: refused")
+	tests := []struct {
+		name       string
+		o          steps
+		code       int
+		runErr     error
+		want       error
+		wantCalled string
+	}{
+		{name: "done", wantCalled: "complete validate run"},
+		{name: "a verdict", code: ExitUnsafe, want: ExitError(ExitUnsafe), wantCalled: "complete validate run"},
+		{name: "run fails", code: ExitUnknown, runErr: refused, want: refused, wantCalled: "complete validate run"},
+		{name: "complete fails", o: steps{completeErr: refused}, want: refused, wantCalled: "complete"},
+		{name: "validate fails", o: steps{validateErr: refused}, want: refused, wantCalled: "complete validate"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := tt.o
+			runE := runOptions(&o, func(context.Context) (int, error) {
+				o.called = append(o.called, "run")
+				return tt.code, tt.runErr
+			})
+			cmd := &cobra.Command{}
+			cmd.SetContext(context.Background())
+			if err := runE(cmd, nil); err != tt.want {
+				t.Errorf("error %v, want %v", err, tt.want)
+			}
+			if got := strings.Join(o.called, " "); got != tt.wantCalled {
+				t.Errorf("called %q, want %q", got, tt.wantCalled)
 			}
 		})
 	}

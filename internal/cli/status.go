@@ -2,10 +2,8 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -22,7 +20,6 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
@@ -48,11 +45,9 @@ type StatusOptions struct {
 	// Terminal selects progress bars redrawn in place over plain lines.
 	Terminal bool
 
-	host      string
+	clusterReader
 	config    *rest.Config
 	discovery discovery.DiscoveryInterface
-	dynamic   dynamic.Interface
-	kube      kubernetes.Interface
 	// noted is the note last printed about an API that is not available,
 	// so that --watch says it once.
 	noted string
@@ -83,15 +78,7 @@ func newStatusCommand(configFlags *genericclioptions.ConfigFlags, out, errOut io
 		Example: "  svm status\n  svm status -o json\n  svm status --watch --interval 5s\n" +
 			"  svm status --apiserver-endpoints https://10.0.0.1:6443,https://10.0.0.2:6443",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Complete(); err != nil {
-				return err
-			}
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			return o.Run(cmd.Context())
-		},
+		RunE: runOptions(o, func(ctx context.Context) (int, error) { return 0, o.Run(ctx) }),
 	}
 	fs := cmd.Flags()
 	fs.StringVarP(&o.Output, "output", "o", "table", "output format: "+strings.Join(statusOutputs, ", ")+" (json and yaml have a stable, versioned structure)")
@@ -104,25 +91,19 @@ func newStatusCommand(configFlags *genericclioptions.ConfigFlags, out, errOut io
 // Complete builds the clients. It sends no request: a server that cannot
 // be reached is reported by Run.
 func (o *StatusOptions) Complete() error {
-	cfg, err := restConfig(o.ConfigFlags)
+	cfg, err := o.connect(o.ConfigFlags)
 	if err != nil {
 		return err
 	}
-	o.host, o.config = cfg.Host, cfg
-	if o.discovery, err = discovery.NewDiscoveryClientForConfig(cfg); err != nil {
-		return err
-	}
-	if o.dynamic, err = dynamic.NewForConfig(cfg); err != nil {
-		return err
-	}
-	o.kube, err = kubernetes.NewForConfig(cfg)
+	o.config = cfg
+	o.discovery, err = discovery.NewDiscoveryClientForConfig(cfg)
 	return err
 }
 
 // Validate checks the flags.
 func (o *StatusOptions) Validate() error {
-	if !slices.Contains(statusOutputs, o.Output) {
-		return fmt.Errorf("--output must be one of %s, got %q", strings.Join(statusOutputs, ", "), o.Output)
+	if err := validateOutput(o.Output, statusOutputs); err != nil {
+		return err
 	}
 	if o.Watch && o.Output != "table" && o.Output != "wide" {
 		return fmt.Errorf("--watch shows progress lines and cannot be combined with --output %s", o.Output)
@@ -160,12 +141,7 @@ func (o *StatusOptions) Run(ctx context.Context) error {
 func (o *StatusOptions) fetch(ctx context.Context) (*status.Report, error) {
 	groups, err := o.discovery.ServerGroups()
 	if err != nil {
-		// The request's URL repeats the host; say it once.
-		var urlErr *url.Error
-		if errors.As(err, &urlErr) {
-			err = urlErr.Err
-		}
-		return nil, fmt.Errorf("reach the API server at %s: %w", o.host, err)
+		return nil, o.unreachable(err)
 	}
 	in := status.Input{
 		SVMServed:    served(groups, migrationv1alpha1.GroupVersion),

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"k8s.io/apimachinery/pkg/runtime"
 )
 
 func TestResourceOfKey(t *testing.T) {
@@ -74,10 +73,6 @@ func TestResourcePrefix(t *testing.T) {
 }
 
 func TestLabel(t *testing.T) {
-	pb, err := (&runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, Raw: []byte{1, 2}}).Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
 	tests := []struct {
 		name      string
 		raw       []byte
@@ -86,7 +81,7 @@ func TestLabel(t *testing.T) {
 	}{
 		{"aescbc", []byte("k8s:enc:aescbc:v1:key1:\x8f\x00ciphertext:with:colons"), "aescbc:v1:key1", Encryption{Provider: "aescbc", Version: "v1", Key: "key1"}},
 		{"kms v2", []byte("k8s:enc:kms:v2:vault:\x0a\x05dek..."), "kms:v2:vault", Encryption{Provider: "kms", Version: "v2", Key: "vault"}},
-		{"protobuf", append([]byte{'k', '8', 's', 0}, pb...), Identity, Encryption{}},
+		{"protobuf", protobufValue(t, "v1", "ConfigMap"), Identity, Encryption{}},
 		{"json", []byte(`{"apiVersion":"v1","kind":"ConfigMap"}`), Identity, Encryption{}},
 		{"json without a kind is still plain text", []byte(`{}`), Identity, Encryption{}},
 		{"malformed encrypted prefix", []byte("k8s:enc:aescbc"), Unrecognised, Encryption{}},

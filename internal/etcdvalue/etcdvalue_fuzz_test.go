@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"testing"
 	"unicode/utf8"
-
-	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // FuzzInspect feeds Inspect arbitrary bytes, as a corrupted or unexpected
@@ -68,12 +66,7 @@ func FuzzInspectRoundTrip(f *testing.F) {
 		if v, err := Inspect(js); err != nil || v != (Value{APIVersion: apiVersion, Kind: kind, Encoding: "json"}) {
 			t.Errorf("json %s: got %+v, %v", js, v, err)
 		}
-		u := runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: apiVersion, Kind: kind}, Raw: []byte{1, 2}}
-		pb, err := u.Marshal()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if v, err := Inspect(append(append([]byte{}, protobufPrefix...), pb...)); err != nil || v != (Value{APIVersion: apiVersion, Kind: kind, Encoding: "protobuf"}) {
+		if v, err := Inspect(protobufValue(t, apiVersion, kind)); err != nil || v != (Value{APIVersion: apiVersion, Kind: kind, Encoding: "protobuf"}) {
 			t.Errorf("protobuf %q/%q: got %+v, %v", apiVersion, kind, v, err)
 		}
 	})

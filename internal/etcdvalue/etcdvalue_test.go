@@ -7,11 +7,18 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-func TestInspect(t *testing.T) {
-	pb, err := (&runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, Raw: []byte{1, 2}}).Marshal()
+// protobufValue is an object of apiVersion and kind as kube-apiserver
+// stores it in protobuf.
+func protobufValue(t testing.TB, apiVersion, kind string) []byte {
+	t.Helper()
+	pb, err := (&runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: apiVersion, Kind: kind}, Raw: []byte{1, 2}}).Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return append([]byte{'k', '8', 's', 0}, pb...)
+}
+
+func TestInspect(t *testing.T) {
 	tests := []struct {
 		name    string
 		raw     []byte
@@ -20,7 +27,7 @@ func TestInspect(t *testing.T) {
 	}{
 		{name: "json custom resource", raw: []byte(`{"apiVersion":"example.com/v2","kind":"Widget","spec":{}}`),
 			want: Value{APIVersion: "example.com/v2", Kind: "Widget", Encoding: "json"}},
-		{name: "protobuf built-in", raw: append([]byte{'k', '8', 's', 0}, pb...),
+		{name: "protobuf built-in", raw: protobufValue(t, "v1", "ConfigMap"),
 			want: Value{APIVersion: "v1", Kind: "ConfigMap", Encoding: "protobuf"}},
 		{name: "encrypted", raw: []byte("k8s:enc:aescbc:v1:key2:\x00\x01binary:with:colons"),
 			want: Value{Encryption: &Encryption{Provider: "aescbc", Version: "v1", Key: "key2"}}},

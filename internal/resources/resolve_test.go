@@ -67,10 +67,30 @@ func served() []*metav1.APIResourceList {
 	}
 }
 
-func TestResolve(t *testing.T) {
-	gvr := func(group, version, resource string) schema.GroupVersionResource {
-		return schema.GroupVersionResource{Group: group, Version: version, Resource: resource}
+func gvr(group, version, resource string) schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: group, Version: version, Resource: resource}
+}
+
+// checkResolve holds Resolve(lists, failed, arg) to want, or to the error
+// wantErr when that is set.
+func checkResolve(t *testing.T, lists []*metav1.APIResourceList, failed map[schema.GroupVersion]error, arg string, want schema.GroupVersionResource, wantErr string) {
+	t.Helper()
+	got, err := Resolve(lists, failed, arg)
+	if wantErr != "" {
+		if err == nil || err.Error() != wantErr {
+			t.Fatalf("Resolve(%q) = %v, %v; want error %q", arg, got.GroupVersionResource, err, wantErr)
+		}
+		return
 	}
+	if err != nil {
+		t.Fatalf("Resolve(%q): %v", arg, err)
+	}
+	if got.GroupVersionResource != want {
+		t.Errorf("Resolve(%q) = %v, want %v", arg, got.GroupVersionResource, want)
+	}
+}
+
+func TestResolve(t *testing.T) {
 	const widgetsAmbiguous = "is ambiguous: it names widgets.a.example and widgets.b.example; name one in full"
 	tests := []struct {
 		name, arg string
@@ -122,19 +142,7 @@ func TestResolve(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Resolve(served(), nil, tt.arg)
-			if tt.wantErr != "" {
-				if err == nil || err.Error() != tt.wantErr {
-					t.Fatalf("Resolve(%q) = %v, %v; want error %q", tt.arg, got.GroupVersionResource, err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("Resolve(%q): %v", tt.arg, err)
-			}
-			if got.GroupVersionResource != tt.want {
-				t.Errorf("Resolve(%q) = %v, want %v", tt.arg, got.GroupVersionResource, tt.want)
-			}
+			checkResolve(t, served(), nil, tt.arg, tt.want, tt.wantErr)
 		})
 	}
 }
@@ -199,19 +207,19 @@ func TestResolveDiscoveryFailed(t *testing.T) {
 		lists   []*metav1.APIResourceList
 		failed  map[schema.GroupVersion]error
 		arg     string
-		want    string // resource.version.group
+		want    schema.GroupVersionResource
 		wantErr string
 	}{
 		{
 			name: "no group: any failed group may serve it", lists: without("metrics.k8s.io/v1beta1"), failed: failed("metrics.k8s.io/v1beta1"), arg: "secrets",
 			wantErr: `resource "secrets": discovery failed for metrics.k8s.io/v1beta1, which may serve it too; retry, or name it in full as secrets.v1.`,
 		},
-		{name: "a core resource named in full", lists: without("metrics.k8s.io/v1beta1"), failed: failed("metrics.k8s.io/v1beta1"), arg: "secrets.v1.", want: "secrets.v1."},
+		{name: "a core resource named in full", lists: without("metrics.k8s.io/v1beta1"), failed: failed("metrics.k8s.io/v1beta1"), arg: "secrets.v1.", want: gvr("", "v1", "secrets")},
 		{
 			name: "the other candidate's group failed", lists: without("b.example/v2", "b.example/v1"), failed: failed("b.example/v2", "b.example/v1"), arg: "amb",
 			wantErr: `resource "amb": discovery failed for b.example/v1 and b.example/v2, which may serve it too; retry, or name it in full as widgets.a.example`,
 		},
-		{name: "another group failed", lists: without("b.example/v2", "b.example/v1"), failed: failed("b.example/v2", "b.example/v1"), arg: "widgets.a.example", want: "widgets.v2.a.example"},
+		{name: "another group failed", lists: without("b.example/v2", "b.example/v1"), failed: failed("b.example/v2", "b.example/v1"), arg: "widgets.a.example", want: gvr("a.example", "v2", "widgets")},
 		{
 			name: "its own group failed", lists: without("b.example/v2", "b.example/v1"), failed: failed("b.example/v2", "b.example/v1"), arg: "widgets.b.example",
 			wantErr: `resource "widgets.b.example": discovery failed for b.example/v1 and b.example/v2, which may serve it; retry`,
@@ -227,19 +235,7 @@ func TestResolveDiscoveryFailed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Resolve(tt.lists, tt.failed, tt.arg)
-			if tt.wantErr != "" {
-				if err == nil || err.Error() != tt.wantErr {
-					t.Fatalf("Resolve(%q) = %v, %v; want error %q", tt.arg, got.GroupVersionResource, err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("Resolve(%q): %v", tt.arg, err)
-			}
-			if s := got.Resource + "." + got.Version + "." + got.Group; s != tt.want {
-				t.Errorf("Resolve(%q) = %s, want %s", tt.arg, s, tt.want)
-			}
+			checkResolve(t, tt.lists, tt.failed, tt.arg, tt.want, tt.wantErr)
 		})
 	}
 }

@@ -2,7 +2,6 @@ package status
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -15,7 +14,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
-	"sigs.k8s.io/yaml"
+
+	"github.com/svm-project/svm/internal/document"
 )
 
 // The table aims at TableWidth columns, a wide terminal, while keeping what
@@ -354,21 +354,10 @@ func writeWrapped(b *strings.Builder, text string) {
 }
 
 // WriteJSON prints r as indented JSON.
-func WriteJSON(w io.Writer, r *Report) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
-}
+func WriteJSON(w io.Writer, r *Report) error { return document.WriteJSON(w, r) }
 
 // WriteYAML prints r as YAML, with the field names of the JSON.
-func WriteYAML(w io.Writer, r *Report) error {
-	data, err := yaml.Marshal(r)
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(data)
-	return err
-}
+func WriteYAML(w io.Writer, r *Report) error { return document.WriteYAML(w, r) }
 
 func groupResource(group, resource string) string {
 	if group == "" {

@@ -3,7 +3,6 @@ package status
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"math"
 	"slices"
@@ -21,6 +20,7 @@ import (
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/apiservers"
 	"github.com/svm-project/svm/internal/rotation"
+	"github.com/svm-project/svm/test/golden"
 )
 
 // fuzzInput reads an Input for Build from fuzz bytes. Numbers come from
@@ -336,13 +336,7 @@ func FuzzBuild(f *testing.F) {
 		if err := WriteTable(&table, r); err != nil {
 			t.Fatalf("WriteTable: %v", err)
 		}
-		var back Report
-		if err := json.Unmarshal(js.Bytes(), &back); err != nil {
-			t.Fatalf("the JSON does not read back: %v", err)
-		}
-		if diff := cmp.Diff(r, &back); diff != "" {
-			t.Errorf("the JSON reads back differently (-built +read):\n%s", diff)
-		}
+		golden.DecodesJSON(t, js.Bytes(), r)
 		// One line per row: a header and the rows, or a "No ..." line, for
 		// each table, and a blank line between them. The encryption
 		// section, if any, comes last.

@@ -2,11 +2,7 @@ package status
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
-	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,15 +12,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagemigrationv1 "k8s.io/api/storagemigration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/apiservers"
 	"github.com/svm-project/svm/internal/controller/migration"
 	"github.com/svm-project/svm/internal/rotation"
+	"github.com/svm-project/svm/test/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata from the current output")
 
 // now is the fixed clock of every case: ages, rates and estimates in the
 // golden files are relative to it.
@@ -345,39 +339,23 @@ func TestStatusGolden(t *testing.T) {
 			if err := WriteJSON(&js, r); err != nil {
 				t.Fatal(err)
 			}
-			golden(t, tt.name+".txt", table.Bytes())
-			golden(t, tt.name+".json", js.Bytes())
+			golden.Check(t, tt.name+".txt", table.Bytes())
+			golden.Check(t, tt.name+".json", js.Bytes())
 			if tt.yaml {
 				// -o wide, for the same case: a column per outcome.
 				var wide bytes.Buffer
 				if err := WriteWideTable(&wide, r); err != nil {
 					t.Fatal(err)
 				}
-				golden(t, tt.name+"-wide.txt", wide.Bytes())
+				golden.Check(t, tt.name+"-wide.txt", wide.Bytes())
 				var y bytes.Buffer
 				if err := WriteYAML(&y, r); err != nil {
 					t.Fatal(err)
 				}
-				golden(t, tt.name+".yaml", y.Bytes())
-				var back Report
-				if err := yaml.UnmarshalStrict(y.Bytes(), &back); err != nil {
-					t.Fatalf("the YAML does not decode: %v", err)
-				}
-				if diff := cmp.Diff(r, &back); diff != "" {
-					t.Errorf("YAML round trip (-built +decoded):\n%s", diff)
-				}
+				golden.Check(t, tt.name+".yaml", y.Bytes())
+				golden.DecodesYAML(t, y.Bytes(), r)
 			}
-			// The documented structure is all a script gets: it must decode
-			// into Report without loss.
-			var back Report
-			dec := json.NewDecoder(&js)
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&back); err != nil {
-				t.Fatalf("the JSON does not decode: %v", err)
-			}
-			if diff := cmp.Diff(r, &back); diff != "" {
-				t.Errorf("JSON round trip (-built +decoded):\n%s", diff)
-			}
+			golden.DecodesJSON(t, js.Bytes(), r)
 			for _, line := range strings.Split(strings.TrimSuffix(table.String(), "\n"), "\n") {
 				if n := utf8.RuneCountInString(line); n > TableWidth {
 					t.Errorf("line is %d columns wide, more than %d:\n%s", n, TableWidth, line)
@@ -387,25 +365,6 @@ func TestStatusGolden(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// golden compares got with testdata/name, or rewrites it with -update.
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./internal/status -update to write it)", err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("%s differs (-want +got; go test ./internal/status -update rewrites it):\n%s", path, diff)
 	}
 }
 

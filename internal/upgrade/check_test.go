@@ -2,10 +2,7 @@ package upgrade
 
 import (
 	"bytes"
-	"encoding/json"
-	"flag"
-	"os"
-	"path/filepath"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -15,13 +12,11 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/yaml"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/resources"
+	"github.com/svm-project/svm/test/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata from the current output")
 
 const unknownHash = migrationv1alpha1.UnknownStorageVersionHash
 
@@ -32,7 +27,8 @@ var (
 	crdHash  = resources.StorageVersionHash("apiextensions.k8s.io", "v1beta1", "CustomResourceDefinition")
 	secretV1 = resources.StorageVersionHash("", "v1", "Secret")
 
-	crds = schema.GroupResource{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}
+	crds    = schema.GroupResource{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}
+	gadgets = schema.GroupResource{Group: "example.com", Resource: "gadgets"}
 )
 
 func state(gr schema.GroupResource, current string, persisted ...string) migrationv1alpha1.StorageState {
@@ -92,6 +88,27 @@ func discovery(widgetsHash string) Discovery {
 	}
 }
 
+// cluster is the Input of t against a server that serves svm's API and
+// what discovery(widgetV2) holds, with objects: StorageStates, CRDs and
+// StorageVersions, the last with the StorageVersion API served.
+func cluster(t Target, objects ...any) Input {
+	in := Input{Target: t, Discovery: discovery(widgetV2), SVMServed: true}
+	for _, o := range objects {
+		switch o := o.(type) {
+		case migrationv1alpha1.StorageState:
+			in.StorageStates = append(in.StorageStates, o)
+		case apiextensionsv1.CustomResourceDefinition:
+			in.CRDs = append(in.CRDs, o)
+		case apiserverinternalv1alpha1.StorageVersion:
+			in.StorageVersions = append(in.StorageVersions, o)
+			in.StorageVersionAPIServed = true
+		default:
+			panic(fmt.Sprintf("cluster: %T is not an object of an Input", o))
+		}
+	}
+	return in
+}
+
 func target(flags ...string) Target {
 	t := Target{}
 	for _, f := range flags {
@@ -103,6 +120,9 @@ func target(flags ...string) Target {
 }
 
 func TestCheck(t *testing.T) {
+	disagreeing := storageVersion("apps.deployments",
+		server("apiserver-a", "apps/v1", "apps/v1", "apps/v1beta2"),
+		server("apiserver-b", "apps/v1beta2", "apps/v1beta2", "apps/v1"))
 	tests := []struct {
 		name string
 		in   Input
@@ -116,27 +136,21 @@ func TestCheck(t *testing.T) {
 		wantAny      bool
 		wantDisagree bool
 	}{{
-		name: "migrated to v2, target decodes v2",
-		in: Input{Target: target("widgets.example.com=v2"), Discovery: discovery(widgetV2), SVMServed: true,
-			StorageStates: []migrationv1alpha1.StorageState{state(widgets, widgetV2, widgetV2)},
-			CRDs:          []apiextensionsv1.CustomResourceDefinition{widgetCRD("v2", true, "v2")}},
+		name:        "migrated to v2, target decodes v2",
+		in:          cluster(target("widgets.example.com=v2"), state(widgets, widgetV2, widgetV2), widgetCRD("v2", true, "v2")),
 		want:        VerdictSafe,
 		wantStored:  map[string][]Source{"example.com/v2": {SourceCRDStoredVersions, SourceDiscovery, SourceStorageState}},
 		wantReasons: []string{"only v2 may be stored, and the target decodes it"},
 	}, {
-		name: "migrated to v2, target decodes v1 only",
-		in: Input{Target: target("widgets.example.com=v1"), Discovery: discovery(widgetV2), SVMServed: true,
-			StorageStates: []migrationv1alpha1.StorageState{state(widgets, widgetV2, widgetV2)},
-			CRDs:          []apiextensionsv1.CustomResourceDefinition{widgetCRD("v2", true, "v2")}},
+		name:        "migrated to v2, target decodes v1 only",
+		in:          cluster(target("widgets.example.com=v1"), state(widgets, widgetV2, widgetV2), widgetCRD("v2", true, "v2")),
 		want:        VerdictUnsafe,
 		wantStored:  map[string][]Source{"example.com/v2": {SourceCRDStoredVersions, SourceDiscovery, SourceStorageState}},
 		wantNot:     []string{"example.com/v2"},
 		wantReasons: []string{"the target cannot decode v2 (CRD storedVersions, discovery, StorageState)"},
 	}, {
 		name: "flipped to v2, migration not done",
-		in: Input{Target: target("widgets.example.com=v2"), Discovery: discovery(widgetV2), SVMServed: true,
-			StorageStates: []migrationv1alpha1.StorageState{state(widgets, widgetV2, widgetV1, widgetV2)},
-			CRDs:          []apiextensionsv1.CustomResourceDefinition{widgetCRD("v2", true, "v1", "v2")}},
+		in:   cluster(target("widgets.example.com=v2"), state(widgets, widgetV2, widgetV1, widgetV2), widgetCRD("v2", true, "v1", "v2")),
 		want: VerdictUnsafe,
 		wantStored: map[string][]Source{
 			"example.com/v1": {SourceCRDStoredVersions, SourceStorageState},
@@ -146,9 +160,7 @@ func TestCheck(t *testing.T) {
 		wantReasons: []string{"the target cannot decode v1 (CRD storedVersions, StorageState)"},
 	}, {
 		name: "flipped while svm was down",
-		in: Input{Target: target("widgets.example.com=v2"), Discovery: discovery(widgetV2), SVMServed: true,
-			StorageStates: []migrationv1alpha1.StorageState{state(widgets, widgetV1, widgetV1)},
-			CRDs:          []apiextensionsv1.CustomResourceDefinition{widgetCRD("v2", true, "v1", "v2")}},
+		in:   cluster(target("widgets.example.com=v2"), state(widgets, widgetV1, widgetV1), widgetCRD("v2", true, "v1", "v2")),
 		want: VerdictUnsafe,
 		wantStored: map[string][]Source{
 			"example.com/v1": {SourceCRDStoredVersions, SourceStorageState},
@@ -160,9 +172,7 @@ func TestCheck(t *testing.T) {
 		// storedVersions was not pruned (or svm's pruning is off): the API
 		// server still counts v1, and so does svm.
 		name: "state migrated, storedVersions not pruned",
-		in: Input{Target: target("widgets.example.com=v2"), Discovery: discovery(widgetV2), SVMServed: true,
-			StorageStates: []migrationv1alpha1.StorageState{state(widgets, widgetV2, widgetV2)},
-			CRDs:          []apiextensionsv1.CustomResourceDefinition{widgetCRD("v2", true, "v1", "v2")}},
+		in:   cluster(target("widgets.example.com=v2"), state(widgets, widgetV2, widgetV2), widgetCRD("v2", true, "v1", "v2")),
 		want: VerdictUnsafe,
 		wantStored: map[string][]Source{
 			"example.com/v1": {SourceCRDStoredVersions},
@@ -172,9 +182,7 @@ func TestCheck(t *testing.T) {
 		wantReasons: []string{"the target cannot decode v1 (CRD storedVersions)"},
 	}, {
 		name: "Unknown, target decodes every version seen",
-		in: Input{Target: target("widgets.example.com=v1,v2"), Discovery: discovery(widgetV2), SVMServed: true,
-			StorageStates: []migrationv1alpha1.StorageState{state(widgets, widgetV2, unknownHash)},
-			CRDs:          []apiextensionsv1.CustomResourceDefinition{widgetCRD("v2", true, "v2")}},
+		in:   cluster(target("widgets.example.com=v1,v2"), state(widgets, widgetV2, unknownHash), widgetCRD("v2", true, "v2")),
 		want: VerdictSafe,
 		wantStored: map[string][]Source{
 			"example.com/v1": {SourceStorageStateUnknown},
@@ -185,9 +193,7 @@ func TestCheck(t *testing.T) {
 	}, {
 		// v1 is no longer served but the CRD still has it: it counts.
 		name: "Unknown, target misses an unserved version",
-		in: Input{Target: target("widgets.example.com=v2"), Discovery: discovery(widgetV2), SVMServed: true,
-			StorageStates: []migrationv1alpha1.StorageState{state(widgets, widgetV2, unknownHash)},
-			CRDs:          []apiextensionsv1.CustomResourceDefinition{widgetCRD("v2", false, "v2")}},
+		in:   cluster(target("widgets.example.com=v2"), state(widgets, widgetV2, unknownHash), widgetCRD("v2", false, "v2")),
 		want: VerdictUnsafe,
 		wantStored: map[string][]Source{
 			"example.com/v1": {SourceStorageStateUnknown},
@@ -197,41 +203,36 @@ func TestCheck(t *testing.T) {
 		wantAny:     true,
 		wantReasons: []string{"the target cannot decode v1 (StorageState Unknown)"},
 	}, {
-		name: "status never written counts as Unknown",
-		in: Input{Target: target("deployments.apps=v1"), Discovery: discovery(widgetV2), SVMServed: true,
-			StorageStates: []migrationv1alpha1.StorageState{state(deployments, "")}},
+		name:        "status never written counts as Unknown",
+		in:          cluster(target("deployments.apps=v1"), state(deployments, "")),
 		want:        VerdictSafe,
 		wantStored:  map[string][]Source{"apps/v1": {SourceDiscovery, SourceStorageStateUnknown}},
 		wantAny:     true,
 		wantReasons: []string{"any version may be stored"},
 	}, {
-		name: "current hash Unknown counts as any version",
-		in: Input{Target: target("deployments.apps=v1"), Discovery: discovery(widgetV2), SVMServed: true,
-			StorageStates: []migrationv1alpha1.StorageState{state(deployments, unknownHash, deployV1)}},
+		name:        "current hash Unknown counts as any version",
+		in:          cluster(target("deployments.apps=v1"), state(deployments, unknownHash, deployV1)),
 		want:        VerdictSafe,
 		wantStored:  map[string][]Source{"apps/v1": {SourceDiscovery, SourceStorageState, SourceStorageStateUnknown}},
 		wantAny:     true,
 		wantReasons: []string{"any version may be stored"},
 	}, {
-		name: "hash of no version svm can see",
-		in: Input{Target: target("deployments.apps=v1"), Discovery: discovery(widgetV2), SVMServed: true,
-			StorageStates: []migrationv1alpha1.StorageState{state(deployments, deployV1, "AAAAAAAAAAA=", deployV1)}},
+		name:        "hash of no version svm can see",
+		in:          cluster(target("deployments.apps=v1"), state(deployments, deployV1, "AAAAAAAAAAA=", deployV1)),
 		want:        VerdictUnknown,
 		wantStored:  map[string][]Source{"apps/v1": {SourceDiscovery, SourceStorageState}},
 		wantReasons: []string{"recorded hash AAAAAAAAAAA= matches no version of Deployment svm can see"},
 	}, {
-		name: "unsafe outranks unknown",
-		in: Input{Target: target("deployments.apps=v1beta2"), Discovery: discovery(widgetV2), SVMServed: true,
-			StorageStates: []migrationv1alpha1.StorageState{state(deployments, deployV1, "AAAAAAAAAAA=", deployV1)}},
+		name:        "unsafe outranks unknown",
+		in:          cluster(target("deployments.apps=v1beta2"), state(deployments, deployV1, "AAAAAAAAAAA=", deployV1)),
 		want:        VerdictUnsafe,
 		wantStored:  map[string][]Source{"apps/v1": {SourceDiscovery, SourceStorageState}},
 		wantNot:     []string{"apps/v1"},
 		wantReasons: []string{"the target cannot decode v1", "recorded hash AAAAAAAAAAA="},
 	}, {
 		name: "a version named only by the target resolves a hash",
-		in: Input{Target: target("widgets.example.com=v2,preview"), Discovery: discovery(widgetV2), SVMServed: true,
-			StorageStates: []migrationv1alpha1.StorageState{state(widgets, widgetV2, resources.StorageVersionHash("example.com", "preview", "Widget"), widgetV2)},
-			CRDs:          []apiextensionsv1.CustomResourceDefinition{widgetCRD("v2", true, "v2")}},
+		in: cluster(target("widgets.example.com=v2,preview"),
+			state(widgets, widgetV2, resources.StorageVersionHash("example.com", "preview", "Widget"), widgetV2), widgetCRD("v2", true, "v2")),
 		want: VerdictSafe,
 		wantStored: map[string][]Source{
 			"example.com/v2":      {SourceCRDStoredVersions, SourceDiscovery, SourceStorageState},
@@ -239,67 +240,60 @@ func TestCheck(t *testing.T) {
 		},
 		wantReasons: []string{"preview, v2 may be stored, and the target decodes them all"},
 	}, {
-		name: "no StorageState, the CRD's storedVersions suffice",
-		in: Input{Target: target("widgets.example.com=v2"), Discovery: discovery(widgetV2), SVMServed: true,
-			CRDs: []apiextensionsv1.CustomResourceDefinition{widgetCRD("v2", true, "v2")}},
+		name:        "no StorageState, the CRD's storedVersions suffice",
+		in:          cluster(target("widgets.example.com=v2"), widgetCRD("v2", true, "v2")),
 		want:        VerdictSafe,
 		wantStored:  map[string][]Source{"example.com/v2": {SourceCRDStoredVersions, SourceDiscovery}},
 		wantReasons: []string{"only v2 may be stored", "no StorageState; the CRD's status.storedVersions"},
 	}, {
-		name: "no StorageState for a built-in resource",
-		in: Input{Target: target("deployments.apps=v1"), Discovery: discovery(widgetV2), SVMServed: true,
-			StorageStates: []migrationv1alpha1.StorageState{state(widgets, widgetV2, widgetV2)}},
+		name:        "no StorageState for a built-in resource",
+		in:          cluster(target("deployments.apps=v1"), state(widgets, widgetV2, widgetV2)),
 		want:        VerdictUnknown,
 		wantStored:  map[string][]Source{"apps/v1": {SourceDiscovery}},
 		wantReasons: []string{"no StorageState: svm has not recorded which versions were stored before"},
 	}, {
 		name: "svm's CRDs not installed",
-		in: Input{Target: target("deployments.apps=v1"), Discovery: discovery(widgetV2),
-			// Ignored when svm's API is not served.
-			StorageStates: []migrationv1alpha1.StorageState{state(deployments, deployV1, deployV1)}},
+		in: func() Input {
+			in := cluster(target("deployments.apps=v1"), state(deployments, deployV1, deployV1))
+			// Its StorageStates are ignored when svm's API is not served.
+			in.SVMServed = false
+			return in
+		}(),
 		want:        VerdictUnknown,
 		wantStored:  map[string][]Source{"apps/v1": {SourceDiscovery}},
 		wantReasons: []string{"no StorageState (svm's CRDs are not installed)"},
 	}, {
 		name:        "a resource svm knows nothing of",
-		in:          Input{Target: target("gadgets.example.com=v1"), Discovery: discovery(widgetV2), SVMServed: true},
+		in:          cluster(target("gadgets.example.com=v1")),
 		want:        VerdictUnknown,
 		wantStored:  map[string][]Source{},
 		wantReasons: []string{"svm knows nothing of this resource: it is not served and has no StorageState, CRD or StorageVersion"},
 	}, {
-		name: "StorageState of a resource no longer served",
-		in: Input{Target: target("gadgets.example.com=v1"), Discovery: discovery(widgetV2), SVMServed: true,
-			StorageStates: []migrationv1alpha1.StorageState{state(schema.GroupResource{Group: "example.com", Resource: "gadgets"}, "BBBBBBBBBBB=", "BBBBBBBBBBB=")}},
+		name:        "StorageState of a resource no longer served",
+		in:          cluster(target("gadgets.example.com=v1"), state(gadgets, "BBBBBBBBBBB=", "BBBBBBBBBBB=")),
 		want:        VerdictUnknown,
 		wantStored:  map[string][]Source{},
 		wantReasons: []string{"recorded hash BBBBBBBBBBB= matches no version (the resource is not served, so its kind is unknown)"},
 	}, {
 		name: "discovery failed for the group",
-		in: Input{Target: target("deployments.apps=v1"), SVMServed: true,
-			Discovery: Discovery{
-				Resources:           discovery(widgetV2).Resources,
-				GroupVersions:       discovery(widgetV2).GroupVersions,
-				FailedGroupVersions: []schema.GroupVersion{gv("apps", "v1")},
-			},
-			StorageStates: []migrationv1alpha1.StorageState{state(deployments, deployV1, deployV1)}},
+		in: func() Input {
+			in := cluster(target("deployments.apps=v1"), state(deployments, deployV1, deployV1))
+			in.Discovery.FailedGroupVersions = []schema.GroupVersion{gv("apps", "v1")}
+			return in
+		}(),
 		want:        VerdictUnknown,
 		wantStored:  map[string][]Source{"apps/v1": {SourceDiscovery, SourceStorageState}},
 		wantReasons: []string{"discovery of apps/v1 failed"},
 	}, {
 		name: "API servers agree",
-		in: Input{Target: target("deployments.apps=v1"), Discovery: discovery(widgetV2), SVMServed: true, StorageVersionAPIServed: true,
-			StorageStates:   []migrationv1alpha1.StorageState{state(deployments, deployV1, deployV1)},
-			StorageVersions: []apiserverinternalv1alpha1.StorageVersion{storageVersion("apps.deployments", server("apiserver-a", "apps/v1", "apps/v1", "apps/v1beta2", "apps/v1beta1"))}},
+		in: cluster(target("deployments.apps=v1"), state(deployments, deployV1, deployV1),
+			storageVersion("apps.deployments", server("apiserver-a", "apps/v1", "apps/v1", "apps/v1beta2", "apps/v1beta1"))),
 		want:        VerdictSafe,
 		wantStored:  map[string][]Source{"apps/v1": {SourceDiscovery, SourceStorageState, SourceStorageVersionAPI}},
 		wantReasons: []string{"only v1 may be stored"},
 	}, {
 		name: "API servers disagree, even when the target decodes both",
-		in: Input{Target: target("deployments.apps=v1,v1beta2"), Discovery: discovery(widgetV2), SVMServed: true, StorageVersionAPIServed: true,
-			StorageStates: []migrationv1alpha1.StorageState{state(deployments, deployV1, deployV1)},
-			StorageVersions: []apiserverinternalv1alpha1.StorageVersion{storageVersion("apps.deployments",
-				server("apiserver-a", "apps/v1", "apps/v1", "apps/v1beta2"),
-				server("apiserver-b", "apps/v1beta2", "apps/v1beta2", "apps/v1"))}},
+		in:   cluster(target("deployments.apps=v1,v1beta2"), state(deployments, deployV1, deployV1), disagreeing),
 		want: VerdictUnsafe,
 		wantStored: map[string][]Source{
 			"apps/v1beta2": {SourceStorageVersionAPI},
@@ -309,11 +303,7 @@ func TestCheck(t *testing.T) {
 		wantReasons:  []string{"API servers write different versions (v1beta2 by apiserver-b; v1 by apiserver-a): unsafe while the upgrade is under way"},
 	}, {
 		name: "API servers disagree and the target cannot decode one",
-		in: Input{Target: target("deployments.apps=v1"), Discovery: discovery(widgetV2), SVMServed: true, StorageVersionAPIServed: true,
-			StorageStates: []migrationv1alpha1.StorageState{state(deployments, deployV1, deployV1)},
-			StorageVersions: []apiserverinternalv1alpha1.StorageVersion{storageVersion("apps.deployments",
-				server("apiserver-a", "apps/v1", "apps/v1", "apps/v1beta2"),
-				server("apiserver-b", "apps/v1beta2", "apps/v1beta2", "apps/v1"))}},
+		in:   cluster(target("deployments.apps=v1"), state(deployments, deployV1, deployV1), disagreeing),
 		want: VerdictUnsafe,
 		wantStored: map[string][]Source{
 			"apps/v1beta2": {SourceStorageVersionAPI},
@@ -326,39 +316,41 @@ func TestCheck(t *testing.T) {
 		// A StorageVersion whose common version is unset while only one
 		// server reports: the record says the servers have not agreed.
 		name: "common encoding version unset",
-		in: Input{Target: target("deployments.apps=v1"), Discovery: discovery(widgetV2), SVMServed: true, StorageVersionAPIServed: true,
-			StorageStates: []migrationv1alpha1.StorageState{state(deployments, deployV1, deployV1)},
-			StorageVersions: []apiserverinternalv1alpha1.StorageVersion{func() apiserverinternalv1alpha1.StorageVersion {
-				sv := storageVersion("apps.deployments", server("apiserver-a", "apps/v1", "apps/v1"))
-				sv.Status.CommonEncodingVersion = nil
-				return sv
-			}()}},
+		in: func() Input {
+			sv := storageVersion("apps.deployments", server("apiserver-a", "apps/v1", "apps/v1"))
+			sv.Status.CommonEncodingVersion = nil
+			return cluster(target("deployments.apps=v1"), state(deployments, deployV1, deployV1), sv)
+		}(),
 		want:         VerdictUnsafe,
 		wantStored:   map[string][]Source{"apps/v1": {SourceDiscovery, SourceStorageState, SourceStorageVersionAPI}},
 		wantDisagree: true,
 		wantReasons:  []string{"the API servers have not agreed on an encoding version (v1 by apiserver-a)"},
 	}, {
 		// kube-apiserver v1.37 stores CRDs as v1beta1 and serves only v1.
-		name: "stored in a version that is not served",
-		in: Input{Target: target("customresourcedefinitions.apiextensions.k8s.io=v1"), Discovery: discovery(widgetV2), SVMServed: true,
-			StorageStates: []migrationv1alpha1.StorageState{state(crds, crdHash, crdHash)}},
+		name:        "stored in a version that is not served",
+		in:          cluster(target("customresourcedefinitions.apiextensions.k8s.io=v1"), state(crds, crdHash, crdHash)),
 		want:        VerdictUnsafe,
 		wantStored:  map[string][]Source{"apiextensions.k8s.io/v1beta1": {SourceDiscovery, SourceStorageState}},
 		wantNot:     []string{"apiextensions.k8s.io/v1beta1"},
 		wantReasons: []string{"the target cannot decode v1beta1 (discovery, StorageState)"},
 	}, {
 		name: "StorageVersions ignored when the API is not served",
-		in: Input{Target: target("deployments.apps=v1"), Discovery: discovery(widgetV2), SVMServed: true,
-			StorageStates: []migrationv1alpha1.StorageState{state(deployments, deployV1, deployV1)},
-			StorageVersions: []apiserverinternalv1alpha1.StorageVersion{storageVersion("apps.deployments",
-				server("apiserver-a", "apps/v1", "apps/v1"), server("apiserver-b", "apps/v1beta2", "apps/v1beta2"))}},
+		in: func() Input {
+			in := cluster(target("deployments.apps=v1"), state(deployments, deployV1, deployV1),
+				storageVersion("apps.deployments", server("apiserver-a", "apps/v1", "apps/v1"), server("apiserver-b", "apps/v1beta2", "apps/v1beta2")))
+			in.StorageVersionAPIServed = false
+			return in
+		}(),
 		want:        VerdictSafe,
 		wantStored:  map[string][]Source{"apps/v1": {SourceDiscovery, SourceStorageState}},
 		wantReasons: []string{"only v1 may be stored"},
 	}, {
 		name: "Unknown and no version seen",
-		in: Input{Target: target("gadgets.example.com=v1"), SVMServed: true,
-			StorageStates: []migrationv1alpha1.StorageState{state(schema.GroupResource{Group: "example.com", Resource: "gadgets"}, "", unknownHash)}},
+		in: func() Input {
+			in := cluster(target("gadgets.example.com=v1"), state(gadgets, "", unknownHash))
+			in.Discovery = Discovery{}
+			return in
+		}(),
 		want:        VerdictUnknown,
 		wantStored:  map[string][]Source{},
 		wantAny:     true,
@@ -492,26 +484,10 @@ func TestCheckGolden(t *testing.T) {
 			if err := WriteYAML(&y, r); err != nil {
 				t.Fatal(err)
 			}
-			golden(t, name+".txt", table.Bytes())
-			golden(t, name+".json", js.Bytes())
-			// The documented structure is all a script gets: it must decode
-			// into Report without loss, from JSON and from YAML.
-			var back Report
-			dec := json.NewDecoder(&js)
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&back); err != nil {
-				t.Fatalf("the JSON does not decode: %v", err)
-			}
-			if diff := cmp.Diff(r, &back); diff != "" {
-				t.Errorf("JSON round trip (-built +decoded):\n%s", diff)
-			}
-			back = Report{}
-			if err := yaml.UnmarshalStrict(y.Bytes(), &back); err != nil {
-				t.Fatalf("the YAML does not decode: %v", err)
-			}
-			if diff := cmp.Diff(r, &back); diff != "" {
-				t.Errorf("YAML round trip (-built +decoded):\n%s", diff)
-			}
+			golden.Check(t, name+".txt", table.Bytes())
+			golden.Check(t, name+".json", js.Bytes())
+			golden.DecodesJSON(t, js.Bytes(), r)
+			golden.DecodesYAML(t, y.Bytes(), r)
 			for _, line := range strings.Split(strings.TrimSuffix(table.String(), "\n"), "\n") {
 				if line != strings.TrimRight(line, " ") {
 					t.Errorf("line ends in spaces: %q", line)
@@ -532,27 +508,5 @@ func TestCheckIsOrderIndependent(t *testing.T) {
 		if diff := cmp.Diff(want, Check(in)); diff != "" {
 			t.Errorf("%s: reversed input changes the report (-want +got):\n%s", name, diff)
 		}
-	}
-}
-
-// golden compares got with testdata/name, or rewrites it with -update.
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./internal/upgrade -update to write it)", err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("%s differs (-want +got; go test ./internal/upgrade -update rewrites it):\n%s", path, diff)
 	}
 }

@@ -1,13 +1,12 @@
 package upgrade
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 
-	"sigs.k8s.io/yaml"
+	"github.com/svm-project/svm/internal/document"
 )
 
 // WriteTable prints r as a table, one row per resource checked, then a
@@ -65,21 +64,10 @@ func Summary(r *Report) string {
 }
 
 // WriteJSON prints r as indented JSON.
-func WriteJSON(w io.Writer, r *Report) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
-}
+func WriteJSON(w io.Writer, r *Report) error { return document.WriteJSON(w, r) }
 
 // WriteYAML prints r as YAML, with the field names of the JSON.
-func WriteYAML(w io.Writer, r *Report) error {
-	data, err := yaml.Marshal(r)
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(data)
-	return err
-}
+func WriteYAML(w io.Writer, r *Report) error { return document.WriteYAML(w, r) }
 
 // storedCell lists the versions that may be stored; "any of" says the
 // StorageState allows any version and these are the ones svm sees.

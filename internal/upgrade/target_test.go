@@ -18,6 +18,24 @@ func gv(group, version string) schema.GroupVersion {
 	return schema.GroupVersion{Group: group, Version: version}
 }
 
+// checkParsed holds the target parsed and the error of parsing to want, or
+// to an error containing wantErr when that is set.
+func checkParsed(t *testing.T, got Target, err error, want Target, wantErr string) {
+	t.Helper()
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("error %v, want one containing %q", err, wantErr)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
 func TestParseDecodable(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -49,18 +67,7 @@ func TestParseDecodable(t *testing.T) {
 					break
 				}
 			}
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("(-want +got):\n%s", diff)
-			}
+			checkParsed(t, got, err, tt.want, tt.wantErr)
 		})
 	}
 }
@@ -95,18 +102,7 @@ decodable:
 		t.Run(tt.name, func(t *testing.T) {
 			got := Target{}
 			err := got.ParseFile([]byte(tt.file))
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("(-want +got):\n%s", diff)
-			}
+			checkParsed(t, got, err, tt.want, tt.wantErr)
 		})
 	}
 }
