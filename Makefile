@@ -179,7 +179,7 @@ test: controlplane matrix kubectl helm verify-generated fmt-check vet test-race 
 	SVM_BIN_DIR=$(BIN) go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-short
-test-short: controlplane ## For inner loops: vet, the unit tests and one smoke test on a real control plane (a few minutes warm). make test (and CI) runs everything.
+test-short: controlplane kubectl helm ## For inner loops: vet, the unit tests and one smoke test on a real control plane (a few minutes warm). make test (and CI) runs everything.
 	go vet ./...
 	go test -count=1 ./internal/... ./test/docs/
 	SVM_BIN_DIR=$(BIN) go test -count=1 -run '^TestMigrateSaysWhatEtcdSaw$$' ./test/integration/cli/

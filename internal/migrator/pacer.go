@@ -188,9 +188,9 @@ type PacerState struct {
 
 const (
 	// kneeFraction is the share of the best rate that marks the knee, and
-	// kneeMargin how far above it the window is kept: together about nine
-	// tenths of the server's ceiling and more, at the lowest latency that
-	// gets it.
+	// kneeMargin how far above it the window is kept: the fewest writes in
+	// flight that get 0.95 of the best rate measured, with a margin above,
+	// at the lowest latency that gets it.
 	kneeFraction = 0.95
 	kneeMargin   = 1.3
 	// modelEpochs is how many epochs the knee is read from: a few

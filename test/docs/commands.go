@@ -1,6 +1,7 @@
 package docs
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 )
@@ -262,4 +263,70 @@ func Unqualified(words []string) []string {
 		}
 	}
 	return bad
+}
+
+// Fence is a fenced code block.
+type Fence struct {
+	// Line is the 1-based line of its opening fence.
+	Line int
+	// Info is the info string after the opening fence: the block's
+	// language ("sh", "yaml"), or "" when it names none.
+	Info string
+	// Code is the block's lines, without the fences.
+	Code []string
+}
+
+// Fences returns the fenced code blocks of markdown, in order.
+func Fences(markdown string) []Fence {
+	var (
+		fences []Fence
+		open   string
+	)
+	for i, line := range strings.Split(markdown, "\n") {
+		trimmed := strings.TrimLeft(line, " \t")
+		switch {
+		case open != "" && closesFence(trimmed, open):
+			open = ""
+		case open != "":
+			f := &fences[len(fences)-1]
+			f.Code = append(f.Code, line)
+		default:
+			if f := openingFence(trimmed); f != "" {
+				open = f
+				fences = append(fences, Fence{Line: i + 1, Info: strings.TrimSpace(trimmed[len(f):])})
+			}
+		}
+	}
+	return fences
+}
+
+// ShellCommands returns the commands of a shell block: one per line, a
+// backslash at the end of a line continuing it, without the comment that
+// may follow. A line that is only a comment, or blank, is none. Text is
+// the command as written up to its comment, on one line. A command that
+// goes on past its first simple command (a pipe, &&, ;) is an error: the
+// docs print commands a reader can run one at a time, and a check can run
+// only what it can tell apart.
+func (f Fence) ShellCommands() ([]Command, error) {
+	var cmds []Command
+	for i := 0; i < len(f.Code); i++ {
+		start, text := i, f.Code[i]
+		for strings.HasSuffix(text, `\`) && i+1 < len(f.Code) {
+			i++
+			text += "\n" + f.Code[i]
+		}
+		words, end := shellWords(text)
+		if end < len(text) && text[end] != '#' {
+			return nil, fmt.Errorf("line %d: %q: more than one command on a line", f.Line+1+start, strings.TrimSpace(text))
+		}
+		if len(words) == 0 {
+			continue
+		}
+		cmds = append(cmds, Command{
+			Line:  f.Line + 1 + start,
+			Words: words,
+			Text:  strings.Join(strings.Fields(strings.ReplaceAll(text[:end], "\\\n", " ")), " "),
+		})
+	}
+	return cmds, nil
 }

@@ -208,3 +208,47 @@ func TestUnqualified(t *testing.T) {
 		}
 	}
 }
+
+func TestShellCommands(t *testing.T) {
+	md := strings.Join([]string{
+		"Text.", // 1
+		"",      // 2
+		"```sh", // 3
+		"svm migrate secrets   # after a rotation", // 4
+		"# only a comment",                         // 5
+		"",                                         // 6
+		"helm install svm charts/svm \\",           // 7
+		"  --set image.tag='<tag>'",                // 8
+		"```",                                      // 9
+		"```yaml",                                  // 10
+		"kind: X",                                  // 11
+		"```",                                      // 12
+		"```",                                      // 13
+		"make demo",                                // 14
+		"```",                                      // 15
+	}, "\n")
+	fences := docs.Fences(md)
+	var infos []string
+	for _, f := range fences {
+		infos = append(infos, fmt.Sprintf("%d %q %d", f.Line, f.Info, len(f.Code)))
+	}
+	if diff := cmp.Diff([]string{`3 "sh" 5`, `10 "yaml" 1`, `13 "" 1`}, infos); diff != "" {
+		t.Errorf("fences (-want +got):\n%s", diff)
+	}
+	got, err := fences[0].ShellCommands()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []docs.Command{
+		{Line: 4, Words: []string{"svm", "migrate", "secrets"}, Text: "svm migrate secrets"},
+		{Line: 7, Words: []string{"helm", "install", "svm", "charts/svm", "--set", "image.tag=<tag>"}, Text: "helm install svm charts/svm --set image.tag='<tag>'"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("commands (-want +got):\n%s", diff)
+	}
+
+	compound := docs.Fences("```sh\nsvm status\ncd config/default && kustomize edit set image svm=x\n```\n")
+	if _, err := compound[0].ShellCommands(); err == nil || !strings.Contains(err.Error(), "line 3") {
+		t.Errorf("a line with two commands: error %v, want one naming line 3", err)
+	}
+}

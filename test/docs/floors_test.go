@@ -1,10 +1,14 @@
 package docs_test
 
 import (
+	"bytes"
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,5 +46,66 @@ func TestProductImportsNoTestSupport(t *testing.T) {
 	}
 	if checked < 50 {
 		t.Fatalf("checked only %d files: is the repository root right?", checked)
+	}
+}
+
+// TestArchitectureFloorsAreTheImports holds docs/architecture.md's map of
+// the packages to the code: every package of svm (cmd/, internal/, pkg/,
+// api/) has exactly one row, a row names only packages that exist, and
+// every package imports svm's packages only from floors below its own, as
+// `go list` reports the imports of its non-test files.
+func TestArchitectureFloorsAreTheImports(t *testing.T) {
+	const module = "github.com/svm-project/svm/"
+	arch, err := os.ReadFile(filepath.Join(repoRoot(), "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	floors := map[string]int{}
+	rows := regexp.MustCompile("(?m)^\\| (\\d+), [^|]*\\| ([^|]*) \\|")
+	for _, m := range rows.FindAllStringSubmatch(string(arch), -1) {
+		floor, _ := strconv.Atoi(m[1])
+		for _, p := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(m[2], -1) {
+			if f, ok := floors[p[1]]; ok {
+				t.Errorf("architecture.md puts %s on floors %d and %d", p[1], f, floor)
+			}
+			floors[p[1]] = floor
+		}
+	}
+	if len(floors) < 10 {
+		t.Fatalf("found only %d packages in architecture.md's floors table; is its format still `| N, name | `package` | what |`?", len(floors))
+	}
+
+	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./cmd/...", "./internal/...", "./pkg/...", "./api/...")
+	cmd.Dir = repoRoot()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	listed := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg := strings.TrimPrefix(fields[0], module)
+		listed[pkg] = true
+		floor, ok := floors[pkg]
+		if !ok {
+			t.Errorf("%s has no floor in architecture.md: add a row for it", pkg)
+			continue
+		}
+		for _, imp := range fields[1:] {
+			dep, ok := strings.CutPrefix(imp, module)
+			if !ok {
+				continue
+			}
+			if f, ok := floors[dep]; ok && f >= floor {
+				t.Errorf("%s (floor %d) imports %s (floor %d): a package imports only from floors below its own; move one of them, or the import", pkg, floor, dep, f)
+			}
+		}
+	}
+	for pkg := range floors {
+		if !listed[pkg] {
+			t.Errorf("architecture.md has a floor for %s, which is not a package of svm", pkg)
+		}
 	}
 }

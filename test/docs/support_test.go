@@ -48,3 +48,47 @@ func TestSupportTableIsTheMatrix(t *testing.T) {
 		t.Errorf("the Makefile's KUBE_MATRIX builds the minors %v, the matrix tests run %v", minors, framework.SupportedMinors)
 	}
 }
+
+// TestDevelopmentNamesTheBuiltReleases: the releases docs/development.md
+// says the first run builds are the ones the Makefile and hack/tools
+// build.
+func TestDevelopmentNamesTheBuiltReleases(t *testing.T) {
+	read := func(path string) string {
+		data, err := os.ReadFile(filepath.Join(repoRoot(), path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+	dev, makefile, tools := read("docs/development.md"), read("Makefile"), read("hack/tools/go.mod")
+	vars := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^(KUBE_MATRIX|KUBE_VERSION) := (.*)$`).FindAllStringSubmatch(makefile, -1) {
+		vars[m[1]] = strings.TrimSpace(m[2])
+	}
+	etcd := regexp.MustCompile(`(?m)^\s*go\.etcd\.io/etcd/server/v3 (v\S+)`).FindStringSubmatch(tools)
+	if vars["KUBE_VERSION"] == "" || vars["KUBE_MATRIX"] == "" || etcd == nil {
+		t.Fatalf("the Makefile's KUBE_VERSION (%q) and KUBE_MATRIX (%q), or hack/tools' etcd (%v), are not where this test reads them", vars["KUBE_VERSION"], vars["KUBE_MATRIX"], etcd)
+	}
+	var others []string
+	for _, v := range strings.Fields(vars["KUBE_MATRIX"]) {
+		if v != "$(KUBE_VERSION)" && v != vars["KUBE_VERSION"] {
+			others = append(others, v)
+		}
+	}
+	for _, c := range []struct{ what, pattern, want string }{
+		{"kube-apiserver", `kube-apiserver (v[\d.]+)`, vars["KUBE_VERSION"]},
+		{"kube-controller-manager", `kube-controller-manager (v[\d.]+)`, vars["KUBE_VERSION"]},
+		{"etcd", `etcd (v[\d.]+)`, etcd[1]},
+		{"the matrix", "`make matrix`: (v[\\d.]+\\d(?:, v[\\d.]+\\d)*)", strings.Join(others, ", ")},
+	} {
+		ms := regexp.MustCompile(c.pattern).FindAllStringSubmatch(dev, -1)
+		if len(ms) == 0 {
+			t.Errorf("docs/development.md names no release of %s (/%s/)", c.what, c.pattern)
+		}
+		for _, m := range ms {
+			if m[1] != c.want {
+				t.Errorf("docs/development.md says the first run builds %s %s; the build's is %s", c.what, m[1], c.want)
+			}
+		}
+	}
+}

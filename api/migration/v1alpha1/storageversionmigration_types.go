@@ -128,8 +128,8 @@ type MigrationProgress struct {
 
 // MigrationPacing is how many writes svm keeps in flight, and why: adaptive
 // pacing measures the API server's rate against the writes in flight and
-// aims just past the knee of that curve, where the server gives nine tenths
-// of its ceiling and more at the lowest latency that gets it.
+// aims just past the knee of that curve, the fewest writes in flight that
+// get 0.95 of the best rate measured, with a margin above.
 type MigrationPacing struct {
 	// WritesInFlight is the number of writes sent and not yet answered.
 	WritesInFlight int32 `json:"writesInFlight"`
