@@ -177,13 +177,7 @@ func verdict(e *Encryption, read bool) (string, bool) {
 	}
 	switch {
 	case len(e.Resources) == 0:
-		v := "Nothing records a re-encryption: no StorageState has status.encryption, so svm cannot tell whether any stored object " +
-			"still needs a key that a configuration only reads with (run svm controller with --encrypted-resources, " +
-			"or svm migrate the encrypted resources and check with svm etcd-scan)."
-		if !e.Agreed && e.Waiting != "" {
-			v += " A re-encryption would wait, too: " + sentence(e.Waiting)
-		}
-		return v, false
+		return nothingRecorded(e), false
 	case !read:
 		v := "The API servers' encryption configurations were not read"
 		if e.Error != "" {
@@ -194,55 +188,83 @@ func verdict(e *Encryption, read bool) (string, bool) {
 	case !e.Agreed && disagree(e):
 		return "Re-encryption waits: " + sentence(e.Waiting) + " Every key in every loaded configuration is still needed.", false
 	case !e.Agreed:
-		// What stops svm status (a /metrics it may not get, an endpoint
-		// it was given) need not stop svm controller: say what svm
-		// status cannot tell, and what svm controller last recorded, as
-		// its own.
-		v := "svm status cannot tell that every API server has loaded the same configuration: " + sentence(e.Waiting) +
-			" So every key in every loaded configuration is still needed as far as it knows."
-		if unsure {
-			v += leases + "."
-		}
-		for _, r := range e.Resources {
-			if r.Message != "" {
-				v += " svm controller last recorded for " + r.Name + ": " + sentence(r.Message)
-			}
-		}
-		return v, false
+		return cannotTell(e, leases), false
 	case e.ConfigHash == "":
 		if unsure {
 			return "No API server reached has an encryption configuration loaded: objects they write are written unencrypted." + leases + ".", false
 		}
 		return "No API server has an encryption configuration loaded: objects are written unencrypted.", false
 	case len(behind) == 0:
-		since := ""
-		if e.Since != nil {
-			since = " (since " + e.Since.UTC().Format(time.RFC3339) + ")"
-		}
-		if unsure {
-			return fmt.Sprintf("Every API server reached has loaded encryption configuration %s%s and every object of %s has been rewritten under it.%s: "+
-				"if none does, no object written through the API needs a key that configuration only reads with. "+
-				"Confirm with svm etcd-scan before removing a key.", e.ConfigHash, since, strings.Join(names, ", "), leases), false
-		}
-		return fmt.Sprintf("Every API server has loaded encryption configuration %s%s and every object of %s has been rewritten under it: "+
-			"no object written through the API needs a key that configuration only reads with. "+
-			"Confirm with svm etcd-scan before removing a key.", e.ConfigHash, since, strings.Join(names, ", ")), true
+		return allRewritten(e, names, leases)
 	default:
-		v := fmt.Sprintf("Objects of %s have not all been rewritten under configuration %s yet: every key in the configuration is still needed.",
-			strings.Join(behind, ", "), e.ConfigHash)
-		// What svm controller last said of each, when it said it of this
-		// configuration; a message about another one would mislead.
-		for _, r := range e.Resources {
-			switch {
-			case r.Current:
-			case r.ConfigHash == e.ConfigHash && r.Message != "":
-				v += " " + r.Name + ": " + sentence(r.Message)
-			case r.ConfigHash != e.ConfigHash:
-				v += " " + r.Name + ": svm controller has not recorded configuration " + e.ConfigHash + " yet."
-			}
-		}
-		return v, false
+		return notAllRewritten(e, behind), false
 	}
+}
+
+// nothingRecorded is the verdict when no StorageState records a
+// re-encryption.
+func nothingRecorded(e *Encryption) string {
+	v := "Nothing records a re-encryption: no StorageState has status.encryption, so svm cannot tell whether any stored object " +
+		"still needs a key that a configuration only reads with (run svm controller with --encrypted-resources, " +
+		"or svm migrate the encrypted resources and check with svm etcd-scan)."
+	if !e.Agreed && e.Waiting != "" {
+		v += " A re-encryption would wait, too: " + sentence(e.Waiting)
+	}
+	return v
+}
+
+// cannotTell is the verdict when svm status cannot see the API servers
+// agree. What stops svm status (a /metrics it may not get, an endpoint it
+// was given) need not stop svm controller: it says what svm status cannot
+// tell, and what svm controller last recorded, as its own.
+func cannotTell(e *Encryption, leases string) string {
+	v := "svm status cannot tell that every API server has loaded the same configuration: " + sentence(e.Waiting) +
+		" So every key in every loaded configuration is still needed as far as it knows."
+	if leases != "" {
+		v += leases + "."
+	}
+	for _, r := range e.Resources {
+		if r.Message != "" {
+			v += " svm controller last recorded for " + r.Name + ": " + sentence(r.Message)
+		}
+	}
+	return v
+}
+
+// allRewritten is the verdict when every resource was rewritten under the
+// configuration every API server (reached) has loaded: a key may go only
+// when the servers are known from their leases.
+func allRewritten(e *Encryption, names []string, leases string) (string, bool) {
+	since := ""
+	if e.Since != nil {
+		since = " (since " + e.Since.UTC().Format(time.RFC3339) + ")"
+	}
+	if leases != "" {
+		return fmt.Sprintf("Every API server reached has loaded encryption configuration %s%s and every object of %s has been rewritten under it.%s: "+
+			"if none does, no object written through the API needs a key that configuration only reads with. "+
+			"Confirm with svm etcd-scan before removing a key.", e.ConfigHash, since, strings.Join(names, ", "), leases), false
+	}
+	return fmt.Sprintf("Every API server has loaded encryption configuration %s%s and every object of %s has been rewritten under it: "+
+		"no object written through the API needs a key that configuration only reads with. "+
+		"Confirm with svm etcd-scan before removing a key.", e.ConfigHash, since, strings.Join(names, ", ")), true
+}
+
+// notAllRewritten is the verdict when some resources are behind, with
+// what svm controller last said of each when it said it of this
+// configuration: a message about another one would mislead.
+func notAllRewritten(e *Encryption, behind []string) string {
+	v := fmt.Sprintf("Objects of %s have not all been rewritten under configuration %s yet: every key in the configuration is still needed.",
+		strings.Join(behind, ", "), e.ConfigHash)
+	for _, r := range e.Resources {
+		switch {
+		case r.Current:
+		case r.ConfigHash == e.ConfigHash && r.Message != "":
+			v += " " + r.Name + ": " + sentence(r.Message)
+		case r.ConfigHash != e.ConfigHash:
+			v += " " + r.Name + ": svm controller has not recorded configuration " + e.ConfigHash + " yet."
+		}
+	}
+	return v
 }
 
 // disagree reports whether two API servers were read with different
