@@ -87,7 +87,6 @@ type pacer struct {
 	// relearning is set by a surge, until three points are measured
 	// again.
 	relearning bool
-	decisions  [decisionKinds]int64
 	last       PacerDecision
 }
 
@@ -151,22 +150,6 @@ const (
 	PacerBackOff PacerDecision = "back-off"
 )
 
-// PacerDecisions lists every decision, for metrics that start at zero.
-var PacerDecisions = []PacerDecision{PacerGrow, PacerKnee, PacerBackOff}
-
-const decisionKinds = 3
-
-func (d PacerDecision) index() int {
-	switch d {
-	case PacerGrow:
-		return 0
-	case PacerKnee:
-		return 1
-	default:
-		return 2
-	}
-}
-
 // PacerState is the pacer's state after a decision, for metrics and
 // status.
 type PacerState struct {
@@ -180,10 +163,8 @@ type PacerState struct {
 	// measured (at the last decision); 0 while only the most writes tried
 	// get it.
 	Knee float64
-	// Decision is the last decision, Decisions how many of each were
-	// made (indexed as PacerDecisions).
-	Decision  PacerDecision
-	Decisions map[PacerDecision]int64
+	// Decision is the last decision.
+	Decision PacerDecision
 }
 
 const (
@@ -422,7 +403,6 @@ func (p *pacer) backOff(now time.Time, latency time.Duration, surge bool) {
 func (p *pacer) decide(d PacerDecision, limit float64) {
 	p.limit = min(p.max, max(1, limit))
 	p.wakeLocked()
-	p.decisions[d.index()]++
 	p.last = d
 	if p.observe != nil {
 		p.observe(p.stateLocked())
@@ -444,13 +424,7 @@ func (p *pacer) state() PacerState {
 }
 
 func (p *pacer) stateLocked() PacerState {
-	s := PacerState{
-		Window: int(p.limit), InFlight: p.inflight, SmoothedLatency: p.smoothed, Decision: p.last,
-		Decisions: make(map[PacerDecision]int64, decisionKinds),
+	return PacerState{
+		Window: int(p.limit), InFlight: p.inflight, SmoothedLatency: p.smoothed, Knee: p.knee, Decision: p.last,
 	}
-	s.Knee = p.knee
-	for _, d := range PacerDecisions {
-		s.Decisions[d] = p.decisions[d.index()]
-	}
-	return s
 }

@@ -181,9 +181,8 @@ func writePacing(b *strings.Builder, migrations []Migration) {
 		if p.KneeWrites > 0 {
 			knee = fmt.Sprintf("%d writes in flight get 0.95 of the best rate measured", p.KneeWrites)
 		}
-		writeWrapped(b, fmt.Sprintf("Pacing %s: %d writes in flight of a window of %d; writes take %s (smoothed); %s. Last decision %s (grow %d, knee %d, back-off %d).",
-			oneLine(m.Name), p.WritesInFlight, p.Window, p.SmoothedLatency.Duration, knee,
-			cmp.Or(p.LastDecision, "none"), p.GrowDecisions, p.KneeDecisions, p.BackOffDecisions))
+		writeWrapped(b, fmt.Sprintf("Pacing %s: %d writes in flight of a window of %d; writes take %s (smoothed); %s. Last decision %s.",
+			oneLine(m.Name), p.WritesInFlight, p.Window, p.SmoothedLatency.Duration, knee, cmp.Or(p.LastDecision, "none")))
 	}
 }
 

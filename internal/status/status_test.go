@@ -374,10 +374,10 @@ func paced(m migrationv1alpha1.StorageVersionMigration, knee int32) migrationv1a
 	m = *m.DeepCopy()
 	m.Status.Pacing = &migrationv1alpha1.MigrationPacing{
 		WritesInFlight: 21, Window: 22, SmoothedLatency: metav1.Duration{Duration: 58 * time.Millisecond},
-		KneeWrites: knee, LastDecision: "Knee", GrowDecisions: 3, KneeDecisions: 40, BackOffDecisions: 1,
+		KneeWrites: knee, LastDecision: "Knee",
 	}
 	if knee == 0 {
-		m.Status.Pacing.LastDecision, m.Status.Pacing.KneeDecisions = "Grow", 0
+		m.Status.Pacing.LastDecision = "Grow"
 	}
 	return m
 }

@@ -149,14 +149,6 @@ type MigrationPacing struct {
 	// +optional
 	// +kubebuilder:validation:Enum=Grow;Knee;BackOff
 	LastDecision string `json:"lastDecision,omitempty"`
-	// GrowDecisions, KneeDecisions and BackOffDecisions count each
-	// decision since this run of the migration started.
-	// +optional
-	GrowDecisions int64 `json:"growDecisions,omitempty"`
-	// +optional
-	KneeDecisions int64 `json:"kneeDecisions,omitempty"`
-	// +optional
-	BackOffDecisions int64 `json:"backOffDecisions,omitempty"`
 }
 
 // FailedObject names an object a migration could not rewrite.

@@ -108,14 +108,11 @@ func pacingOf(p *migrator.PacerState) *migrationv1alpha1.MigrationPacing {
 		migrator.PacerGrow: "Grow", migrator.PacerKnee: "Knee", migrator.PacerBackOff: "BackOff",
 	}
 	return &migrationv1alpha1.MigrationPacing{
-		WritesInFlight:   int32(p.InFlight),
-		Window:           int32(p.Window),
-		SmoothedLatency:  metav1.Duration{Duration: p.SmoothedLatency.Round(time.Millisecond)},
-		KneeWrites:       int32(math.Round(p.Knee)),
-		LastDecision:     decision[p.Decision],
-		GrowDecisions:    p.Decisions[migrator.PacerGrow],
-		KneeDecisions:    p.Decisions[migrator.PacerKnee],
-		BackOffDecisions: p.Decisions[migrator.PacerBackOff],
+		WritesInFlight:  int32(p.InFlight),
+		Window:          int32(p.Window),
+		SmoothedLatency: metav1.Duration{Duration: p.SmoothedLatency.Round(time.Millisecond)},
+		KneeWrites:      int32(math.Round(p.Knee)),
+		LastDecision:    decision[p.Decision],
 	}
 }
 

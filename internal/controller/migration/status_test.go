@@ -3,6 +3,7 @@ package migration
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -85,5 +86,24 @@ func TestRetryKeepsRunningFirst(t *testing.T) {
 	}
 	if len(st.Conditions) != 1 || st.Conditions[0].Type != migrationv1alpha1.MigrationRunning || st.Conditions[0].Reason != ReasonRetrying {
 		t.Errorf("conditions %+v: want Running=True (Retrying) alone", st.Conditions)
+	}
+}
+
+// TestPacingAsShown: status.pacing carries the pacer's state in the API's
+// words and units, and is absent when the engine ran without pacing.
+func TestPacingAsShown(t *testing.T) {
+	var st migrationv1alpha1.StorageVersionMigrationStatus
+	applyState(&st, migrator.State{Pacing: &migrator.PacerState{
+		Window: 12, InFlight: 13, SmoothedLatency: 21*time.Millisecond + 600*time.Microsecond, Knee: 8.6, Decision: migrator.PacerBackOff,
+	}}, "")
+	want := &migrationv1alpha1.MigrationPacing{
+		WritesInFlight: 13, Window: 12, SmoothedLatency: metav1.Duration{Duration: 22 * time.Millisecond}, KneeWrites: 9, LastDecision: "BackOff",
+	}
+	if diff := cmp.Diff(want, st.Pacing); diff != "" {
+		t.Errorf("status.pacing (-want +got):\n%s", diff)
+	}
+	applyState(&st, migrator.State{}, "")
+	if st.Pacing != nil {
+		t.Errorf("status.pacing %+v after a run without pacing, want none", st.Pacing)
 	}
 }
