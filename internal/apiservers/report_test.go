@@ -28,6 +28,33 @@ process_start_time_seconds_total 99
 process_start_time_seconds 1.7641e+09
 `
 
+// The gauges Parse reads, as kube-apiserver names them.
+const (
+	configInfoGauge = "apiserver_encryption_config_controller_last_config_info"
+	reloadTimeGauge = "apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds"
+)
+
+// gauge is the text of gauge name with series, each its labels and value.
+func gauge(name string, series ...string) string {
+	text := "# TYPE " + name + " gauge\n"
+	for _, s := range series {
+		text += name + s + "\n"
+	}
+	return text
+}
+
+// infoSeries says that the API server of idHash loaded the encryption
+// configuration of hash.
+func infoSeries(idHash, hash string) string {
+	return `{apiserver_id_hash="` + idHash + `",hash="` + hash + `"} 1`
+}
+
+// reloadSeries says when the API server of idHash last reloaded its
+// encryption configuration with status (success or failure).
+func reloadSeries(idHash, status, at string) string {
+	return `{apiserver_id_hash="` + idHash + `",status="` + status + `"} ` + at
+}
+
 func TestParse(t *testing.T) {
 	start := time.Unix(1764100000, 0).UTC()
 	reloaded := time.Unix(1764103600, 500_000_000).UTC()
@@ -42,51 +69,30 @@ func TestParse(t *testing.T) {
 		want:    Report{LoadedAt: start},
 	}, {
 		name: "loaded at start, never reloaded",
-		metrics: preamble + `# HELP apiserver_encryption_config_controller_last_config_info [ALPHA] Information about the last applied encryption configuration with hash as label, split by apiserver identity.
-# TYPE apiserver_encryption_config_controller_last_config_info gauge
-apiserver_encryption_config_controller_last_config_info{apiserver_id_hash="sha256:aaaa",hash="sha256:1111"} 1
-`,
+		metrics: preamble + "# HELP " + configInfoGauge + " [ALPHA] Information about the last applied encryption configuration with hash as label, split by apiserver identity.\n" +
+			gauge(configInfoGauge, infoSeries(idA, config1)),
 		want: Report{IDHash: idA, ConfigHash: config1, LoadedAt: start},
 	}, {
-		name: "reloaded",
-		metrics: preamble + `# TYPE apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds gauge
-apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds{apiserver_id_hash="sha256:aaaa",status="success"} 1.7641036005e+09
-# TYPE apiserver_encryption_config_controller_last_config_info gauge
-apiserver_encryption_config_controller_last_config_info{apiserver_id_hash="sha256:aaaa",hash="sha256:2222"} 1
-`,
-		want: Report{IDHash: idA, ConfigHash: config2, LoadedAt: reloaded},
+		name:    "reloaded",
+		metrics: preamble + gauge(reloadTimeGauge, reloadSeries(idA, "success", "1.7641036005e+09")) + gauge(configInfoGauge, infoSeries(idA, config2)),
+		want:    Report{IDHash: idA, ConfigHash: config2, LoadedAt: reloaded},
 	}, {
 		name: "a reload failed after the last success",
-		metrics: preamble + `# TYPE apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds gauge
-apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds{apiserver_id_hash="sha256:aaaa",status="failure"} 1.7641072e+09
-apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds{apiserver_id_hash="sha256:aaaa",status="success"} 1.7641036005e+09
-# TYPE apiserver_encryption_config_controller_last_config_info gauge
-apiserver_encryption_config_controller_last_config_info{apiserver_id_hash="sha256:aaaa",hash="sha256:2222"} 1
-`,
+		metrics: preamble + gauge(reloadTimeGauge, reloadSeries(idA, "failure", "1.7641072e+09"), reloadSeries(idA, "success", "1.7641036005e+09")) +
+			gauge(configInfoGauge, infoSeries(idA, config2)),
 		want: Report{IDHash: idA, ConfigHash: config2, LoadedAt: reloaded, ReloadFailedAt: failed},
 	}, {
 		name: "a failure before the last success is over",
-		metrics: preamble + `# TYPE apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds gauge
-apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds{apiserver_id_hash="sha256:aaaa",status="failure"} 1.7641e+09
-apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds{apiserver_id_hash="sha256:aaaa",status="success"} 1.7641036005e+09
-# TYPE apiserver_encryption_config_controller_last_config_info gauge
-apiserver_encryption_config_controller_last_config_info{apiserver_id_hash="sha256:aaaa",hash="sha256:2222"} 1
-`,
+		metrics: preamble + gauge(reloadTimeGauge, reloadSeries(idA, "failure", "1.7641e+09"), reloadSeries(idA, "success", "1.7641036005e+09")) +
+			gauge(configInfoGauge, infoSeries(idA, config2)),
 		want: Report{IDHash: idA, ConfigHash: config2, LoadedAt: reloaded},
 	}, {
-		name: "two configurations at once",
-		metrics: `# TYPE apiserver_encryption_config_controller_last_config_info gauge
-apiserver_encryption_config_controller_last_config_info{apiserver_id_hash="sha256:aaaa",hash="sha256:1111"} 1
-apiserver_encryption_config_controller_last_config_info{apiserver_id_hash="sha256:aaaa",hash="sha256:2222"} 1
-`,
+		name:    "two configurations at once",
+		metrics: gauge(configInfoGauge, infoSeries(idA, config1), infoSeries(idA, config2)),
 		wantErr: "has 2 series, want 1",
 	}, {
-		name: "series about another server",
-		metrics: `# TYPE apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds gauge
-apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds{apiserver_id_hash="sha256:bbbb",status="success"} 1.7641036005e+09
-# TYPE apiserver_encryption_config_controller_last_config_info gauge
-apiserver_encryption_config_controller_last_config_info{apiserver_id_hash="sha256:aaaa",hash="sha256:2222"} 1
-`,
+		name:    "series about another server",
+		metrics: gauge(reloadTimeGauge, reloadSeries("sha256:bbbb", "success", "1.7641036005e+09")) + gauge(configInfoGauge, infoSeries(idA, config2)),
 		wantErr: "is about API server sha256:bbbb",
 	}, {
 		name:    "not metrics",

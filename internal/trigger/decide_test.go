@@ -58,6 +58,12 @@ func changed(st *migrationv1alpha1.StorageStateStatus, since time.Time) *migrati
 	return st
 }
 
+// seen is s with its current hash first seen at since.
+func seen(s *migrationv1alpha1.StorageState, since time.Time) *migrationv1alpha1.StorageState {
+	changed(&s.Status, since)
+	return s
+}
+
 // ignoreReason leaves the reason of a migration to TestDecideReason.
 var ignoreReason = cmpopts.IgnoreFields(Decision{}, "Reason")
 
@@ -88,13 +94,28 @@ func TestDecideReason(t *testing.T) {
 	}
 }
 
+// decideTest is a case of Decide's table: its input and the decision it
+// must make, but for the reason.
+type decideTest struct {
+	name string
+	in   Input
+	want Decision
+}
+
+func checkDecide(t *testing.T, tests []decideTest) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, Decide(tt.in), ignoreReason); diff != "" {
+				t.Errorf("Decide() (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestDecide(t *testing.T) {
 	now := t0.Add(time.Hour)
-	tests := []struct {
-		name string
-		in   Input
-		want Decision
-	}{
+	checkDecide(t, []decideTest{
 		{
 			name: "first sight: Unknown, the hash, a migration, and svm's stale migrations stopped",
 			in:   Input{Now: now, Observed: ptr("A"), Migrations: []migrationv1alpha1.StorageVersionMigration{owned("old", "Z", t0, ""), user("mine", t0, "", "")}},
@@ -246,20 +267,12 @@ func TestDecide(t *testing.T) {
 		},
 		{
 			name: "settling: wait out the rest",
-			in: Input{Now: t0.Add(20 * time.Second), State: func() *migrationv1alpha1.StorageState {
-				s := state(t0, "B", "A", "B")
-				s.Status.CurrentStorageVersionSince = ptr(metav1.NewTime(t0))
-				return s
-			}(), CRD: &CRDStorage{Generation: 2}, SettleDelay: 30 * time.Second},
+			in:   Input{Now: t0.Add(20 * time.Second), State: seen(state(t0, "B", "A", "B"), t0), CRD: &CRDStorage{Generation: 2}, SettleDelay: 30 * time.Second},
 			want: Decision{RequeueAfter: 10 * time.Second},
 		},
 		{
 			name: "settled: migrate",
-			in: Input{Now: t0.Add(30 * time.Second), State: func() *migrationv1alpha1.StorageState {
-				s := state(t0, "B", "A", "B")
-				s.Status.CurrentStorageVersionSince = ptr(metav1.NewTime(t0))
-				return s
-			}(), CRD: &CRDStorage{Generation: 2}, SettleDelay: 30 * time.Second},
+			in:   Input{Now: t0.Add(30 * time.Second), State: seen(state(t0, "B", "A", "B"), t0), CRD: &CRDStorage{Generation: 2}, SettleDelay: 30 * time.Second},
 			want: Decision{CreateMigrationFor: ptr("B")},
 		},
 		{
@@ -277,14 +290,7 @@ func TestDecide(t *testing.T) {
 			in:   Input{Now: now, State: state(t0, unknown, "A", "B")},
 			want: Decision{},
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if diff := cmp.Diff(tt.want, Decide(tt.in), ignoreReason); diff != "" {
-				t.Errorf("Decide() (-want +got):\n%s", diff)
-			}
-		})
-	}
+	})
 }
 
 func atGeneration(m migrationv1alpha1.StorageVersionMigration, gen string) migrationv1alpha1.StorageVersionMigration {
@@ -295,11 +301,7 @@ func atGeneration(m migrationv1alpha1.StorageVersionMigration, gen string) migra
 func TestDecideCRDStoredVersions(t *testing.T) {
 	now := t0.Add(time.Hour)
 	crd := &CRDStorage{Generation: 3, StoredHashes: []string{"A"}}
-	tests := []struct {
-		name string
-		in   Input
-		want Decision
-	}{
+	checkDecide(t, []decideTest{
 		{
 			name: "stored versions svm never saw join the persisted list, and a migration starts",
 			in:   Input{Now: now, State: state(t0, "B", "B"), CRD: crd},
@@ -329,14 +331,7 @@ func TestDecideCRDStoredVersions(t *testing.T) {
 				Migrations: []migrationv1alpha1.StorageVersionMigration{user("mine", t0, "ok", "B")}},
 			want: Decision{Status: status(t0, "B", "B")},
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if diff := cmp.Diff(tt.want, Decide(tt.in), ignoreReason); diff != "" {
-				t.Errorf("Decide() (-want +got):\n%s", diff)
-			}
-		})
-	}
+	})
 }
 
 func TestStaleness(t *testing.T) {

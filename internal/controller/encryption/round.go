@@ -2,7 +2,6 @@ package encryption
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/controller/round"
 	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/internal/rotation"
 )
@@ -45,22 +45,17 @@ type cluster struct {
 }
 
 // readCluster reads discovery, the StorageStates and the migrations,
-// straight from the API server: a round never decides from a cache that
-// lags its own last writes (and, say, creates a second migration).
+// straight from the API server (see round.ReadObjects).
 func (c *Controller) readCluster(ctx context.Context) (*cluster, error) {
 	lists, failed, err := resources.DiscoverServed(c.Discovery)
 	if err != nil {
 		return nil, err
 	}
-	var states migrationv1alpha1.StorageStateList
-	if err := c.Reader.List(ctx, &states); err != nil {
-		return nil, fmt.Errorf("list storage states: %w", err)
+	objs, err := round.ReadObjects(ctx, c.Reader)
+	if err != nil {
+		return nil, err
 	}
-	var migrations migrationv1alpha1.StorageVersionMigrationList
-	if err := c.Reader.List(ctx, &migrations); err != nil {
-		return nil, fmt.Errorf("list migrations: %w", err)
-	}
-	return &cluster{lists: lists, failed: failed, states: states.Items, migrations: migrations.Items}, nil
+	return &cluster{lists: lists, failed: failed, states: objs.States, migrations: objs.Migrations}, nil
 }
 
 // state is the StorageState of gr, nil when there is none.

@@ -39,14 +39,14 @@ func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVe
 		resume: resumeState(m),
 		log:    klog.FromContext(ctx).WithValues("migration", klog.KObj(m), "resource", m.Spec.Resource),
 	}
-	if !e.begin(ctx) || !e.guardBefore(ctx) {
+	if !e.begin(ctx) || !e.guard(ctx, e.guardBefore) {
 		return
 	}
 	res, err := e.rewrite(ctx)
 	if e.interrupted(ctx, err) {
 		return
 	}
-	if err == nil && !e.guardAfter(ctx) {
+	if err == nil && !e.guard(ctx, e.guardAfter) {
 		return
 	}
 	e.end(ctx, res, err)
@@ -77,9 +77,11 @@ func (e *execution) begin(ctx context.Context) bool {
 	return true
 }
 
-// guardBefore reads the guard before the objects are rewritten and acts
-// on Judge's verdict; it tells whether the run goes on.
-func (e *execution) guardBefore(ctx context.Context) bool {
+// guard reads the resource's storage fingerprint and hands it to act,
+// guardBefore or guardAfter; it tells whether the run goes on. Without a
+// guard there is nothing to read and the run goes on; a failed read stops
+// it, to be retried later.
+func (e *execution) guard(ctx context.Context, act func(context.Context, Fingerprint) bool) bool {
 	if e.r.Guard == nil {
 		return true
 	}
@@ -88,6 +90,12 @@ func (e *execution) guardBefore(ctx context.Context) bool {
 		e.r.retryLater(ctx, e.m, err)
 		return false
 	}
+	return act(ctx, fp)
+}
+
+// guardBefore acts on Judge's verdict on fp, read before the objects are
+// rewritten; it tells whether the run goes on.
+func (e *execution) guardBefore(ctx context.Context, fp Fingerprint) bool {
 	v := Judge(GuardInput{Saved: e.status.StorageFingerprint, Now: fp})
 	switch v.Action {
 	case GuardWait:
@@ -174,17 +182,9 @@ func (e *execution) interrupted(ctx context.Context, err error) bool {
 	return false
 }
 
-// guardAfter reads the guard once every object was rewritten and acts on
-// Judge's verdict; it tells whether the migration may succeed.
-func (e *execution) guardAfter(ctx context.Context) bool {
-	if e.r.Guard == nil {
-		return true
-	}
-	fp, err := e.r.Guard.Fingerprint(ctx, e.gvr.GroupResource())
-	if err != nil {
-		e.r.retryLater(ctx, e.m, err)
-		return false
-	}
+// guardAfter acts on Judge's verdict on fp, read once every object was
+// rewritten; it tells whether the migration may succeed.
+func (e *execution) guardAfter(ctx context.Context, fp Fingerprint) bool {
 	v := Judge(GuardInput{After: true, Saved: e.status.StorageFingerprint, Now: fp})
 	if v.Action == GuardGoOn {
 		return true

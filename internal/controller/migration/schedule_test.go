@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	storagemigrationv1 "k8s.io/api/storagemigration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,28 +61,13 @@ func deleted(m migrationv1alpha1.StorageVersionMigration) migrationv1alpha1.Stor
 	return m
 }
 
-type scheduleTest struct {
-	name string
-	in   ScheduleInput
-	want ScheduleDecision
-}
-
-func checkSchedule(t *testing.T, tests []scheduleTest) {
-	t.Helper()
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if diff := cmp.Diff(tt.want, Schedule(tt.in)); diff != "" {
-				t.Errorf("Schedule() (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
+type scheduleTest = decisionTest[ScheduleInput, ScheduleDecision]
 
 // TestSchedule checks the order migrations start in, and the slots and
 // resources they take.
 func TestSchedule(t *testing.T) {
 	const running = migrationv1alpha1.MigrationRunning
-	checkSchedule(t, []scheduleTest{
+	checkDecisions(t, Schedule, []scheduleTest{
 		{
 			name: "oldest first, one at a time by default",
 			in:   ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("b", "secrets", 2), mig("a", "configmaps", 1)}, MaxParallel: 1},
@@ -141,7 +125,7 @@ func TestSchedule(t *testing.T) {
 // wait for their backoff.
 func TestScheduleStopsAndWaits(t *testing.T) {
 	const running, succeeded, failed = migrationv1alpha1.MigrationRunning, migrationv1alpha1.MigrationSucceeded, migrationv1alpha1.MigrationFailed
-	checkSchedule(t, []scheduleTest{
+	checkDecisions(t, Schedule, []scheduleTest{
 		{
 			name: "finished migrations never start",
 			in:   ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("ok", "secrets", 1, succeeded), mig("bad", "pods", 1, failed)}, MaxParallel: 3},
@@ -184,7 +168,7 @@ func TestScheduleStopsAndWaits(t *testing.T) {
 // svm's back.
 func TestScheduleInTree(t *testing.T) {
 	const running = migrationv1alpha1.MigrationRunning
-	checkSchedule(t, []scheduleTest{
+	checkDecisions(t, Schedule, []scheduleTest{
 		{
 			name: "a Running in-tree migration of the resource holds a new migration back",
 			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{mig("s", "secrets", 1), mig("c", "configmaps", 2)},

@@ -1,34 +1,15 @@
 package migration
 
-import (
-	"testing"
-
-	"github.com/google/go-cmp/cmp"
-)
+import "testing"
 
 const disagree = "API servers encode widgets.example.com in different versions: v1 (a), v2 (b)"
 
-type judgeTest struct {
-	name string
-	in   GuardInput
-	want GuardVerdict
-}
-
-func checkJudge(t *testing.T, tests []judgeTest) {
-	t.Helper()
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if diff := cmp.Diff(tt.want, Judge(tt.in)); diff != "" {
-				t.Errorf("Judge() (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
+type judgeTest = decisionTest[GuardInput, GuardVerdict]
 
 // TestJudgeBefore reads the guard as a run starts: whether it may rewrite
 // the objects, and from which starting point.
 func TestJudgeBefore(t *testing.T) {
-	checkJudge(t, []judgeTest{
+	checkDecisions(t, Judge, []judgeTest{
 		{
 			name: "first run: the fingerprint now is the starting point",
 			in:   GuardInput{Now: Fingerprint{Value: "crd=1/v2"}},
@@ -70,7 +51,7 @@ func TestJudgeBefore(t *testing.T) {
 // TestJudgeAfter reads the guard once every object was rewritten: whether
 // the migration is done.
 func TestJudgeAfter(t *testing.T) {
-	checkJudge(t, []judgeTest{
+	checkDecisions(t, Judge, []judgeTest{
 		{
 			name: "unchanged: done",
 			in:   GuardInput{After: true, Saved: "storageversion=10", Now: Fingerprint{Value: "storageversion=10"}},

@@ -7,6 +7,7 @@
 // controllers would otherwise hand-make with kick channels and timers: it
 // runs one round at a time, folds the events that arrive during a round
 // into the next one, and of several times asked for keeps the earliest.
+// Each round decides from svm's own objects read afresh (ReadObjects).
 package round
 
 import (

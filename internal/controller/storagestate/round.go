@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/controller/round"
 	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/internal/trigger"
 )
@@ -107,13 +108,9 @@ type snapshot struct {
 // readCluster reads StorageStates, migrations and CRDs straight from the
 // API server.
 func (c *Controller) readCluster(ctx context.Context) (*snapshot, error) {
-	var states migrationv1alpha1.StorageStateList
-	if err := c.Reader.List(ctx, &states); err != nil {
-		return nil, fmt.Errorf("list storage states: %w", err)
-	}
-	var migrations migrationv1alpha1.StorageVersionMigrationList
-	if err := c.Reader.List(ctx, &migrations); err != nil {
-		return nil, fmt.Errorf("list migrations: %w", err)
+	objs, err := round.ReadObjects(ctx, c.Reader)
+	if err != nil {
+		return nil, err
 	}
 	var crds apiextensionsv1.CustomResourceDefinitionList
 	if err := c.Reader.List(ctx, &crds); err != nil {
@@ -123,13 +120,13 @@ func (c *Controller) readCluster(ctx context.Context) (*snapshot, error) {
 		states:     map[schema.GroupResource]*migrationv1alpha1.StorageState{},
 		migrations: map[schema.GroupResource][]migrationv1alpha1.StorageVersionMigration{},
 		crds:       map[schema.GroupResource]*apiextensionsv1.CustomResourceDefinition{},
-		all:        migrations.Items,
+		all:        objs.Migrations,
 	}
-	for i := range states.Items {
-		r := states.Items[i].Spec.Resource
-		snap.states[schema.GroupResource{Group: r.Group, Resource: r.Resource}] = &states.Items[i]
+	for i := range objs.States {
+		r := objs.States[i].Spec.Resource
+		snap.states[schema.GroupResource{Group: r.Group, Resource: r.Resource}] = &objs.States[i]
 	}
-	for _, m := range migrations.Items {
+	for _, m := range objs.Migrations {
 		gr := schema.GroupResource{Group: m.Spec.Resource.Group, Resource: m.Spec.Resource.Resource}
 		snap.migrations[gr] = append(snap.migrations[gr], m)
 	}
