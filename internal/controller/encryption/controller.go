@@ -85,12 +85,11 @@ type Controller struct {
 // SetupWithManager adds the controller to mgr. It runs with leadership.
 func (c *Controller) SetupWithManager(_ context.Context, mgr ctrl.Manager) error {
 	c.setDefaults()
-	if c.Health != nil {
-		if err := mgr.Add(round.Liveness(c.Health, loopName, c.Interval)); err != nil {
-			return err
-		}
+	b, err := round.NewControllerManagedBy(mgr, loopName, c.Health, c.Interval)
+	if err != nil {
+		return err
 	}
-	return round.NewControllerManagedBy(mgr, loopName).
+	return b.
 		// A re-encryption that ends is recorded at once, not at the next look.
 		Watches(&migrationv1alpha1.StorageVersionMigration{}, round.After(0), round.Only(finishedChanged)).
 		Complete(c)

@@ -40,15 +40,22 @@ type Queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 // NewControllerManagedBy starts the builder of a round controller named
 // name: one round at a time, the first as soon as the controller starts.
 // The caller adds its watches (with After as their handler) and completes
-// it with its reconciler.
-func NewControllerManagedBy(mgr ctrl.Manager, name string) *builder.Builder {
+// it with its reconciler. With a tracker, the rounds are held to come at
+// least every interval while this replica leads (Liveness); the
+// reconciler beats tracker after every round.
+func NewControllerManagedBy(mgr ctrl.Manager, name string, tracker *health.Tracker, interval time.Duration) (*builder.Builder, error) {
+	if tracker != nil {
+		if err := mgr.Add(Liveness(tracker, name, interval)); err != nil {
+			return nil, err
+		}
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(name).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		WatchesRawSource(source.Func(func(_ context.Context, q Queue) error {
 			q.Add(Request)
 			return nil
-		}))
+		})), nil
 }
 
 // After is the event handler of a round controller's watches: every event

@@ -120,12 +120,11 @@ type Controller struct {
 // SetupWithManager adds the controller to mgr. It runs with leadership.
 func (c *Controller) SetupWithManager(_ context.Context, mgr ctrl.Manager) error {
 	c.setDefaults()
-	if c.Health != nil {
-		if err := mgr.Add(round.Liveness(c.Health, loopName, c.Interval)); err != nil {
-			return err
-		}
+	b, err := round.NewControllerManagedBy(mgr, loopName, c.Health, c.Interval)
+	if err != nil {
+		return err
 	}
-	return round.NewControllerManagedBy(mgr, loopName).
+	return b.
 		// Any change to a migration may refine a StorageState or call for
 		// a retry: re-decide, without discovery. Migrations change after
 		// every chunk; the delay gathers a burst into one round.
