@@ -95,7 +95,7 @@ func stop(in Input, old *migrationv1alpha1.StorageEncryption, news bool, why str
 		return d, nil
 	}
 	status := editable(old)
-	status.ConfigHash, status.ConfigSince = "", nil
+	status.ConfigHash = ""
 	status.Message = why
 	return d, status
 }
@@ -107,7 +107,7 @@ func stop(in Input, old *migrationv1alpha1.StorageEncryption, news bool, why str
 func encrypt(in Input, status *migrationv1alpha1.StorageEncryption) (Decision, *migrationv1alpha1.StorageEncryption) {
 	a := in.Agreement
 	hash := a.ConfigHash
-	status.ConfigHash, status.ConfigSince = hash, metav1Time(a.Since)
+	status.ConfigHash = hash
 	d := Decision{DeleteMigrations: mark.Unfinished(in.Migrations, hash)}
 	if status.RewrittenConfigHash == hash {
 		status.Message = rewrittenMessage(in.Resource, status)

@@ -140,8 +140,7 @@ func TestDecide(t *testing.T) {
 	none := Agree(nil, []apiservers.Report{{Endpoint: "https://a", LoadedAt: t0}}, nil)
 	unread := Agree(nil, []apiservers.Report{{Endpoint: "https://a", LoadedAt: t0}}, []Failure{{Endpoint: "https://b", Err: errors.New("connection refused")}})
 	now := t0.Add(10 * time.Minute)
-	since := metav1.NewTime(t0)
-	done := &migrationv1alpha1.StorageEncryption{ConfigHash: c2, ConfigSince: &since, RewrittenConfigHash: c2, RewrittenTime: ptr(metav1.NewTime(t0.Add(5 * time.Minute))), RewrittenBy: "secrets-x"}
+	done := &migrationv1alpha1.StorageEncryption{ConfigHash: c2, RewrittenConfigHash: c2, RewrittenTime: ptr(metav1.NewTime(t0.Add(5 * time.Minute))), RewrittenBy: "secrets-x"}
 	done.Message = rewrittenMessage("secrets", done)
 	for _, tc := range []struct {
 		name       string

@@ -194,8 +194,7 @@ func withEncryption(s migrationv1alpha1.StorageState, e migrationv1alpha1.Storag
 // config, by migration by, ended at ago before now.
 func rewritten(resource, config, by string, at time.Duration) migrationv1alpha1.StorageEncryption {
 	return migrationv1alpha1.StorageEncryption{
-		ConfigHash: config, ConfigSince: agoPtr(30 * time.Minute),
-		RewrittenConfigHash: config, RewrittenTime: agoPtr(at), RewrittenBy: by,
+		ConfigHash: config, RewrittenConfigHash: config, RewrittenTime: agoPtr(at), RewrittenBy: by,
 		Message: "Every object of " + resource + " was rewritten under configuration " + config + " at " +
 			now.Add(-at).Format(time.RFC3339) + " (migration " + by + "): objects written through the API no longer need keys the configuration only reads with",
 	}
@@ -241,7 +240,7 @@ var (
 	// ago; svm controller now waits for server B.
 	secretsWaiting = withEncryption(newStorageState("", "secrets", "k6S1K8hGv1A=", []string{"k6S1K8hGv1A="}, 40*time.Second), func() migrationv1alpha1.StorageEncryption {
 		e := rewritten("secrets", configOld, "secrets-reencrypt-b2n6c", 7*24*time.Hour)
-		e.ConfigHash, e.ConfigSince, e.Message = "", nil, "Waiting: "+oneReloaded.Waiting
+		e.ConfigHash, e.Message = "", "Waiting: "+oneReloaded.Waiting
 		return e
 	}())
 	// The servers agree on the new configuration; svm controller
@@ -249,7 +248,7 @@ var (
 	// done with the configmaps.
 	secretsReencrypting = withEncryption(newStorageState("", "secrets", "k6S1K8hGv1A=", []string{"k6S1K8hGv1A="}, 40*time.Second), func() migrationv1alpha1.StorageEncryption {
 		e := rewritten("secrets", configOld, "secrets-reencrypt-b2n6c", 7*24*time.Hour)
-		e.ConfigHash, e.ConfigSince = configNew, agoPtr(5*time.Minute)
+		e.ConfigHash = configNew
 		e.Message = "Re-encrypting every object under configuration " + configNew + " (migration secrets-reencrypt-q8w2e); until it succeeds, keys of earlier configurations are still needed"
 		return e
 	}())

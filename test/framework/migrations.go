@@ -98,7 +98,7 @@ func (e *Env) WaitMigrationMoving(t testing.TB, name string, stall, limit time.D
 // controller might refresh).
 func movement(m *migrationv1alpha1.StorageVersionMigration) string {
 	p := m.Status.Progress
-	key := fmt.Sprintf("%s|%d|%d|%d|%d|%d|", m.Spec.ContinueToken, p.Listed, p.Migrated(), p.Skipped(), p.Failed, p.SkippedWithoutWrite)
+	key := fmt.Sprintf("%s|%d|%d|%d|%d|", m.Spec.ContinueToken, p.Listed, p.Migrated(), p.Skipped(), p.Failed)
 	for _, c := range m.Status.Conditions {
 		key += fmt.Sprintf("%s=%s/%s|", c.Type, c.Status, c.Reason)
 	}

@@ -83,11 +83,6 @@ type StorageEncryption struct {
 	// +kubebuilder:validation:MaxLength=80
 	ConfigHash string `json:"configHash,omitempty"`
 
-	// ConfigSince is since when every API server has had ConfigHash
-	// loaded: the latest of their loads.
-	// +optional
-	ConfigSince *metav1.Time `json:"configSince,omitempty"`
-
 	// RewrittenConfigHash is the configuration that every API server had
 	// loaded from before the last successful migration of the resource
 	// (svm's re-encryption, or any other made since they all loaded it)

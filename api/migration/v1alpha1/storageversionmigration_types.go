@@ -112,11 +112,6 @@ type MigrationProgress struct {
 	// Gone is the number of listed objects deleted before svm wrote them.
 	// +optional
 	Gone int64 `json:"gone,omitempty"`
-	// SkippedWithoutWrite is the part of writtenSinceStart and gone that
-	// cost no request: svm knew of the change before writing. The rest
-	// were found by a write answered with a conflict or not found.
-	// +optional
-	SkippedWithoutWrite int64 `json:"skippedWithoutWrite,omitempty"`
 	// Failed is the number of objects svm could not write.
 	// +optional
 	Failed int64 `json:"failed,omitempty"`

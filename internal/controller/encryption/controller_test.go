@@ -276,8 +276,8 @@ func TestReconcileCreatesReencryptionWhenAllServersAgree(t *testing.T) {
 	}
 	for _, state := range []string{"secrets", "configmaps"} {
 		got := e.encryption(t, state)
-		if got.ConfigHash != config2 || !got.ConfigSince.Time.Equal(loaded) || !strings.HasPrefix(got.Message, "Re-encrypting every object under configuration "+config2) {
-			t.Errorf("%s: status.encryption = %+v, want configuration %s since %s, re-encrypting", state, got, config2, loaded)
+		if got.ConfigHash != config2 || !strings.HasPrefix(got.Message, "Re-encrypting every object under configuration "+config2) {
+			t.Errorf("%s: status.encryption = %+v, want configuration %s, re-encrypting", state, got, config2)
 		}
 	}
 	if got := e.encryption(t, "secrets").RewrittenConfigHash; got != config1 {
@@ -333,7 +333,7 @@ func TestReconcileRecordsSucceededReencryption(t *testing.T) {
 		servers:   []apiServer{{id: "apiserver-a", config: config2, loadedAt: loaded}},
 		resources: []string{"secrets"},
 		objects: []client.Object{
-			storageState("secrets", &migrationv1alpha1.StorageEncryption{ConfigHash: config2, ConfigSince: &metav1.Time{Time: loaded}, RewrittenConfigHash: config1}),
+			storageState("secrets", &migrationv1alpha1.StorageEncryption{ConfigHash: config2, RewrittenConfigHash: config1}),
 			reencryption("secrets-reencrypt-abcde", "secrets", config2, t0.Add(-30*time.Minute), condition(migrationv1alpha1.MigrationSucceeded, succeeded)),
 		},
 	})
@@ -358,7 +358,7 @@ func TestReconcileRetriesFailedReencryptionAfterBackoff(t *testing.T) {
 		servers:   []apiServer{{id: "apiserver-a", config: config2, loadedAt: loaded}},
 		resources: []string{"secrets"},
 		objects: []client.Object{
-			storageState("secrets", &migrationv1alpha1.StorageEncryption{ConfigHash: config2, ConfigSince: &metav1.Time{Time: loaded}}),
+			storageState("secrets", &migrationv1alpha1.StorageEncryption{ConfigHash: config2}),
 			reencryption("secrets-reencrypt-abcde", "secrets", config2, t0.Add(-5*time.Minute), condition(migrationv1alpha1.MigrationFailed, t0.Add(-30*time.Second))),
 		},
 	})
@@ -395,7 +395,7 @@ func TestReconcileRequeuesWithinInterval(t *testing.T) {
 	}{{
 		name: "a retry due after the next look",
 		setup: setup{objects: []client.Object{
-			storageState("secrets", &migrationv1alpha1.StorageEncryption{ConfigHash: config2, ConfigSince: &metav1.Time{Time: loaded}}), failed,
+			storageState("secrets", &migrationv1alpha1.StorageEncryption{ConfigHash: config2}), failed,
 		}},
 		prepare: func(e *env) { e.c.RetryBase = time.Hour },
 		want:    time.Minute,

@@ -21,7 +21,7 @@ func TestSavedStateResumes(t *testing.T) {
 		ContinueToken: "token",
 		Checkpoint:    "1234",
 		Progress: migrator.Progress{
-			Listed: 100, Restored: 70, AlreadyCurrent: 10, WrittenSinceStart: 13, Gone: 2, SkippedWithoutWrite: 12, Failed: 5, RemainingEstimate: &remaining,
+			Listed: 100, Restored: 70, AlreadyCurrent: 10, WrittenSinceStart: 13, Gone: 2, Failed: 5, RemainingEstimate: &remaining,
 		},
 		FailedObjects: []migrator.FailedObject{{Namespace: "ns", Name: "w-1", Reason: "denied"}},
 	}
@@ -36,8 +36,8 @@ func TestSavedStateResumes(t *testing.T) {
 	if diff := cmp.Diff(&want, got); diff != "" {
 		t.Errorf("resumed state (-saved +resumed):\n%s", diff)
 	}
-	if m.Status.StorageVersionHash != "hash" || m.Status.Progress.SkippedWithoutWrite != 12 {
-		t.Errorf("status %+v: want the hash and 12 objects skipped without a write", m.Status)
+	if p := m.Status.Progress; m.Status.StorageVersionHash != "hash" || p.Skipped() != 15 || p.RemainingEstimate == nil || *p.RemainingEstimate != remaining {
+		t.Errorf("status %+v: want the hash, 15 objects skipped and the estimate", m.Status)
 	}
 }
 
