@@ -2,6 +2,9 @@ package framework
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,27 +60,52 @@ func (e *Env) RawValues(t testing.TB, prefix string) map[string][]byte {
 func (e *Env) StoredVersions(t testing.TB, prefix string) map[string]int {
 	t.Helper()
 	counts := map[string]int{}
+	for _, label := range e.storedLabels(t, prefix) {
+		counts[label]++
+	}
+	return counts
+}
+
+// storedLabels is, for every key under prefix, what StoredVersions counts
+// it as.
+func (e *Env) storedLabels(t testing.TB, prefix string) map[string]string {
+	t.Helper()
+	labels := map[string]string{}
 	for key, raw := range e.RawValues(t, prefix) {
 		v, err := etcdvalue.Inspect(raw)
 		if err != nil {
 			t.Fatalf("etcd value %s: %v", key, err)
 		}
 		if v.Encryption != nil {
-			counts["encrypted:"+v.Encryption.Provider+":"+v.Encryption.Key]++
+			labels[key] = "encrypted:" + v.Encryption.Provider + ":" + v.Encryption.Key
 			continue
 		}
-		counts[v.APIVersion]++
+		labels[key] = v.APIVersion
 	}
-	return counts
+	return labels
 }
 
 // ExpectStored reports an error unless the values under prefix are stored
-// exactly as want says (see StoredVersions).
+// exactly as want says (see StoredVersions), naming a few of the keys
+// stored otherwise than want allows.
 func (e *Env) ExpectStored(t testing.TB, prefix string, want map[string]int) {
 	t.Helper()
-	if diff := cmp.Diff(want, e.StoredVersions(t, prefix)); diff != "" {
-		t.Errorf("stored versions under %s (-want +got):\n%s", prefix, diff)
+	labels := e.storedLabels(t, prefix)
+	got := map[string]int{}
+	for _, label := range labels {
+		got[label]++
 	}
+	diff := cmp.Diff(want, got)
+	if diff == "" {
+		return
+	}
+	var extra []string
+	for _, key := range slices.Sorted(maps.Keys(labels)) {
+		if label := labels[key]; got[label] > want[label] && len(extra) < 10 {
+			extra = append(extra, key+" ("+label+")")
+		}
+	}
+	t.Errorf("stored versions under %s (-want +got):\n%s\nstored otherwise than wanted, among others: %s", prefix, diff, strings.Join(extra, ", "))
 }
 
 // ModRevisions is the etcd revision at which every key under prefix was
