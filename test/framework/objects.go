@@ -41,7 +41,43 @@ func (e *Env) StoredInOldVersion(t testing.TB, r Resource, namespaces []string, 
 	e.CreateObjects(t, r, namespaces, n)
 	before := e.TakeSnapshot(t, r.GVR("v1"))
 	e.SetStorage(t, r, "v2")
+	e.WaitWritesStoredIn(t, r, "v2")
 	return before
+}
+
+// WaitWritesStoredIn waits until a write of r lands in etcd in version.
+// Discovery's storageVersionHash and the handler that writes r's objects
+// learn of a CRD's new storage version each on its own: under load,
+// discovery may say v2 while a write is still stored in v1, and a
+// migration started then would leave that object behind. A probe object,
+// created and deleted in the default namespace until it is stored in
+// version, says that the handler has moved too. A test that runs svm's
+// engine right after a flip calls it (svm controller's trigger waits for
+// the same reason: --crd-settle-delay).
+func (e *Env) WaitWritesStoredIn(t testing.TB, r Resource, version string) {
+	t.Helper()
+	const namespace = "default"
+	ctx := Context(t, time.Minute)
+	client := e.Dynamic.Resource(r.GVR(version)).Namespace(namespace)
+	name := "storage-probe-" + string(uuid.NewUUID())[:8]
+	key := r.EtcdPrefix() + namespace + "/" + name
+	for {
+		if _, err := client.Create(ctx, r.Object(version, name, 0), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+		stored := e.StoredVersions(t, key)
+		if err := client.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatalf("delete %s: %v", name, err)
+		}
+		if stored[r.Group+"/"+version] == 1 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("a write of %s is still stored as %v a minute after discovery said %s", r.Plural, stored, version)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func (e *Env) createObjects(t testing.TB, r Resource, version, prefix string, namespaces []string, n int) {

@@ -146,6 +146,7 @@ func (f *fixture) flip(t *testing.T) framework.Snapshot {
 	t.Helper()
 	before := f.env.TakeSnapshot(t, framework.Widgets)
 	f.storage = f.env.FlipStorage(t, framework.WidgetResource)
+	f.env.WaitWritesStoredIn(t, framework.WidgetResource, f.storage)
 	return before
 }
 
