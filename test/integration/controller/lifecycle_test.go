@@ -44,9 +44,13 @@ func TestDeletingAMigrationStopsItsWork(t *testing.T) {
 	if stoppedAt >= n {
 		t.Fatalf("%d writes: every widget was written after the migration was deleted", stoppedAt)
 	}
-	// The resource is free again: a new migration completes it.
+	// The resource is free again: a new migration completes it. It may be
+	// slow on a busy machine, but must not stand still.
 	env.CreateMigration(t, "widgets-again", framework.Widgets)
-	env.WaitMigrationSucceeded(t, "widgets-again", 2*time.Minute)
+	again := env.WaitMigrationMoving(t, "widgets-again", time.Minute, 10*time.Minute, "finished", framework.Finished)
+	if !framework.Succeeded(again) {
+		t.Fatalf("migration widgets-again failed: %+v", again.Status.Conditions)
+	}
 	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
 }
 
