@@ -115,6 +115,16 @@ type FaultRecord struct {
 	// proxy knows only when net/http noticed the hang-up in time, so a
 	// client may have given up on an answer that is not marked.
 	Abandoned bool
+	// ClientError reports that the client got an error instead of the
+	// whole answer: a broken connection or body, or its own timeout. It is
+	// known only for requests sent through Config, watches aside; a
+	// request from another client (svm started from a kubeconfig) is never
+	// marked.
+	ClientError bool
+
+	// attempt is the number Config's client gave the request, 0 for
+	// another client's.
+	attempt int64
 }
 
 // Key identifies a request for counting repeats: the same method, path
@@ -147,9 +157,10 @@ func (l FaultLog) Count(f Fault) int {
 }
 
 // Failed returns the number of requests that left the client without a
-// usable answer: broken by a fault (see Fault.Fails), or abandoned.
+// usable answer: broken by a fault (see Fault.Fails), abandoned, or ended
+// in an error at the client.
 func (l FaultLog) Failed() int {
-	return len(l.Filter(func(r FaultRecord) bool { return r.Fault.Fails() || r.Abandoned }))
+	return len(l.Filter(func(r FaultRecord) bool { return r.Fault.Fails() || r.Abandoned || r.ClientError }))
 }
 
 // Writes returns the number of PATCH requests that reached the API server.
@@ -182,6 +193,9 @@ func (l FaultLog) String() string {
 	}
 	if n := len(l.Filter(func(r FaultRecord) bool { return r.Abandoned })); n > 0 {
 		fmt.Fprintf(&b, "; %d abandoned by the client", n)
+	}
+	if n := len(l.Filter(func(r FaultRecord) bool { return r.ClientError && !r.Fault.Fails() && !r.Abandoned })); n > 0 {
+		fmt.Fprintf(&b, "; %d answered but ended in an error at the client", n)
 	}
 	return b.String()
 }
@@ -216,6 +230,7 @@ type FaultProxy struct {
 	seat     chan struct{}
 	decide   func(*http.Request) (Fault, time.Duration, bool)
 	log      FaultLog
+	client   clientOutcomes
 }
 
 // StartFaultProxy starts a fault proxy to e's API server for the duration
@@ -264,6 +279,7 @@ func (e *Env) StartFaultProxy(t testing.TB, opts FaultOptions) *FaultProxy {
 	// wait for them.
 	t.Cleanup(func() { close(p.stop) })
 	p.Config = &rest.Config{Host: srv.URL, QPS: -1}
+	p.Config.Wrap(func(rt http.RoundTripper) http.RoundTripper { return numbering{next: rt, outcomes: &p.client} })
 	t.Logf("fault proxy %s: seed %d (SVM_FAULT_SEED=%d draws the same faults)", srv.URL, seed, seed)
 	return p
 }
@@ -351,8 +367,12 @@ func (p *FaultProxy) WaitIdle(t testing.TB) {
 // Requests returns what the proxy has seen so far.
 func (p *FaultProxy) Requests() FaultLog {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append(FaultLog(nil), p.log...)
+	log := append(FaultLog(nil), p.log...)
+	p.mu.Unlock()
+	for i := range log {
+		log[i].ClientError = log[i].attempt != 0 && p.client.failed(log[i].attempt)
+	}
+	return log
 }
 
 // StartSVM runs the svm binary with args against the API server through
@@ -371,6 +391,8 @@ func isWatch(r *http.Request) bool {
 // record's index for end.
 func (p *FaultProxy) begin(r *http.Request) (int, FaultRecord) {
 	rec := FaultRecord{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery}
+	rec.attempt, _ = strconv.ParseInt(r.Header.Get(attemptHeader), 10, 64)
+	r.Header.Del(attemptHeader)
 	match := p.match(r)
 	p.mu.Lock()
 	defer p.mu.Unlock()

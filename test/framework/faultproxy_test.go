@@ -52,3 +52,58 @@ func TestFaultProxyEndsTheRecordOfAnAnswerCutShort(t *testing.T) {
 		t.Errorf("records %+v, want one forwarded request the client abandoned", log)
 	}
 }
+
+// The proxy cannot see whether its client read an answer whole: the
+// client's timeout may run out on an answer the proxy sent quickly. The
+// records of requests sent through Config say what the client got.
+func TestFaultProxyRecordsWhatItsClientGot(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Success","message":"a long enough answer to be cut in half"}`)
+	}))
+	defer backend.Close()
+	e := &Env{Config: &rest.Config{Host: backend.URL}}
+	proxy := e.StartFaultProxy(t, FaultOptions{})
+	proxy.Decide(func(r *http.Request) (Fault, time.Duration, bool) {
+		return Truncate, 0, r.URL.Path == "/truncated"
+	})
+	client, err := rest.HTTPClientFor(proxy.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string, read bool) {
+		resp, err := client.Get(proxy.Config.Host + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		if read {
+			_, _ = io.ReadAll(resp.Body)
+		}
+	}
+	get("/whole", true)
+	get("/truncated", true)
+	get("/unread", false)
+	// A watch's client closes it early by design: nothing is said of it.
+	get("/watched?watch=true", false)
+	// Another client's requests carry no number: nothing is known of them.
+	if resp, err := http.Get(proxy.Config.Host + "/other"); err == nil {
+		_, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	proxy.WaitIdle(t)
+
+	got := map[string]bool{}
+	for _, r := range proxy.Requests() {
+		got[r.Path] = r.ClientError
+	}
+	want := map[string]bool{"/whole": false, "/truncated": true, "/unread": true, "/watched": false, "/other": false}
+	if len(got) != len(want) {
+		t.Errorf("records of %v, want %v", got, want)
+	}
+	for path, clientError := range want {
+		if got[path] != clientError {
+			t.Errorf("%s: ClientError = %v, want %v", path, got[path], clientError)
+		}
+	}
+}

@@ -58,7 +58,10 @@ func TestStorageFlipLeavesStoredObjectsInOldVersion(t *testing.T) {
 	// The flip alone rewrites nothing: every stored object is still v1.
 	env.ExpectStored(t, prefix, map[string]int{"example.com/v1": n})
 
-	// A new write is stored in v2, whatever version it was sent in.
+	// A new write is stored in v2, whatever version it was sent in, once
+	// the handler that writes widgets has caught up with discovery (it lags
+	// by a moment: the reason for svm's --crd-settle-delay).
+	env.WaitWritesStoredIn(t, framework.WidgetResource, "v2")
 	ctx := framework.Context(t, time.Minute)
 	if _, err := env.Dynamic.Resource(framework.Widgets).Namespace("alpha").Create(ctx, framework.Widget("v1", "fresh", 999), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create fresh widget: %v", err)

@@ -34,7 +34,7 @@ func testFaultAlone(t *testing.T, f *fixture, fault framework.Fault, rate float6
 	if got := log.Count(fault); float64(got) < rate/2*float64(len(log)) {
 		t.Errorf("only %d of %d requests got fault %q", got, len(log), fault)
 	}
-	expectOneRepeatPerFailure(t, log, opts.RequestTimeout)
+	expectOneRepeatPerFailure(t, log)
 	expectSkips(t, log, res.Progress.Skipped())
 	writes := f.serverWrites(t) - writesBefore
 	expectWrites(t, log, writes)

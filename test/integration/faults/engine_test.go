@@ -42,7 +42,7 @@ func testMixedFaults(t *testing.T, f *fixture) {
 			t.Errorf("no request got fault %q: the scenario did not exercise it", fault)
 		}
 	}
-	expectOneRepeatPerFailure(t, log, opts.RequestTimeout)
+	expectOneRepeatPerFailure(t, log)
 	if limit := f.objects * 3 / 2; len(log) > limit {
 		t.Errorf("%d requests for %d objects, want at most %d", len(log), f.objects, limit)
 	}
