@@ -1,6 +1,7 @@
 // Package chaos_test breaks what a running migration depends on (the svm
 // controller, kube-apiserver, etcd) at random points while 20,000 custom
-// resources are migrated, and checks that each migration then completes by
+// resources are migrated (5,000 where one outage is all a scenario needs),
+// and checks that each migration then completes by
 // itself: Succeeded, every value in etcd in the target version, every
 // object's content unchanged, and the writes within a stated bound.
 //
@@ -27,8 +28,12 @@ import (
 )
 
 const (
-	objects = 20000
-	// chunkSize makes 100 chunks: small enough that a kill at a random
+	// manyObjects are migrated while svm is killed five times: enough
+	// chunks for five kill points apart from each other. One outage of the
+	// API server or etcd in the middle of a migration needs fewer.
+	manyObjects = 20000
+	fewObjects  = 5000
+	// chunkSize makes 100 chunks of manyObjects: small enough that a kill at a random
 	// moment may land inside a chunk or between two, large enough that
 	// listing is a small part of the work.
 	chunkSize = 200
@@ -57,7 +62,7 @@ var (
 )
 
 // TestChaos runs the scenarios side by side, each on a control plane of its
-// own with its own 20,000 widgets and its own snapshot of them: each breaks
+// own with its own widgets and its own snapshot of them: each breaks
 // its control plane (or the svm controller, which acts on every migration in
 // the cluster) on purpose, and each counts every write to widgets. Seeding
 // goes straight into etcd and takes seconds, and much of a scenario's time
@@ -69,24 +74,26 @@ func TestChaos(t *testing.T) {
 	}
 	seed := framework.ChaosSeed(t)
 	for _, s := range []struct {
-		name string
-		run  func(*testing.T, *framework.Env, framework.Snapshot, *rand.Rand)
+		name    string
+		objects int
+		run     func(*testing.T, *framework.Env, framework.Snapshot, *rand.Rand)
 	}{
-		{"svm-killed", svmKilledRepeatedly},
-		{"kube-apiserver-killed", apiServerKilled},
-		{"etcd-stopped", etcdStopped},
+		{"svm-killed", manyObjects, svmKilledRepeatedly},
+		{"kube-apiserver-killed", fewObjects, apiServerKilled},
+		{"etcd-stopped", fewObjects, etcdStopped},
 	} {
 		t.Run(s.name, func(t *testing.T) {
 			t.Parallel()
-			env, before := seeded(t)
+			env, before := seeded(t, s.objects)
 			s.run(t, env, before, framework.ChaosRand(seed, s.name))
 		})
 	}
 }
 
 // seeded starts a control plane for one scenario with svm's CRDs and
-// 20,000 widgets stored in v1, and returns it with a snapshot of them.
-func seeded(t *testing.T) (*framework.Env, framework.Snapshot) {
+// objects widgets stored in v1, and returns it with a snapshot of them: a
+// scenario's number of objects is the length of its snapshot.
+func seeded(t *testing.T, objects int) (*framework.Env, framework.Snapshot) {
 	t.Helper()
 	env := framework.Start(t, controlplane.Options{})
 	env.InstallCRDs(t, framework.CRDBasesDir())
@@ -103,7 +110,8 @@ func seeded(t *testing.T) (*framework.Env, framework.Snapshot) {
 // random points of one migration, starting it again each time.
 func svmKilledRepeatedly(t *testing.T, env *framework.Env, before framework.Snapshot, rnd *rand.Rand) {
 	const kills, qps = 5, 500
-	want := flip(t, env)
+	objects := len(before)
+	want := flip(t, env, objects)
 	writesBefore := env.ServerRequests(t, "PATCH", "widgets")
 
 	// Each kill comes after a random number of saved chunks (at least
@@ -274,8 +282,9 @@ func quietProxy(t *testing.T, env *framework.Env) *framework.Proxy {
 // migration and starts it again after a random pause; svm keeps running.
 func apiServerKilled(t *testing.T, env *framework.Env, before framework.Snapshot, rnd *rand.Rand) {
 	const qps = 1000
-	want := flip(t, env)
-	point := chunkSize * (10 + rnd.IntN(40))
+	objects := len(before)
+	want := flip(t, env, objects)
+	point := breakPoint(rnd, objects)
 	delay := upTo(rnd, 2*time.Second*chunkSize/qps)
 	down := upTo(rnd, 3*time.Second)
 	t.Logf("plan: kill kube-apiserver %s after %d saved objects, start it %s later", delay, point, down)
@@ -326,8 +335,9 @@ func apiServerKilled(t *testing.T, env *framework.Env, before framework.Snapshot
 // running.
 func etcdStopped(t *testing.T, env *framework.Env, before framework.Snapshot, rnd *rand.Rand) {
 	const qps = 1000
-	want := flip(t, env)
-	point := chunkSize * (10 + rnd.IntN(40))
+	objects := len(before)
+	want := flip(t, env, objects)
+	point := breakPoint(rnd, objects)
 	delay := upTo(rnd, 2*time.Second*chunkSize/qps)
 	down := 2*time.Second + upTo(rnd, 6*time.Second)
 	t.Logf("plan: stop etcd %s after %d saved objects, start it %s later", delay, point, down)
@@ -369,7 +379,7 @@ func etcdStopped(t *testing.T, env *framework.Env, before framework.Snapshot, rn
 // flip makes the version of widgets that is not stored (v2, as seeded) the
 // storage version, waits until discovery says so, and returns the stored
 // versions a migration must leave.
-func flip(t *testing.T, env *framework.Env) map[string]int {
+func flip(t *testing.T, env *framework.Env, objects int) map[string]int {
 	t.Helper()
 	version := env.FlipStorage(t, framework.WidgetResource)
 	t.Logf("storage version of widgets flipped to %s", version)
@@ -382,11 +392,12 @@ func flip(t *testing.T, env *framework.Env) map[string]int {
 // stayed within bound.
 func verify(t *testing.T, env *framework.Env, s framework.Scenario, m *migrationv1alpha1.StorageVersionMigration, before framework.Snapshot, want map[string]int, bound int) {
 	t.Helper()
+	objects := len(before)
 	s.Objects = objects
 	if !framework.Succeeded(m) {
 		t.Fatalf("migration ended without success: %+v", m.Status.Conditions)
 	}
-	if p := m.Status.Progress; p.Failed != 0 || p.Migrated()+p.Skipped() < objects || len(m.Status.FailedObjects) != 0 {
+	if p := m.Status.Progress; p.Failed != 0 || p.Migrated()+p.Skipped() < int64(objects) || len(m.Status.FailedObjects) != 0 {
 		t.Errorf("progress %+v, failed objects %v: want every object rewritten or skipped, none failed", p, m.Status.FailedObjects)
 	}
 	env.ExpectStored(t, widgetsPrefix, want)
@@ -414,6 +425,13 @@ func listed(n int) func(*migrationv1alpha1.StorageVersionMigration) bool {
 	return func(m *migrationv1alpha1.StorageVersionMigration) bool {
 		return m.Status.Progress.Listed >= int64(n) || framework.Finished(m)
 	}
+}
+
+// breakPoint is a random number of listed objects after which a scenario
+// breaks a server: a chunk boundary in the middle half of the migration.
+func breakPoint(rnd *rand.Rand, objects int) int {
+	chunks := objects / chunkSize
+	return chunkSize * (chunks/4 + rnd.IntN(chunks/2))
 }
 
 // upTo is a random duration in [0, d).

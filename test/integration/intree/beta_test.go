@@ -21,6 +21,9 @@ import (
 // why, and never rewrites widgets while a user's v1beta1 migration of them
 // is Running: its own migration waits, then completes.
 func TestSVMKeepsOutOfV1beta1InTreeMigrations(t *testing.T) {
+	// Parallel at the top too: a test that is not holds back every
+	// parallel test of the package until its subtests end.
+	t.Parallel()
 	for _, minor := range []string{"1.35", "1.36"} {
 		t.Run(minor, func(t *testing.T) {
 			t.Parallel()
