@@ -40,13 +40,14 @@ REF_MOD := hack/ref/go.mod hack/ref/go.sum
 # The reference migrator reports (in its user agent) the release its module requires.
 REF_VERSION := $(shell awk '$$1 == "sigs.k8s.io/kube-storage-version-migrator" { print $$2 }' hack/ref/go.mod)
 
-# Two packages at a time, and up to four of a package's tests side by side:
-# an integration test spends most of its time waiting on its API server, so
-# two cores stay busy only when several run at once.
-GO_TEST_FLAGS ?= -p 2 -parallel 4 -count=1 -timeout 30m
+# Three packages at a time, and up to four of a package's tests side by
+# side: an integration test spends much of its time waiting (on its API
+# server, on kube-controller-manager, on a rate it set itself), and with two
+# packages at a time two cores were busy only 80% of a run.
+GO_TEST_FLAGS ?= -p 3 -parallel 4 -count=1 -timeout 30m
 # The longest suites are named first, so that they start first: go test runs
 # packages in the order given, and a long one started last would run alone
-# at the end while the other slot stands idle. chaos spends the CPU and
+# at the end while the other slots stand idle. chaos spends the CPU and
 # intree mostly waits on kube-controller-manager, so the two pair well.
 SLOW_TESTS := ./test/integration/chaos ./test/integration/intree ./test/integration/kubeupgrade \
 	./test/integration/controller ./test/integration/faults ./test/integration/badinput

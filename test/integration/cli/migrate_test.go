@@ -3,6 +3,7 @@ package cli_test
 
 import (
 	"bytes"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -34,18 +35,18 @@ func TestMigrateCustomResources(t *testing.T) {
 	env := framework.Shared(t, controlplane.Options{})
 	kubeconfig := env.KubeconfigFile(t)
 	r := env.NewResource(t)
-	const n = 2000
+	const n = 600 // six chunks, over five namespaces
 	var namespaces []string
 	for _, s := range []string{"a", "b", "c", "d", "e"} {
 		namespaces = append(namespaces, framework.TestName(t)+"-"+s)
 	}
 	before := env.StoredInOldVersion(t, r, namespaces, n)
 
-	code, stdout, stderr := svm(t, "migrate", "--kubeconfig", kubeconfig, r.CRDName(), "--chunk-size", "300", "--workers", "8")
+	code, stdout, stderr := svm(t, "migrate", "--kubeconfig", kubeconfig, r.CRDName(), "--chunk-size", "100", "--workers", "8")
 	if code != 0 {
 		t.Fatalf("svm migrate exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
-	if want := r.CRDName() + ": done: 2000 listed: migrated 2000 (re-stored 2000, already current 0), written since the start 0, gone 0, failed 0 in "; !strings.Contains(stdout, want) {
+	if want := fmt.Sprintf("%s: done: %d listed: migrated %d (re-stored %d, already current 0), written since the start 0, gone 0, failed 0 in ", r.CRDName(), n, n, n); !strings.Contains(stdout, want) {
 		t.Errorf("summary missing %q in:\n%s", want, stdout)
 	}
 	env.ExpectStored(t, r.EtcdPrefix(), map[string]int{r.Group + "/v2": n})

@@ -37,7 +37,7 @@ func setup(t *testing.T, n int) (*framework.Env, framework.Snapshot) {
 
 func TestMigrationSucceeds(t *testing.T) {
 	t.Parallel()
-	const n = 2000
+	const n = 1000 // two chunks
 	env, before := setup(t, n)
 	env.StartSVM(t, framework.ControllerArgs("--trigger=false")...)
 	env.CreateMigration(t, "widgets", framework.Widgets)
@@ -60,9 +60,10 @@ func TestMigrationSucceeds(t *testing.T) {
 
 func TestControllerKilledMidMigrationResumes(t *testing.T) {
 	t.Parallel()
-	const n, chunk = 3000, 500
+	// Six chunks at a rate that leaves seconds of work after the kill.
+	const n, chunk = 1200, 200
 	env, before := setup(t, n)
-	args := framework.ControllerArgs("--trigger=false", "--qps", "300", "--chunk-size", fmt.Sprint(chunk))
+	args := framework.ControllerArgs("--trigger=false", "--qps", "120", "--chunk-size", fmt.Sprint(chunk))
 	svm := env.StartSVM(t, args...)
 	env.CreateMigration(t, "widgets", framework.Widgets)
 

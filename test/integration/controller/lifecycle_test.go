@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,11 +12,11 @@ import (
 
 func TestDeletingAMigrationStopsItsWork(t *testing.T) {
 	t.Parallel()
-	const n = 3000
+	const n, chunk = 1200, 200
 	env, _ := setup(t, n)
-	env.StartSVM(t, framework.ControllerArgs("--trigger=false", "--qps", "200")...)
+	env.StartSVM(t, framework.ControllerArgs("--trigger=false", "--qps", "80", "--chunk-size", fmt.Sprint(chunk))...)
 	m := env.CreateMigration(t, "widgets", framework.Widgets)
-	env.WaitMigration(t, "widgets", time.Minute, "500 listed", func(m *migrationv1alpha1.StorageVersionMigration) bool { return m.Status.Progress.Listed >= 500 })
+	env.WaitMigration(t, "widgets", time.Minute, "a chunk listed", func(m *migrationv1alpha1.StorageVersionMigration) bool { return m.Status.Progress.Listed >= chunk })
 
 	if err := env.Client.Delete(framework.Context(t, time.Minute), m); err != nil {
 		t.Fatal(err)
@@ -25,7 +26,7 @@ func TestDeletingAMigrationStopsItsWork(t *testing.T) {
 		t.Fatalf("migration finished (%d writes) before it was deleted; the test proves nothing", atDelete)
 	}
 	// Writes stop soon after the deletion, before the migration could
-	// have ended (the rest takes over 12s at --qps 200, and longer on a
+	// have ended (the rest takes over 12s at --qps 80, and longer on a
 	// busy machine): svm sees the deletion through its informer and
 	// cancels the writes in flight, which on a busy machine takes a
 	// moment or two. Stopped means no write for 2s.
@@ -56,9 +57,9 @@ func TestDeletingAMigrationStopsItsWork(t *testing.T) {
 
 func TestSIGTERMDrainsAndTheNextControllerResumes(t *testing.T) {
 	t.Parallel()
-	const n, chunk = 3000, 500
+	const n, chunk = 1200, 200
 	env, before := setup(t, n)
-	args := framework.ControllerArgs("--trigger=false", "--qps", "300")
+	args := framework.ControllerArgs("--trigger=false", "--qps", "120", "--chunk-size", fmt.Sprint(chunk))
 	svm := env.StartSVM(t, args...)
 	env.CreateMigration(t, "widgets", framework.Widgets)
 	// A chunk is saved in two writes, its counters and then its token

@@ -3,6 +3,7 @@ package controller_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -60,11 +61,11 @@ func waitStatus(t *testing.T, addr, path string, want int, timeout time.Duration
 // metrics (scraped while it runs and after), its events, and its probes.
 func TestMetricsEventsAndProbes(t *testing.T) {
 	t.Parallel()
-	const n, chunk = 3000, 500
+	const n, chunk = 1200, 200
 	env, _ := setup(t, n)
 	metricsAddr, healthAddr := framework.FreeAddress(t), framework.FreeAddress(t)
 	// --qps slows the migration to a dozen seconds or so, time to scrape it.
-	svm := env.StartSVM(t, endpointArgs(metricsAddr, healthAddr, "--qps", "200", "--chunk-size", "500")...)
+	svm := env.StartSVM(t, endpointArgs(metricsAddr, healthAddr, "--qps", "80", "--chunk-size", fmt.Sprint(chunk))...)
 	waitStatus(t, healthAddr, "/readyz", http.StatusOK, 2*time.Minute)
 	waitStatus(t, healthAddr, "/healthz", http.StatusOK, 10*time.Second)
 
