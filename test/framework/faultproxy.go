@@ -113,7 +113,8 @@ type FaultRecord struct {
 	// Abandoned reports that the client gave up waiting before the answer
 	// was complete: its own timeout ran out on a slow API server. The
 	// proxy knows only when net/http noticed the hang-up in time, so a
-	// client may have given up on an answer that is not marked.
+	// client may have given up on an answer that is not marked. A watch,
+	// a stream that its client closes by design, is never marked.
 	Abandoned bool
 	// ClientError reports that the client got an error instead of the
 	// whole answer: a broken connection or body, or its own timeout. It is
@@ -483,13 +484,14 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 			// client that hung up in the middle of it: the record ends all
 			// the same, or WaitIdle would wait for it forever.
 			if v := recover(); v != nil {
-				p.end(i, true, sw.status, true)
+				p.end(i, true, sw.status, !isWatch(r))
 				panic(v)
 			}
 		}()
 		p.forward.ServeHTTP(sw, r)
-		// net/http cancels the request's context when the client hangs up.
-		p.end(i, true, sw.status, r.Context().Err() != nil)
+		// net/http cancels the request's context when the client hangs up;
+		// a watch is a stream that its client closes by design.
+		p.end(i, true, sw.status, r.Context().Err() != nil && !isWatch(r))
 	}
 }
 

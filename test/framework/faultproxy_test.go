@@ -107,3 +107,40 @@ func TestFaultProxyRecordsWhatItsClientGot(t *testing.T) {
 		}
 	}
 }
+
+// A watch is a stream that its client closes by design: its record ends
+// when the client hangs up, and does not say the client gave up on it.
+func TestFaultProxyDoesNotCallAClosedWatchAbandoned(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"type":"BOOKMARK"}`+"\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	defer backend.Close()
+	e := &Env{Config: &rest.Config{Host: backend.URL}}
+	proxy := e.StartFaultProxy(t, FaultOptions{})
+
+	resp, err := http.Get(proxy.Config.Host + "/apis/example.com/v1/widgets?watch=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := resp.Body.Read(make([]byte, 64)); err != nil {
+		t.Fatalf("read the first event: %v", err)
+	}
+	resp.Body.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		log := proxy.Requests()
+		if len(log) == 1 && log[0].Duration > 0 {
+			if log[0].Abandoned || !log[0].Forwarded {
+				t.Errorf("record %+v, want a forwarded watch, not abandoned", log[0])
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the watch's record did not end within 10s of its close: %+v", log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
