@@ -66,7 +66,7 @@ func (n numbering) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // outcomeBody reports once how reading an answer ended: nil at its end,
 // the error that broke it (a truncated body, the client's timeout), or
-// errClosedEarly when the client closed it before the end.
+// io.ErrUnexpectedEOF when the client closed it before the end.
 type outcomeBody struct {
 	io.ReadCloser
 	once sync.Once

@@ -1,9 +1,9 @@
 // Package chaos_test breaks what a running migration depends on (the svm
 // controller, kube-apiserver, etcd) at random points while 20,000 custom
 // resources are migrated (5,000 where one outage is all a scenario needs),
-// and checks that each migration then completes by
-// itself: Succeeded, every value in etcd in the target version, every
-// object's content unchanged, and the writes within a stated bound.
+// and checks that each migration then completes by itself: Succeeded,
+// every value in etcd in the target version, every object's content
+// unchanged, and the writes within a stated bound.
 //
 // The random choices come from one seed, logged at the start; set
 // SVM_CHAOS_SEED to replay them.
@@ -33,9 +33,9 @@ const (
 	// API server or etcd in the middle of a migration needs fewer.
 	manyObjects = 20000
 	fewObjects  = 5000
-	// chunkSize makes 100 chunks of manyObjects: small enough that a kill at a random
-	// moment may land inside a chunk or between two, large enough that
-	// listing is a small part of the work.
+	// chunkSize makes 100 chunks of manyObjects: small enough that a kill
+	// at a random moment may land inside a chunk or between two, large
+	// enough that listing is a small part of the work.
 	chunkSize = 200
 	// workers and attempts are svm's defaults (--workers, and the engine's
 	// retries of a transient error): together they bound how often writes

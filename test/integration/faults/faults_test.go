@@ -281,9 +281,10 @@ func refused(status int) bool {
 
 // expectOneRepeatPerFailure checks that svm sent a request again only
 // when it got no usable answer, and then exactly once more: every request
-// broken by a fault, refused by the server, abandoned, or ended in an error at svm (its own
-// timeout ran out: on a loaded machine, even on an answer the proxy sent
-// quickly) is followed by one repeat, and no other request is repeated.
+// broken by a fault, refused by the server, abandoned, or ended in an
+// error at svm (its own timeout ran out: on a loaded machine, even on an
+// answer the proxy sent quickly) is followed by one repeat, and no other
+// request is repeated.
 func expectOneRepeatPerFailure(t *testing.T, log framework.FaultLog) {
 	t.Helper()
 	again := sentAgain(log)
@@ -295,7 +296,7 @@ func expectOneRepeatPerFailure(t *testing.T, log framework.FaultLog) {
 			t.Errorf("%s got no usable answer (%+v) and was never sent again", r.Key(), r)
 		case again[i] && !failed:
 			t.Errorf("%s was sent again after svm read its whole answer (%+v)", r.Key(), r)
-		case again[i] && !r.Fault.Fails():
+		case again[i] && (r.Abandoned || r.ClientError) && !r.Fault.Fails() && !refused(r.Status):
 			late++
 		}
 	}
