@@ -48,7 +48,10 @@ import (
 // writes already in flight saw the same queue, and a surge also forgets
 // the points, so that the busier server is learnt from scratch: its first
 // points are looked for below the halved window (edgeProbe), where a
-// server whose ceiling fell most likely has its knee now.
+// server whose ceiling fell most likely has its knee now. Its mirror, a
+// relief (an epoch faster than surgeFactor times the best), forgets the
+// points too, and the window grows from where it is: the load that held
+// it down has left.
 //
 // A write that fails without an answer (a 5xx, a reset connection, a
 // timeout) says nothing about the curve but that the server is unwell:
@@ -140,7 +143,8 @@ type PacerDecision string
 
 const (
 	// PacerGrow: only about the most writes tried get the best rate, so
-	// the knee may lie beyond them; the window grows by half.
+	// the knee may lie beyond them, or a relief forgot the points; the
+	// window grows by half.
 	PacerGrow PacerDecision = "grow"
 	// PacerKnee: the window was set around the knee of the measured
 	// rate curve.
@@ -324,9 +328,18 @@ func (p *pacer) endEpoch(now time.Time, latency time.Duration) {
 	point := curvePoint{inflight: inflight, rate: inflight / (p.epoch.latency.Seconds() / answers)}
 	p.newEpoch(now)
 	if len(p.samples) >= 3 {
-		if k := kneeOf(p.samples); point.inflight >= k.knee && point.rate < k.best/surgeFactor {
+		k := kneeOf(p.samples)
+		if point.inflight >= k.knee && point.rate < k.best/surgeFactor {
 			p.backOff(now, latency, true)
 			return
+		}
+		if point.rate > surgeFactor*k.best {
+			// Relief, a surge's mirror: more than twice the best rate
+			// measured. The server the points describe is gone (another
+			// client's load left, or the server has room again), and
+			// they would hold the window where it was until they aged
+			// out: forgotten, the window grows from here.
+			p.samples, p.relearning = nil, false
 		}
 	}
 	p.samples = append(p.samples, point)

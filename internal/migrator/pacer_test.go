@@ -223,6 +223,45 @@ func TestPacerFindsTheSeatWhenAServerSaturatesMidway(t *testing.T) {
 	}
 }
 
+func TestPacerGrowsAtOnceWhenTheServerHasRoomAgain(t *testing.T) {
+	// A server that answers one write at a time (53ms each) while
+	// another client's load lasts, then, with the load gone, one with
+	// room for many (5ms, and 3ms more for each write in flight). The
+	// points measured on the busy server must not hold the window at
+	// one write until they age out (twelve epochs, six seconds or more):
+	// the first epoch at the new rate forgets them, and the window grows.
+	busy := true
+	var free time.Time
+	sim := simulate(t, 16, func(sent time.Time, inflight int) (time.Duration, bool) {
+		if !busy {
+			return 5*time.Millisecond + time.Duration(inflight)*3*time.Millisecond, false
+		}
+		if free.Before(sent) {
+			free = sent
+		}
+		free = free.Add(53 * time.Millisecond)
+		return free.Sub(sent), false
+	})
+	sim.run(30 * time.Second)
+	seat := sim.p.window()
+	if seat > 2 {
+		t.Fatalf("window %d on the busy server, want at most 2", seat)
+	}
+	decisions := countDecisions(sim.p)
+	busy = false
+	// The writes sent before the change end within 53ms; the next epoch
+	// is at least 500ms, the one after it 500ms more.
+	sim.run(1500 * time.Millisecond)
+	if w := sim.p.window(); w <= seat+1 || decisions[PacerGrow] < 2 {
+		t.Errorf("window %d (from %d) after decisions %v within 1.5s of the load leaving, want two grows at least", w, seat, decisions)
+	}
+	rate, window := sim.run(10 * time.Second)
+	t.Logf("%.0f writes/s with %.1f in flight on average once the server had room", rate, window)
+	if window < 8 {
+		t.Errorf("%.1f writes in flight on average on a server with room for 16, want 8 or more", window)
+	}
+}
+
 func TestPacerBacksOffWhenLatencySurges(t *testing.T) {
 	slower := false
 	sim := simulate(t, 256, func(sent time.Time, inflight int) (time.Duration, bool) {
