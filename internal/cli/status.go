@@ -286,7 +286,7 @@ func watchLines(r *status.Report, now time.Time) []string {
 		p := m.Progress
 		line := progressLine(m.Name, migrator.Progress{
 			Listed: p.Listed, Restored: p.Restored, AlreadyCurrent: p.AlreadyCurrent, WrittenSinceStart: p.WrittenSinceStart,
-			Gone: p.Gone, Failed: p.Failed, RemainingEstimate: p.RemainingEstimate,
+			WrittenSinceChange: p.WrittenSinceChange, Gone: p.Gone, Failed: p.Failed, RemainingEstimate: p.RemainingEstimate,
 		}, elapsed)
 		if m.State == status.StateRetrying {
 			line += " retrying: " + strings.Join(strings.Fields(m.Message), " ")

@@ -228,7 +228,7 @@ func (o *migrationObserver) Requested(r schema.GroupResource, _ string, _ error)
 	o.t.Beat(migrationLoop(r))
 }
 
-func (o *migrationObserver) ObjectSkipped(r schema.GroupResource, _ bool, _ error) {
+func (o *migrationObserver) ObjectSkipped(r schema.GroupResource, _ migrator.SkipReason, _ error) {
 	o.t.Beat(migrationLoop(r))
 }
 

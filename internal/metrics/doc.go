@@ -24,8 +24,10 @@
 //     resourceVersion differs from the listed one), "already_current"
 //     (written, and the API server kept the stored bytes: same
 //     resourceVersion), "written_since_start" (no write needed: written
-//     after the migration started), "gone" (deleted), "failed". Every
-//     listed object ends in exactly one.
+//     after the migration started), "written_since_change" (no write
+//     needed: written after every API server stored the resource in the
+//     target version, before the migration started), "gone" (deleted),
+//     "failed". Every listed object ends in exactly one.
 //   - remaining_objects{resource} (gauge): the API server's estimate of the
 //     objects the running migration has not listed yet (remainingItemCount);
 //     0 when the resource's migration ends.
@@ -43,8 +45,9 @@
 //   - skipped_objects_total{resource,reason} (counter): objects that needed no
 //     write, by reason: "newer_than_checkpoint" (written or deleted since the
 //     migration started, as its list or its watch showed; no request sent),
-//     "conflict" (written since svm listed it), "not_found" and "gone"
-//     (deleted).
+//     "newer_than_storage_change" (written since the StorageState's
+//     currentStorageVersionRevision; no request sent), "conflict" (written
+//     since svm listed it), "not_found" and "gone" (deleted).
 //   - failed_objects_total{resource,reason} (counter): objects that could
 //     not be rewritten, by error reason (see below).
 //   - retries_total{resource,reason} (counter): requests that failed with a

@@ -42,14 +42,22 @@ const (
 	OutcomeRestored          = "restored"
 	OutcomeAlreadyCurrent    = "already_current"
 	OutcomeWrittenSinceStart = "written_since_start"
-	OutcomeGone              = "gone"
-	OutcomeFailed            = "failed"
+	// OutcomeWrittenSinceChange: written after every API server stored
+	// the resource in the target version, before the migration started.
+	OutcomeWrittenSinceChange = "written_since_change"
+	OutcomeGone               = "gone"
+	OutcomeFailed             = "failed"
 )
 
 // SkipNewerThanCheckpoint is the skip reason of objects written or deleted
 // since the migration started, as its list or its watch showed: they needed
 // no request at all.
 const SkipNewerThanCheckpoint = "newer_than_checkpoint"
+
+// SkipNewerThanStorageChange is the skip reason of objects written after
+// every API server stored the resource in the target version (the
+// StorageState's currentStorageVersionRevision): they needed no request.
+const SkipNewerThanStorageChange = "newer_than_storage_change"
 
 // Metrics are svm's metrics. The zero value is not usable: call New. A nil
 // *Metrics records nothing, so controllers built without metrics (in tests)
@@ -99,7 +107,7 @@ func New() *Metrics {
 		migratedObjects: prometheus.NewCounterVec(prometheus.CounterOpts(engine("migrated_objects",
 			"Objects migrated (written, and re-stored or already current), by resource.")), []string{"resource"}),
 		objects: prometheus.NewCounterVec(prometheus.CounterOpts(engine("objects_total",
-			"Objects handled, by resource and outcome: restored, already_current, written_since_start, gone, failed.")), []string{"resource", "outcome"}),
+			"Objects handled, by resource and outcome: restored, already_current, written_since_start, written_since_change, gone, failed.")), []string{"resource", "outcome"}),
 		remainingObjects: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("remaining_objects",
 			"The API server's estimate of objects the running migration of a resource has not listed yet; 0 when it ends.")), []string{"resource"}),
 		migrations: prometheus.NewCounterVec(prometheus.CounterOpts(engine("migrations",
@@ -244,19 +252,21 @@ func (m *Metrics) ObjectMigrated(r schema.GroupResource, restored bool) {
 }
 
 // ObjectSkipped implements migrator.Observer.
-func (m *Metrics) ObjectSkipped(r schema.GroupResource, gone bool, err error) {
+func (m *Metrics) ObjectSkipped(r schema.GroupResource, why migrator.SkipReason, err error) {
 	if m == nil {
 		return
 	}
-	reason := SkipNewerThanCheckpoint
+	reason, outcome := SkipNewerThanCheckpoint, OutcomeWrittenSinceStart
+	switch why {
+	case migrator.SkipWrittenSinceChange:
+		reason, outcome = SkipNewerThanStorageChange, OutcomeWrittenSinceChange
+	case migrator.SkipGone:
+		outcome = OutcomeGone
+	}
 	if err != nil {
 		reason = ErrorReason(err)
 	}
 	m.skippedObjects.WithLabelValues(label(r), reason).Inc()
-	outcome := OutcomeWrittenSinceStart
-	if gone {
-		outcome = OutcomeGone
-	}
 	m.objects.WithLabelValues(label(r), outcome).Inc()
 }
 

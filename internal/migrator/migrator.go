@@ -152,6 +152,11 @@ type Progress struct {
 	// (found newer than the checkpoint, by the watch, or by a write
 	// answered with a conflict).
 	WrittenSinceStart int64
+	// WrittenSinceChange counts objects svm did not need to write
+	// because they were written after Request.StoredSince, before the
+	// migration started: the target is what they are stored in. None
+	// cost a request.
+	WrittenSinceChange int64
 	// Gone counts objects deleted after they were listed (found by the
 	// watch, or by a write answered with not found).
 	Gone int64
@@ -161,8 +166,8 @@ type Progress struct {
 	// alone: their managedFields named no retired version, and their
 	// bytes were not to be rewritten.
 	NothingToRewrite int64
-	// SkippedWithoutWrite is the part of WrittenSinceStart and Gone that
-	// cost no request.
+	// SkippedWithoutWrite is the part of WrittenSinceStart,
+	// WrittenSinceChange and Gone that cost no request.
 	SkippedWithoutWrite int64
 	// ManagedFieldsRewritten counts the objects whose managedFields svm
 	// moved off retired versions (Request.ManagedFields); each is also
@@ -179,7 +184,7 @@ type Progress struct {
 func (p Progress) Migrated() int64 { return p.Restored + p.AlreadyCurrent }
 
 // Skipped counts the objects svm did not need to write.
-func (p Progress) Skipped() int64 { return p.WrittenSinceStart + p.Gone }
+func (p Progress) Skipped() int64 { return p.WrittenSinceStart + p.WrittenSinceChange + p.Gone }
 
 // Handled counts the listed objects whose outcome is known.
 func (p Progress) Handled() int64 {
@@ -192,6 +197,9 @@ func (p Progress) Handled() int64 {
 func (p Progress) Outcomes() string {
 	s := fmt.Sprintf("migrated %d (re-stored %d, already current %d), written since the start %d, gone %d, failed %d",
 		p.Migrated(), p.Restored, p.AlreadyCurrent, p.WrittenSinceStart, p.Gone, p.Failed)
+	if p.WrittenSinceChange > 0 {
+		s += fmt.Sprintf(", written since the storage change %d", p.WrittenSinceChange)
+	}
 	if p.NothingToRewrite > 0 {
 		s += fmt.Sprintf(", nothing to rewrite %d", p.NothingToRewrite)
 	}
@@ -237,6 +245,20 @@ type Request struct {
 	// ownership off retired versions, in the same writes (see
 	// ManagedFields).
 	ManagedFields *ManagedFields
+	// StoredSince, if set, says since when every object written is
+	// stored in the target: objects written later are skipped without a
+	// request (Progress.WrittenSinceChange).
+	StoredSince *StoredSince
+}
+
+// StoredSince is the etcd revision from which every API server stored a
+// resource in the version with Hash (its storageVersionHash): an object
+// whose resourceVersion is newer was written in that version. The skip
+// applies only when the migration's target, as discovery reports it when
+// the run starts, has that hash; otherwise every object is written.
+type StoredSince struct {
+	Hash     string
+	Revision string
 }
 
 // ManagedFields asks a migration to rewrite the managedFields entries that
@@ -316,6 +338,9 @@ func (m *Migrator) migrate(ctx context.Context, req Request) (Result, error) {
 	}
 	res.StorageVersionHash = info.StorageVersionHash
 	run.namespaced = info.Namespaced
+	if ss := req.StoredSince; ss != nil && ss.Hash != "" && ss.Hash == info.StorageVersionHash {
+		run.storedSince = ss.Revision
+	}
 
 	run.counters.load(res.Progress)
 	err = run.listAndRewrite(ctx)
@@ -381,9 +406,12 @@ type run struct {
 	req        Request
 	res        *Result
 	namespaced bool
-	counters   counters
-	gr         schema.GroupResource
-	observer   Observer
+	// storedSince is Request.StoredSince's revision when it applies to
+	// this run, "" when every object is to be written.
+	storedSince string
+	counters    counters
+	gr          schema.GroupResource
+	observer    Observer
 	// saved is the state after the last completed chunk: where the
 	// migration resumes if this run stops early.
 	saved State
@@ -584,7 +612,13 @@ func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata) er
 			r.counters.writtenSinceStart.Add(1)
 		}
 		r.counters.skippedWithoutWrite.Add(1)
-		r.observer.ObjectSkipped(r.gr, deleted, nil)
+		r.observer.ObjectSkipped(r.gr, skipOf(deleted), nil)
+		return nil
+	}
+	if newerThan(obj.ResourceVersion, r.storedSince) {
+		r.counters.writtenSinceChange.Add(1)
+		r.counters.skippedWithoutWrite.Add(1)
+		r.observer.ObjectSkipped(r.gr, SkipWrittenSinceChange, nil)
 		return nil
 	}
 	patch := fmt.Appendf(nil, `{"metadata":{"uid":%q,"resourceVersion":%q}}`, obj.UID, obj.ResourceVersion)
@@ -635,7 +669,7 @@ func (r *run) settle(ctx context.Context, obj *metav1.PartialObjectMetadata, err
 		} else {
 			r.counters.writtenSinceStart.Add(1)
 		}
-		r.observer.ObjectSkipped(r.gr, gone, err)
+		r.observer.ObjectSkipped(r.gr, skipOf(gone), err)
 		r.watchOthers()
 		return nil
 	case Terminal:
@@ -690,7 +724,7 @@ func (r *run) retarget(ctx context.Context, obj *metav1.PartialObjectMetadata) e
 			// Another client's write has already moved them (or the
 			// object was deleted and created again without them).
 			r.counters.writtenSinceStart.Add(1)
-			r.observer.ObjectSkipped(r.gr, false, nil)
+			r.observer.ObjectSkipped(r.gr, SkipWrittenSinceStart, nil)
 			return nil
 		}
 		res, err := mf.Apply(cur.ManagedFields, object)
@@ -904,6 +938,15 @@ func (r *run) retry(ctx context.Context, verb string, fn func(context.Context) e
 	}
 }
 
+// skipOf is the SkipReason of an object found deleted (gone) or written since
+// the start.
+func skipOf(gone bool) SkipReason {
+	if gone {
+		return SkipGone
+	}
+	return SkipWrittenSinceStart
+}
+
 // newerThan reports whether resourceVersion rv is newer than checkpoint.
 // resourceVersions are opaque to clients in general, but kube-apiserver's
 // are etcd revisions; when either does not parse, nothing is assumed newer.
@@ -915,8 +958,8 @@ func newerThan(rv, checkpoint string) bool {
 
 // counters are updated by many workers at once.
 type counters struct {
-	listed, restored, alreadyCurrent, writtenSinceStart, gone, failed, skippedWithoutWrite atomic.Int64
-	nothingToRewrite, managedFieldsRewritten, managedFieldsDropped                         atomic.Int64
+	listed, restored, alreadyCurrent, writtenSinceStart, writtenSinceChange, gone, failed atomic.Int64
+	skippedWithoutWrite, nothingToRewrite, managedFieldsRewritten, managedFieldsDropped   atomic.Int64
 }
 
 func (c *counters) load(p Progress) {
@@ -924,6 +967,7 @@ func (c *counters) load(p Progress) {
 	c.restored.Store(p.Restored)
 	c.alreadyCurrent.Store(p.AlreadyCurrent)
 	c.writtenSinceStart.Store(p.WrittenSinceStart)
+	c.writtenSinceChange.Store(p.WrittenSinceChange)
 	c.gone.Store(p.Gone)
 	c.failed.Store(p.Failed)
 	c.skippedWithoutWrite.Store(p.SkippedWithoutWrite)
@@ -938,6 +982,7 @@ func (c *counters) snapshot(remaining *int64) Progress {
 		Restored:               c.restored.Load(),
 		AlreadyCurrent:         c.alreadyCurrent.Load(),
 		WrittenSinceStart:      c.writtenSinceStart.Load(),
+		WrittenSinceChange:     c.writtenSinceChange.Load(),
 		Gone:                   c.gone.Load(),
 		Failed:                 c.failed.Load(),
 		SkippedWithoutWrite:    c.skippedWithoutWrite.Load(),

@@ -28,10 +28,10 @@ type Observer interface {
 	// ObjectMigrated reports an object written back: restored when the
 	// API server stored it anew, false when it was already current.
 	ObjectMigrated(resource schema.GroupResource, restored bool)
-	// ObjectSkipped reports an object that needed no write: gone when it
-	// was deleted, written since the start otherwise; err is the server's
-	// answer (Conflict, NotFound), or nil when no request was sent.
-	ObjectSkipped(resource schema.GroupResource, gone bool, err error)
+	// ObjectSkipped reports an object that needed no write, and why; err
+	// is the server's answer (Conflict, NotFound), or nil when no request
+	// was sent.
+	ObjectSkipped(resource schema.GroupResource, why SkipReason, err error)
 	// ObjectFailed reports an object that could not be rewritten.
 	ObjectFailed(resource schema.GroupResource, err error)
 	// Retry reports a transient error that the engine will retry.
@@ -42,6 +42,21 @@ type Observer interface {
 	// times a second while writes are answered, never per write.
 	Paced(resource schema.GroupResource, state PacerState)
 }
+
+// SkipReason is why an object needed no write: each is one of Progress's
+// counters.
+type SkipReason int
+
+const (
+	// SkipWrittenSinceStart: written after the migration started
+	// (Progress.WrittenSinceStart).
+	SkipWrittenSinceStart SkipReason = iota
+	// SkipWrittenSinceChange: written after Request.StoredSince, before
+	// the migration started (Progress.WrittenSinceChange).
+	SkipWrittenSinceChange
+	// SkipGone: deleted (Progress.Gone).
+	SkipGone
+)
 
 // NopObserver ignores everything. Embed it to observe only some events.
 type NopObserver struct{}
@@ -62,7 +77,7 @@ func (NopObserver) Requested(schema.GroupResource, string, error) {}
 func (NopObserver) ObjectMigrated(schema.GroupResource, bool) {}
 
 // ObjectSkipped implements Observer.
-func (NopObserver) ObjectSkipped(schema.GroupResource, bool, error) {}
+func (NopObserver) ObjectSkipped(schema.GroupResource, SkipReason, error) {}
 
 // ObjectFailed implements Observer.
 func (NopObserver) ObjectFailed(schema.GroupResource, error) {}
@@ -122,9 +137,9 @@ func (m multiObserver) ObjectMigrated(r schema.GroupResource, restored bool) {
 	}
 }
 
-func (m multiObserver) ObjectSkipped(r schema.GroupResource, gone bool, err error) {
+func (m multiObserver) ObjectSkipped(r schema.GroupResource, why SkipReason, err error) {
 	for _, o := range m {
-		o.ObjectSkipped(r, gone, err)
+		o.ObjectSkipped(r, why, err)
 	}
 }
 

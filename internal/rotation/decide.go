@@ -146,12 +146,14 @@ func editable(old *migrationv1alpha1.StorageEncryption) *migrationv1alpha1.Stora
 // madeSince is the migrations of ms created at or after since. A migration
 // created after every server had loaded the configuration rewrites every
 // object under it, whoever made it: svm's re-encryption, the trigger's, a
-// user's. Others prove nothing.
+// user's. Others prove nothing, and neither does one that skipped objects
+// written since a storage version change (writtenSinceChange): they may
+// have been written under an earlier configuration.
 func madeSince(ms []migrationv1alpha1.StorageVersionMigration, since time.Time) []migrationv1alpha1.StorageVersionMigration {
 	var live []migrationv1alpha1.StorageVersionMigration
 	for _, m := range ms {
 		// Creation times are kept to the second.
-		if !m.CreationTimestamp.Time.Before(since.Truncate(time.Second)) {
+		if !m.CreationTimestamp.Time.Before(since.Truncate(time.Second)) && m.Status.Progress.WrittenSinceChange == 0 {
 			live = append(live, m)
 		}
 	}

@@ -193,6 +193,14 @@ func TestDecide(t *testing.T) {
 		migrations: []migrationv1alpha1.StorageVersionMigration{users("users", t0.Add(time.Minute), succeeded(t0.Add(2*time.Minute)))},
 		rewritten:  true, recorded: c2,
 	}, {
+		name: "the trigger's migration that skipped objects written since a storage change proves nothing", agreement: agreed,
+		migrations: []migrationv1alpha1.StorageVersionMigration{func() migrationv1alpha1.StorageVersionMigration {
+			m := users("secrets-abcde", t0.Add(time.Minute), succeeded(t0.Add(2*time.Minute)))
+			m.Status.Progress.WrittenSinceChange = 3
+			return m
+		}()},
+		create: true,
+	}, {
 		name: "a user's migration made before proves nothing", agreement: agreed,
 		migrations: []migrationv1alpha1.StorageVersionMigration{users("users", t0.Add(-time.Minute), succeeded(t0.Add(2*time.Minute)))},
 		create:     true,

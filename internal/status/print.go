@@ -380,17 +380,17 @@ func progressCell(p *Progress, started bool) string {
 }
 
 // wideColumns are the outcome columns of WriteWideTable.
-var wideColumns = []string{"RESTORED", "ALREADY-CURRENT", "WRITTEN-SINCE-START", "GONE", "FAILED"}
+var wideColumns = []string{"RESTORED", "ALREADY-CURRENT", "WRITTEN-SINCE-START", "WRITTEN-SINCE-CHANGE", "GONE", "FAILED"}
 
 // outcomeCells are the objects under each outcome (wideColumns), or dashes
 // where there are no counters. RESTORED says how many objects were in an
 // old form: the API server stored them anew.
 func outcomeCells(p *Progress, started bool) []string {
 	if p == nil || !started && p.Listed == 0 && p.handled() == 0 {
-		return []string{"-", "-", "-", "-", "-"}
+		return []string{"-", "-", "-", "-", "-", "-"}
 	}
 	out := make([]string, 0, len(wideColumns))
-	for _, n := range []int64{p.Restored, p.AlreadyCurrent, p.WrittenSinceStart, p.Gone, p.Failed} {
+	for _, n := range []int64{p.Restored, p.AlreadyCurrent, p.WrittenSinceStart, p.WrittenSinceChange, p.Gone, p.Failed} {
 		out = append(out, strconv.FormatInt(n, 10))
 	}
 	return out

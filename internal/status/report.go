@@ -138,13 +138,16 @@ type Migration struct {
 type Progress struct {
 	Listed int64 `json:"listed"`
 	// Migrated is Restored plus AlreadyCurrent: the objects svm wrote.
-	Migrated          int64  `json:"migrated"`
-	Restored          int64  `json:"restored"`
-	AlreadyCurrent    int64  `json:"alreadyCurrent"`
-	WrittenSinceStart int64  `json:"writtenSinceStart"`
-	Gone              int64  `json:"gone"`
-	Failed            int64  `json:"failed"`
-	RemainingEstimate *int64 `json:"remainingEstimate,omitempty"`
+	Migrated          int64 `json:"migrated"`
+	Restored          int64 `json:"restored"`
+	AlreadyCurrent    int64 `json:"alreadyCurrent"`
+	WrittenSinceStart int64 `json:"writtenSinceStart"`
+	// WrittenSinceChange is the objects skipped without a request:
+	// written after the storage version change, before the migration.
+	WrittenSinceChange int64  `json:"writtenSinceChange"`
+	Gone               int64  `json:"gone"`
+	Failed             int64  `json:"failed"`
+	RemainingEstimate  *int64 `json:"remainingEstimate,omitempty"`
 	// Total is listed plus the remaining estimate when the server gave
 	// one, else listed.
 	Total int64 `json:"total"`
@@ -154,7 +157,9 @@ type Progress struct {
 }
 
 // handled is every object the migration is done with.
-func (p *Progress) handled() int64 { return p.Migrated + p.WrittenSinceStart + p.Gone + p.Failed }
+func (p *Progress) handled() int64 {
+	return p.Migrated + p.WrittenSinceStart + p.WrittenSinceChange + p.Gone + p.Failed
+}
 
 // StorageState is one row of the storage states table.
 type StorageState struct {
@@ -246,7 +251,7 @@ func svmMigration(m *migrationv1alpha1.StorageVersionMigration, now time.Time) M
 	}
 	p := m.Status.Progress
 	pr := &Progress{Listed: p.Listed, Migrated: p.Migrated(), Restored: p.Restored, AlreadyCurrent: p.AlreadyCurrent,
-		WrittenSinceStart: p.WrittenSinceStart, Gone: p.Gone, Failed: p.Failed, Total: p.Listed}
+		WrittenSinceStart: p.WrittenSinceStart, WrittenSinceChange: p.WrittenSinceChange, Gone: p.Gone, Failed: p.Failed, Total: p.Listed}
 	// A finished migration has listed everything there was.
 	pr.TotalKnown = row.State == StateSucceeded || row.State == StateFailed
 	if p.RemainingEstimate != nil {

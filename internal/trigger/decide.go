@@ -102,6 +102,12 @@ type Decision struct {
 	// succeeded, so its status.storedVersions can be cut to the storage
 	// version.
 	PruneStoredVersions bool
+	// RecordRevision: every API server is known to store the resource in
+	// the current version, and the state records no revision since when:
+	// read the current etcd revision into its status's
+	// CurrentStorageVersionRevision (Status, or the state's status when
+	// Status is nil) before the migration is created.
+	RecordRevision bool
 }
 
 // Decide applies the StorageState life-cycle to one resource.
@@ -109,8 +115,31 @@ func Decide(in Input) Decision {
 	d := decide(in)
 	if d.CreateMigrationFor != nil {
 		d.Reason = reason(in, d)
+		recordRevision(in, &d)
 	}
 	return d
+}
+
+// recordRevision asks d, which creates a migration, to record the etcd
+// revision from which every object written is stored in the current
+// version, when that is known and not yet recorded. It is known when the
+// StorageVersion API reports the servers' common encoding version (Decide
+// creates no migration while they disagree), and for a custom resource,
+// whose migration waits out the settle delay for every server to see its
+// CRD. Discovery alone is one API server's view: another may still write
+// the old version.
+func recordRevision(in Input, d *Decision) {
+	if in.Encoding == nil && in.CRD == nil {
+		return
+	}
+	status := d.Status
+	if status == nil {
+		if in.State == nil {
+			return
+		}
+		status = &in.State.Status
+	}
+	d.RecordRevision = status.CurrentStorageVersionRevision == "" && status.CurrentStorageVersionHash == *d.CreateMigrationFor
 }
 
 // reason tells a storage change from first sight: a change when a known
@@ -196,6 +225,7 @@ func firstSight(in Input) Decision {
 func storageChanged(in Input, d Decision, status *migrationv1alpha1.StorageStateStatus, hash string) Decision {
 	status.CurrentStorageVersionHash = hash
 	status.CurrentStorageVersionSince = ptrTime(in.Now)
+	status.CurrentStorageVersionRevision = ""
 	status.PersistedStorageVersionHashes = union(status.PersistedStorageVersionHashes, hash)
 	d.DeleteMigrations = unfinishedOwned(in.Migrations, hash)
 	if hasUnfinishedOwned(in.Migrations, hash) {
@@ -295,6 +325,7 @@ func disagree(in Input) Decision {
 		status.CurrentStorageVersionHash = migrationv1alpha1.UnknownStorageVersionHash
 		status.CurrentStorageVersionSince = ptrTime(in.Now)
 	}
+	status.CurrentStorageVersionRevision = ""
 	status.LastHeartbeatTime = metaTime(in.Now)
 	d.Status = status
 	d.DeleteMigrations = unfinishedOwned(in.Migrations, "")

@@ -64,6 +64,13 @@ func seen(s *migrationv1alpha1.StorageState, since time.Time) *migrationv1alpha1
 	return s
 }
 
+// withRevision is s with the revision since which every server stores its
+// current version recorded.
+func withRevision(s *migrationv1alpha1.StorageState, revision string) *migrationv1alpha1.StorageState {
+	s.Status.CurrentStorageVersionRevision = revision
+	return s
+}
+
 // ignoreReason leaves the reason of a migration to TestDecideReason.
 var ignoreReason = cmpopts.IgnoreFields(Decision{}, "Reason")
 
@@ -247,7 +254,28 @@ func TestDecide(t *testing.T) {
 		{
 			name: "servers agree again: the common version is current, and migrated to",
 			in:   Input{Now: now, Observed: ptr("A"), State: state(t0, unknown, "A", "B"), Encoding: &Encoding{Common: "B", Reported: []string{"B"}}},
+			want: Decision{Status: changed(status(now, "B", "A", "B"), now), CreateMigrationFor: ptr("B"), RecordRevision: true},
+		},
+		{
+			name: "servers agree on a new version: the old version's revision is dropped, the new one's read",
+			in:   Input{Now: now, State: withRevision(state(t0, "A", "A"), "120"), Encoding: &Encoding{Common: "B", Reported: []string{"B"}}},
+			want: Decision{Status: changed(status(now, "B", "A", "B"), now), CreateMigrationFor: ptr("B"), RecordRevision: true},
+		},
+		{
+			name: "servers disagree: the revision is dropped",
+			in:   Input{Now: now, State: withRevision(state(t0, "A", "A"), "120"), Encoding: &Encoding{Reported: []string{"A", "B"}}},
+			want: Decision{Status: changed(status(now, unknown, "A", "B"), now)},
+		},
+		{
+			name: "discovery alone sees a change: no revision, another server may still write the old version",
+			in:   Input{Now: now, Observed: ptr("B"), State: withRevision(state(t0, "A", "A"), "120")},
 			want: Decision{Status: changed(status(now, "B", "A", "B"), now), CreateMigrationFor: ptr("B")},
+		},
+		{
+			name: "a retry after a failure keeps the revision recorded",
+			in: Input{Now: now, State: withRevision(state(t0, "B", "A", "B"), "120"), Encoding: &Encoding{Common: "B", Reported: []string{"B"}},
+				RetryBase: time.Minute, RetryMax: time.Hour, Migrations: []migrationv1alpha1.StorageVersionMigration{owned("f1", "B", t0, "failed")}},
+			want: Decision{Status: withRevision(&migrationv1alpha1.StorageState{Status: *status(now, "B", "A", "B")}, "120").Status.DeepCopy(), CreateMigrationFor: ptr("B")},
 		},
 		{
 			name: "the StorageVersion API's common version prevails over one server's discovery",
@@ -273,12 +301,12 @@ func TestDecide(t *testing.T) {
 		{
 			name: "settled: migrate",
 			in:   Input{Now: t0.Add(30 * time.Second), State: seen(state(t0, "B", "A", "B"), t0), CRD: &CRDStorage{Generation: 2}, SettleDelay: 30 * time.Second},
-			want: Decision{CreateMigrationFor: ptr("B")},
+			want: Decision{CreateMigrationFor: ptr("B"), RecordRevision: true},
 		},
 		{
 			name: "a state from before svm recorded when the hash was seen is settled",
 			in:   Input{Now: now, State: state(now, "B", "A", "B"), CRD: &CRDStorage{Generation: 2}, SettleDelay: 30 * time.Second},
-			want: Decision{CreateMigrationFor: ptr("B")},
+			want: Decision{CreateMigrationFor: ptr("B"), RecordRevision: true},
 		},
 		{
 			name: "built-in resources do not wait: their servers report in the StorageVersion API",
@@ -305,13 +333,13 @@ func TestDecideCRDStoredVersions(t *testing.T) {
 		{
 			name: "stored versions svm never saw join the persisted list, and a migration starts",
 			in:   Input{Now: now, State: state(t0, "B", "B"), CRD: crd},
-			want: Decision{Status: status(t0, "B", "B", "A"), CreateMigrationFor: ptr("B")},
+			want: Decision{Status: status(t0, "B", "B", "A"), CreateMigrationFor: ptr("B"), RecordRevision: true},
 		},
 		{
 			name: "an old success does not prove the stored versions gone",
 			in: Input{Now: now, State: state(t0, "B", "B"), CRD: crd,
 				Migrations: []migrationv1alpha1.StorageVersionMigration{atGeneration(owned("old", "B", t0, "ok"), "2")}},
-			want: Decision{Status: status(t0, "B", "B", "A"), CreateMigrationFor: ptr("B")},
+			want: Decision{Status: status(t0, "B", "B", "A"), CreateMigrationFor: ptr("B"), RecordRevision: true},
 		},
 		{
 			name: "a success at the current generation refines and prunes",
@@ -323,7 +351,7 @@ func TestDecideCRDStoredVersions(t *testing.T) {
 			name: "a user's success cannot vouch for the generation",
 			in: Input{Now: now, State: state(t0, "B", "B", "A"), CRD: crd,
 				Migrations: []migrationv1alpha1.StorageVersionMigration{user("mine", t0, "ok", "B")}},
-			want: Decision{CreateMigrationFor: ptr("B")},
+			want: Decision{CreateMigrationFor: ptr("B"), RecordRevision: true},
 		},
 		{
 			name: "nothing stored but the storage version: the usual rules",
@@ -344,6 +372,11 @@ func TestStaleness(t *testing.T) {
 	}
 	if diff := cmp.Diff(status(t0.Add(time.Hour), "A", unknown), ResetStatus(s, t0.Add(time.Hour))); diff != "" {
 		t.Errorf("ResetStatus (-want +got):\n%s", diff)
+	}
+	// A revision recorded does not: svm may have missed a change.
+	withRevision(s, "120")
+	if diff := cmp.Diff(status(t0.Add(time.Hour), "A", unknown), ResetStatus(s, t0.Add(time.Hour))); diff != "" {
+		t.Errorf("ResetStatus of a state with a revision (-want +got):\n%s", diff)
 	}
 	// What a state records about encryption survives a reset.
 	s.Status.Encryption = &migrationv1alpha1.StorageEncryption{ConfigHash: "sha256:c2", RewrittenConfigHash: "sha256:c2", RewrittenBy: "secrets-reencrypt-x"}

@@ -60,6 +60,19 @@ type StorageStateStatus struct {
 	// +optional
 	CurrentStorageVersionSince *metav1.Time `json:"currentStorageVersionSince,omitempty"`
 
+	// CurrentStorageVersionRevision is an etcd revision (a resourceVersion
+	// of the resource) read once every API server was known to store the
+	// resource in the current storage version: the StorageVersion API
+	// reported it as their common encoding version, or, for a custom
+	// resource, the settle delay had passed. An object with a newer
+	// resourceVersion is stored in the current version, and migrations to
+	// it skip such objects without a request. Empty where that cannot be
+	// known: discovery alone (one API server's view), while API servers
+	// disagree, and after a reset.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	CurrentStorageVersionRevision string `json:"currentStorageVersionRevision,omitempty"`
+
 	// LastHeartbeatTime is the last time svm checked the resource's storage
 	// version and updated this status.
 	// +optional

@@ -86,7 +86,7 @@ type MigrationCondition struct {
 
 // MigrationProgress counts the objects a migration has handled so far.
 // Every listed object is counted once, in one of restored,
-// alreadyCurrent, writtenSinceStart, gone and failed. The objects
+// alreadyCurrent, writtenSinceStart, writtenSinceChange, gone and failed. The objects
 // migrated are restored plus alreadyCurrent.
 type MigrationProgress struct {
 	// Listed is the number of objects read from the API server.
@@ -109,6 +109,12 @@ type MigrationProgress struct {
 	// current form already.
 	// +optional
 	WrittenSinceStart int64 `json:"writtenSinceStart,omitempty"`
+	// WrittenSinceChange is the number of objects svm did not need to
+	// write, and sent no request for: written after every API server
+	// stored the resource in the target version (the StorageState's
+	// currentStorageVersionRevision), before the migration started.
+	// +optional
+	WrittenSinceChange int64 `json:"writtenSinceChange,omitempty"`
 	// Gone is the number of listed objects deleted before svm wrote them.
 	// +optional
 	Gone int64 `json:"gone,omitempty"`

@@ -53,6 +53,7 @@ const FieldManager = "svm-migration-controller"
 //
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations,verbs=list;watch;patch
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations/status,verbs=patch
+// +kubebuilder:rbac:groups=migration.k8s.io,resources=storagestates,verbs=list
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=*,resources=*,verbs=list;watch;patch
 

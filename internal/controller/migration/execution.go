@@ -14,6 +14,7 @@ import (
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/metrics"
 	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/internal/trigger"
 )
 
 // execution is one run of a migration: the status it keeps saving, and the
@@ -25,7 +26,10 @@ type execution struct {
 	gvr    schema.GroupVersionResource
 	status *migrationv1alpha1.StorageVersionMigrationStatus
 	resume *migrator.State
-	log    klog.Logger
+	// storedSince is what the guard read before the run: objects written
+	// since are skipped (migrator.Request.StoredSince).
+	storedSince *migrator.StoredSince
+	log         klog.Logger
 }
 
 // execute runs one migration with ex to its end, cancellation, or a
@@ -113,6 +117,13 @@ func (e *execution) guardBefore(ctx context.Context, fp Fingerprint) bool {
 	default:
 		e.status.StorageFingerprint = v.Fingerprint
 	}
+	// Only the trigger's migrations skip objects written since the
+	// storage version change: they are made for it. A user's migration
+	// may be made to re-encrypt under a new key, which objects written
+	// since the change may not be under yet.
+	if trigger.IsOwned(e.m) {
+		e.storedSince = fp.StoredSince
+	}
 	return true
 }
 
@@ -123,6 +134,7 @@ func (e *execution) rewrite(ctx context.Context) (migrator.Result, error) {
 		Migration:   e.m,
 		Resource:    e.gvr,
 		Resume:      e.resume,
+		StoredSince: e.storedSince,
 		OnDelegated: e.delegated,
 		OnChunk:     e.saveChunk,
 	})

@@ -52,6 +52,9 @@ type Run struct {
 	// Resume is the engine state saved by an earlier run, nil for a fresh
 	// start.
 	Resume *migrator.State
+	// StoredSince, if set, lets the engine skip the objects written since
+	// every API server stored the resource in its current version.
+	StoredSince *migrator.StoredSince
 	// OnChunk saves the engine's state after every chunk.
 	OnChunk func(context.Context, migrator.State) error
 	// OnDelegated records the in-tree migration that executes this one.
@@ -71,7 +74,7 @@ type EngineExecutor struct {
 
 // Execute implements Executor.
 func (e EngineExecutor) Execute(ctx context.Context, run Run) (res migrator.Result, err error) {
-	req := migrator.Request{Resource: run.Resource, Resume: run.Resume, OnChunk: run.OnChunk}
+	req := migrator.Request{Resource: run.Resource, Resume: run.Resume, OnChunk: run.OnChunk, StoredSince: run.StoredSince}
 	if e.CRDs != nil {
 		if req.ManagedFields, err = e.CRDs.RetiredFields(ctx, run.Resource); err != nil {
 			return res, err

@@ -11,8 +11,11 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/migrator"
 	"github.com/svm-project/svm/internal/trigger"
 )
 
@@ -30,6 +33,10 @@ type Fingerprint struct {
 	// that whatever a migration rewrites now may be written back in an
 	// old version by another server.
 	Disagreement string
+	// StoredSince is what the resource's StorageState records: the
+	// revision since which every API server stores it in its current
+	// version. nil when it records none.
+	StoredSince *migrator.StoredSince
 }
 
 // StorageGuard reads fingerprints.
@@ -79,7 +86,26 @@ func (g APIStorageGuard) Fingerprint(ctx context.Context, gr schema.GroupResourc
 		fp.Disagreement = disagreement(&sv)
 	}
 	fp.Value = strings.Join(parts, ",")
+	fp.StoredSince = g.storedSince(ctx, gr)
 	return fp, nil
+}
+
+// storedSince reads the revision the trigger recorded on gr's StorageState
+// (trigger.Decision.RecordRevision), nil when there is none. A state that
+// cannot be read leaves every object to be written.
+func (g APIStorageGuard) storedSince(ctx context.Context, gr schema.GroupResource) *migrator.StoredSince {
+	var states migrationv1alpha1.StorageStateList
+	name := migrationv1alpha1.StorageStateName(migrationv1alpha1.GroupResource{Group: gr.Group, Resource: gr.Resource})
+	if err := g.Reader.List(ctx, &states, client.MatchingFields{"metadata.name": name}); err != nil {
+		klog.FromContext(ctx).Error(err, "Read the StorageState; every object will be written", "resource", gr)
+		return nil
+	}
+	for _, s := range states.Items {
+		if st := s.Status; st.CurrentStorageVersionRevision != "" && st.CurrentStorageVersionHash != migrationv1alpha1.UnknownStorageVersionHash {
+			return &migrator.StoredSince{Hash: st.CurrentStorageVersionHash, Revision: st.CurrentStorageVersionRevision}
+		}
+	}
+	return nil
 }
 
 // disagreement describes the API servers' disagreement on the encoding

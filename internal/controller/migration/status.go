@@ -120,7 +120,7 @@ func pacingOf(p *migrator.PacerState) *migrationv1alpha1.MigrationPacing {
 func progressOf(p migrator.Progress) migrationv1alpha1.MigrationProgress {
 	return migrationv1alpha1.MigrationProgress{
 		Listed: p.Listed, Restored: p.Restored, AlreadyCurrent: p.AlreadyCurrent, WrittenSinceStart: p.WrittenSinceStart,
-		Gone: p.Gone, Failed: p.Failed, RemainingEstimate: p.RemainingEstimate,
+		WrittenSinceChange: p.WrittenSinceChange, Gone: p.Gone, Failed: p.Failed, RemainingEstimate: p.RemainingEstimate,
 	}
 }
 
@@ -129,7 +129,7 @@ func progressOf(p migrator.Progress) migrationv1alpha1.MigrationProgress {
 func progressFrom(p migrationv1alpha1.MigrationProgress) migrator.Progress {
 	return migrator.Progress{
 		Listed: p.Listed, Restored: p.Restored, AlreadyCurrent: p.AlreadyCurrent, WrittenSinceStart: p.WrittenSinceStart,
-		Gone: p.Gone, Failed: p.Failed,
+		WrittenSinceChange: p.WrittenSinceChange, Gone: p.Gone, Failed: p.Failed,
 	}
 }
 

@@ -32,6 +32,9 @@ func (c *Controller) apply(ctx context.Context, gr schema.GroupResource, state *
 	if err := c.stopSuperseded(ctx, gr, migrations, d); err != nil {
 		return 0, err
 	}
+	if d.RecordRevision {
+		d = c.recordRevision(ctx, gr, state, d)
+	}
 	state, err := c.writeState(ctx, gr, state, d)
 	if err != nil {
 		return 0, err
@@ -46,6 +49,30 @@ func (c *Controller) apply(ctx context.Context, gr schema.GroupResource, state *
 		return requeue, c.createMigration(ctx, gr, state, *d.CreateMigrationFor, d.Reason, crd)
 	}
 	return requeue, nil
+}
+
+// recordRevision reads the current etcd revision into the status d
+// writes, as its CurrentStorageVersionRevision: the resourceVersion of a
+// list of the resource, read after every API server was known to store it
+// in the current version, is newer than any write in another. When it
+// cannot be read, d is left as it was: the migration then writes every
+// object, as without it.
+func (c *Controller) recordRevision(ctx context.Context, gr schema.GroupResource, state *migrationv1alpha1.StorageState, d trigger.Decision) trigger.Decision {
+	version, kind := c.versions[gr], c.kinds[gr]
+	if version == "" || kind == "" || (d.Status == nil && state == nil) {
+		return d
+	}
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(schema.GroupVersionKind{Group: gr.Group, Version: version, Kind: kind + "List"})
+	if err := c.Reader.List(ctx, list, client.Limit(1)); err != nil {
+		klog.FromContext(ctx).Error(err, "Read the revision since which every API server stores the resource in its current version; its migration writes every object", "resource", gr)
+		return d
+	}
+	if d.Status == nil {
+		d.Status = state.Status.DeepCopy()
+	}
+	d.Status.CurrentStorageVersionRevision = list.ResourceVersion
+	return d
 }
 
 // stopSuperseded deletes the migrations the decision stops.

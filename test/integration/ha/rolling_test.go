@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	apiserverinternalv1alpha1 "k8s.io/api/apiserverinternal/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -78,7 +80,6 @@ func TestRollingUpgradeServersDisagree(t *testing.T) {
 	peerKube := kubernetes.NewForConfigOrDie(peer.RESTConfig())
 	createPolicies(t, peerKube, "by-b", 10)
 	env.ExpectStored(t, policiesKeys, map[string]int{policies.Group + "/v1beta1": 30, policies.Group + "/v1": 10})
-	before := env.TakeSnapshot(t, policiesV1)
 
 	framework.StartSVMWithKubeconfig(t, peerKubeconfig(t, env, peer), "controller", "--leader-elect=false",
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--max-parallel", "4", "--trigger-interval", "2s")
@@ -94,6 +95,13 @@ func TestRollingUpgradeServersDisagree(t *testing.T) {
 	}
 	env.ExpectStored(t, policiesKeys, map[string]int{policies.Group + "/v1beta1": 30, policies.Group + "/v1": 10})
 
+	// The last write of the server not yet raised, in v1beta1, comes
+	// just before it is: the revision svm records once the servers agree
+	// must be newer, or the migration would skip the object as written
+	// in v1.
+	lastOld := relabel(t, env.Kube, "by-a-000")
+	before := env.TakeSnapshot(t, policiesV1)
+
 	// The rollout completes: the first server is raised too.
 	env.CP.SetAPIServerFlags(framework.StorageVersionAPIFlags...)
 	if err := env.CP.RestartAPIServer(framework.Context(t, 3*time.Minute)); err != nil {
@@ -103,20 +111,47 @@ func TestRollingUpgradeServersDisagree(t *testing.T) {
 		return sv.Status.CommonEncodingVersion != nil && *sv.Status.CommonEncodingVersion == policies.Group+"/v1"
 	})
 	t.Logf("servers report %s", describe(sv))
-	env.WaitStorageState(t, policies, 3*time.Minute, "migrated after agreement", func(s *migrationv1alpha1.StorageState) bool {
+	state = env.WaitStorageState(t, policies, 3*time.Minute, "migrated after agreement", func(s *migrationv1alpha1.StorageState) bool {
 		return slices.Equal(s.Status.PersistedStorageVersionHashes, []string{newHash})
 	})
+	if r, w := state.Status.CurrentStorageVersionRevision, lastOld; !newer(r, w) {
+		t.Errorf("revision %q recorded for the agreed version, want one newer than the old server's last write at %s", r, w)
+	}
 	env.ExpectStored(t, policiesKeys, map[string]int{policies.Group + "/v1": 40})
 	env.ExpectUnchanged(t, policiesV1, before)
 	for _, m := range migrationsOf(t, env, policies) {
 		if m.HasCondition(migrationv1alpha1.MigrationSucceeded) && m.Status.StorageVersionHash != newHash {
 			t.Errorf("migration %s succeeded for hash %s, not the agreed %s", m.Name, m.Status.StorageVersionHash, newHash)
 		}
+		// Every object was written before the servers agreed: none is
+		// skipped as written since, the old server's last one included.
+		if p := m.Status.Progress; m.HasCondition(migrationv1alpha1.MigrationSucceeded) && (p.WrittenSinceChange != 0 || p.Restored < 30) {
+			t.Errorf("migration %s: progress %+v, want the 30 objects in v1beta1 re-stored and none skipped as written since the change", m.Name, p)
+		}
 	}
 	framework.Scenario{Name: "rolling upgrade, servers disagree then agree", Objects: 40, Writes: -1, Retries: -1, Verified: !t.Failed()}.Report(t)
 }
 
 type storageVersion = apiserverinternalv1alpha1.StorageVersion
+
+// relabel writes a MutatingAdmissionPolicy through kube's server and
+// returns the resourceVersion of the write.
+func relabel(t *testing.T, kube kubernetes.Interface, name string) string {
+	t.Helper()
+	p, err := kube.AdmissionregistrationV1().MutatingAdmissionPolicies().Patch(framework.Context(t, time.Minute), name, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"written-by":"old-server"}}}`), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatalf("write %s: %v", name, err)
+	}
+	return p.ResourceVersion
+}
+
+// newer reports whether resourceVersion a is newer than b.
+func newer(a, b string) bool {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	return errA == nil && errB == nil && x > y
+}
 
 // createPolicies creates n MutatingAdmissionPolicies, bound to nothing, so
 // they change no request.
