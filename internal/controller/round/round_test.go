@@ -36,9 +36,14 @@ func TestAfterFoldsABurstIntoOneRound(t *testing.T) {
 	q := newQueue(clk)
 	defer q.ShutDown()
 	h := After(time.Second)
-	for range 10 {
+	// Ten events 100ms apart: the last comes at 0.9s, before the first
+	// one's delay runs out. (Stepping after the last too would reach the
+	// delay exactly, and the queue's timer may fire before the check.)
+	for i := range 10 {
+		if i > 0 {
+			clk.Step(100 * time.Millisecond)
+		}
 		h.Update(t.Context(), event.UpdateEvent{}, q)
-		clk.Step(100 * time.Millisecond)
 	}
 	if q.Len() != 0 {
 		t.Fatalf("a round queued %d times before the delay passed, want none yet", q.Len())
