@@ -84,7 +84,7 @@ func TestStatus(t *testing.T) {
 	started := metav1.NewTime(time.Now().Add(-100 * time.Second))
 	env.WriteMigrationStatus(t, env.CreateMigration(t, "widgets-running", framework.Widgets), migrationv1alpha1.StorageVersionMigrationStatus{
 		Conditions: []migrationv1alpha1.MigrationCondition{{Type: migrationv1alpha1.MigrationRunning, Status: corev1.ConditionTrue, Reason: "Started", LastUpdateTime: started}},
-		Progress:   migrationv1alpha1.MigrationProgress{Listed: 300, Restored: 200, AlreadyCurrent: 50, WrittenSinceStart: 8, Gone: 2, RemainingEstimate: ptr.To[int64](700)},
+		Progress:   migrationv1alpha1.MigrationProgress{Listed: 300, Restored: 200, AlreadyCurrent: 50, WrittenSinceStart: 8, WrittenSinceChange: 30, Gone: 2, RemainingEstimate: ptr.To[int64](700)},
 		StartTime:  &started,
 	})
 	env.WriteMigrationStatus(t, env.CreateMigration(t, "secrets-retrying", secrets), migrationv1alpha1.StorageVersionMigrationStatus{
@@ -107,11 +107,12 @@ func TestStatus(t *testing.T) {
 		}
 		rows := tableRows(t, stdout)
 		// MIGRATED, then re-stored, already current, written since the
-		// start, gone, failed. The widgets migrated for real were never in
-		// another version: the API server kept every one as it was.
-		expectRow(t, rows, "widgets-running", "widgets.example.com", "svm", "Running", "250/1000", "200", "50", "8", "2", "0")
-		expectRow(t, rows, "widgets-done", "widgets.example.com", "svm", "Succeeded", "30/30", "0", "30", "0", "0", "0")
-		expectRow(t, rows, "intree-secrets", "secrets", "in-tree", "Pending", "-", "-", "-", "-", "-", "-")
+		// start, written since the change, gone, failed. The widgets
+		// migrated for real were never in another version: the API server
+		// kept every one as it was.
+		expectRow(t, rows, "widgets-running", "widgets.example.com", "svm", "Running", "250/1000", "200", "50", "8", "30", "2", "0")
+		expectRow(t, rows, "widgets-done", "widgets.example.com", "svm", "Succeeded", "30/30", "0", "30", "0", "0", "0", "0")
+		expectRow(t, rows, "intree-secrets", "secrets", "in-tree", "Pending", "-", "-", "-", "-", "-", "-", "-")
 	})
 	t.Run("table", func(t *testing.T) {
 		code, stdout, stderr := svm(t, "status", "--kubeconfig", kubeconfig)
@@ -135,7 +136,7 @@ func TestStatus(t *testing.T) {
 		if diff := cmp.Diff(want, order); diff != "" {
 			t.Errorf("row order (-want +got):\n%s", diff)
 		}
-		// 260 objects in about 100s: an ETA, and the errors in LAST ERROR.
+		// 290 objects in about 100s: an ETA, and the errors in LAST ERROR.
 		if eta := rows["widgets-running"][6]; eta == "-" {
 			t.Errorf("no ETA for the running migration: %q", rows["widgets-running"])
 		}
@@ -190,7 +191,7 @@ func TestStatus(t *testing.T) {
 			t.Errorf("svm status --watch exited %d after SIGTERM\n%s", code, log)
 		}
 		for _, want := range []string{
-			"widgets-running [######..................] 260/1000 migrated 250 (re-stored 200) skipped 10 failed 0, ",
+			"widgets-running [######..................] 290/1000 migrated 250 (re-stored 200) skipped 40 failed 0, ",
 			"secrets-retrying 40 migrated 40 (re-stored 40) skipped 0 failed 0, ",
 			" retrying: list secrets: the server is currently unable to handle the request\n",
 		} {
