@@ -203,7 +203,7 @@ func TestSVMExecutesBesideKubeControllerManager(t *testing.T) {
 	since := runningSince(t, waitInTree(t, env, user, "Running", intree.IsRunning))
 	env.CreateMigration(t, "widgets-1", framework.Widgets)
 	ended := waitInTree(t, env, user, "ended", intree.Ended)
-	expectNoPatchWhileRunning(t, proxy, ended, since)
+	expectNoPatchWhileRunning(t, proxy, ended, since, time.Time{})
 	waitSucceeded(t, env, "widgets-1")
 
 	// svm's is running when a user's in-tree migration starts: svm stops,
@@ -216,7 +216,10 @@ func TestSVMExecutesBesideKubeControllerManager(t *testing.T) {
 	env.CreateInTreeMigration(t, second, widgetsGR)
 	since = runningSince(t, waitInTree(t, env, second, "Running", intree.IsRunning))
 	ended = waitInTree(t, env, second, "ended", intree.Ended)
-	expectNoPatchWhileRunning(t, proxy, ended, since)
+	// svm learns of it through its watch, as fast as the API server
+	// tells: writes it sent before it stopped are not the point, any
+	// write after it did is.
+	expectNoPatchWhileRunning(t, proxy, ended, since, stoppedFor(t, env, "widgets-2", since))
 	waitSucceeded(t, env, "widgets-2")
 	reasons := framework.EventReasons(env.Events(t, "StorageVersionMigration", "widgets-2"))
 	if reasons["WaitingForInTreeMigration"] == 0 {
@@ -306,7 +309,12 @@ func runningSince(t *testing.T, m *storagemigrationv1.StorageVersionMigration) t
 // the moment the in-tree migration m was marked Running (since) and the
 // moment it stopped being Running. Condition times have a resolution of
 // one second: the window checked is the one second shorter at each end.
-func expectNoPatchWhileRunning(t *testing.T, p *framework.Proxy, m *storagemigrationv1.StorageVersionMigration, since time.Time) {
+//
+// stopped, when not zero, is when svm stopped a run of its own for m (see
+// stoppedFor): the window then begins there, if later. A run that was
+// under way when m started may write until svm has seen m Running; it must
+// stop while m runs, and write nothing after.
+func expectNoPatchWhileRunning(t *testing.T, p *framework.Proxy, m *storagemigrationv1.StorageVersionMigration, since, stopped time.Time) {
 	t.Helper()
 	succeeded := meta.FindStatusCondition(m.Status.Conditions, string(storagemigrationv1.MigrationSucceeded))
 	running := meta.FindStatusCondition(m.Status.Conditions, string(storagemigrationv1.MigrationRunning))
@@ -321,6 +329,15 @@ func expectNoPatchWhileRunning(t *testing.T, p *framework.Proxy, m *storagemigra
 		end = succeeded.LastTransitionTime.Time
 	}
 	from, to := since.Add(time.Second), end.Add(-time.Second)
+	if !stopped.IsZero() {
+		t.Logf("svm stopped %s after in-tree migration %s was marked Running (the time of a second)", stopped.Sub(since).Round(time.Millisecond), m.Name)
+		if !stopped.Before(to) {
+			t.Fatalf("svm stopped at %s, not while in-tree migration %s was Running (%s to %s)", stopped.Format(time.RFC3339Nano), m.Name, since, end)
+		}
+		if stopped.After(from) {
+			from = stopped
+		}
+	}
 	if !to.After(from) {
 		t.Fatalf("in-tree migration %s ran for under two seconds (%s to %s): the test proves nothing; use more objects", m.Name, since, end)
 	}
@@ -329,6 +346,26 @@ func expectNoPatchWhileRunning(t *testing.T, p *framework.Proxy, m *storagemigra
 			t.Fatalf("svm sent a PATCH to widgets at %s while in-tree migration %s was Running (%s to %s)", at.Format(time.RFC3339Nano), m.Name, from, to)
 		}
 	}
+}
+
+// stoppedFor is when svm stopped migration name for an in-tree migration
+// marked Running at since (to the second): its first such event since.
+func stoppedFor(t *testing.T, env *framework.Env, name string, since time.Time) time.Time {
+	t.Helper()
+	var first time.Time
+	for _, ev := range env.Events(t, "StorageVersionMigration", name) {
+		at := ev.EventTime.Time
+		if ev.Reason != "WaitingForInTreeMigration" || !strings.Contains(ev.Note, "stopped at its last completed chunk") || at.Before(since) {
+			continue
+		}
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+	}
+	if first.IsZero() {
+		t.Fatalf("svm recorded no event that it stopped %s for an in-tree migration", name)
+	}
+	return first
 }
 
 // waitSucceeded waits until svm's migration name has succeeded and checks
