@@ -92,12 +92,12 @@ func fullUpdateFor(workers int, gvr schema.GroupVersionResource) rewriter {
 	}
 }
 
-// BenchmarkRewriteStrategies compares ways of rewriting every object of a
-// custom resource after a storage version flip, on the same objects in one
-// run. Each iteration flips the storage version and rewrites all objects.
-// SVM_BENCH_OBJECTS sets the number of objects (default 10000).
-func BenchmarkRewriteStrategies(b *testing.B) {
-	n := envInt("SVM_BENCH_OBJECTS", 10000)
+// widgetsBench starts a control plane with n widgets stored in v1, waits
+// until its API server is quiet, and returns it with a meter of the API
+// server's CPU and a client config without a client-side rate limit, so
+// that the server is measured, not a limiter.
+func widgetsBench(b *testing.B, n int) (*framework.Env, int, *cpuMeter, *rest.Config) {
+	b.Helper()
 	env := framework.Start(b, controlplane.Options{})
 	env.CreateWidgetCRD(b, "v1")
 	env.CreateWidgets(b, "v1", []string{"bench-a", "bench-b", "bench-c", "bench-d"}, n)
@@ -110,7 +110,17 @@ func BenchmarkRewriteStrategies(b *testing.B) {
 		b.Fatal(err)
 	}
 	cfg := rest.CopyConfig(env.Config)
-	cfg.QPS, cfg.Burst = -1, 0 // measure the server, not a client-side limiter
+	cfg.QPS, cfg.Burst = -1, 0
+	return env, pid, meter, cfg
+}
+
+// BenchmarkRewriteStrategies compares ways of rewriting every object of a
+// custom resource after a storage version flip, on the same objects in one
+// run. Each iteration flips the storage version and rewrites all objects.
+// SVM_BENCH_OBJECTS sets the number of objects (default 10000).
+func BenchmarkRewriteStrategies(b *testing.B) {
+	n := envInt("SVM_BENCH_OBJECTS", 10000)
+	env, pid, meter, cfg := widgetsBench(b, n)
 	prefix := framework.EtcdPrefix(framework.Widgets.GroupResource())
 	stored := "v1"
 

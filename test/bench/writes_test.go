@@ -17,9 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/rest"
 
-	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
 
@@ -82,19 +80,7 @@ var writeRequests = []writeRequest{
 func BenchmarkWriteRequests(b *testing.B) {
 	n := envInt("SVM_BENCH_OBJECTS", 5000)
 	rounds := envInt("SVM_BENCH_ROUNDS", 3)
-	env := framework.Start(b, controlplane.Options{})
-	env.CreateWidgetCRD(b, "v1")
-	env.CreateWidgets(b, "v1", []string{"bench-a", "bench-b", "bench-c", "bench-d"}, n)
-	pid := env.CP.APIServerPID()
-	if _, err := settle(pid, settleLimit); err != nil {
-		b.Fatal(err)
-	}
-	meter, err := newCPUMeter(pid, 3*time.Second)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.QPS, cfg.Burst = -1, 0
+	env, pid, meter, cfg := widgetsBench(b, n)
 	p := &writePasses{env: env, pid: pid, meter: meter, n: n, stored: "v1",
 		md: metadata.NewForConfigOrDie(cfg).Resource(framework.Widgets), dyn: dynamic.NewForConfigOrDie(cfg).Resource(framework.Widgets)}
 	totals := make([]writeTotals, len(writeRequests))
