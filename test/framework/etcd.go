@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,18 @@ func EtcdPrefix(gr schema.GroupResource) string {
 		return "/registry/" + gr.Resource + "/"
 	}
 	return "/registry/" + gr.Group + "/" + gr.Resource + "/"
+}
+
+// Revision is the etcd revision a resourceVersion names, so that two can
+// be ordered. kube-apiserver's resourceVersions are etcd revisions; the
+// API calls them opaque, which is why only tests compare them.
+func Revision(t testing.TB, resourceVersion string) uint64 {
+	t.Helper()
+	r, err := strconv.ParseUint(resourceVersion, 10, 64)
+	if err != nil {
+		t.Fatalf("resourceVersion %q is not an etcd revision: %v", resourceVersion, err)
+	}
+	return r
 }
 
 // CompactEtcd compacts etcd up to its current revision and waits until the

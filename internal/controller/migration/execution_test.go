@@ -16,13 +16,21 @@ import (
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/migrator"
 	"github.com/svm-project/svm/internal/scheme"
+	"github.com/svm-project/svm/internal/trigger"
 )
 
 // fingerprints answers each read with the next fingerprint, the last one
-// for ever.
+// for ever, and each read of the recorded revision with since.
 type fingerprints struct {
-	seq   []Fingerprint
-	reads int
+	seq        []Fingerprint
+	reads      int
+	since      *migrator.StoredSince
+	sinceReads int
+}
+
+func (f *fingerprints) StoredSince(context.Context, schema.GroupResource) *migrator.StoredSince {
+	f.sinceReads++
+	return f.since
 }
 
 func (f *fingerprints) Fingerprint(context.Context, schema.GroupResource) (Fingerprint, error) {
@@ -43,11 +51,17 @@ func (e *recordingExecutor) Execute(_ context.Context, run Run) (migrator.Result
 // fps, and returns the migration saved, the runs, and the events.
 func executed(t *testing.T, m *migrationv1alpha1.StorageVersionMigration, fps ...Fingerprint) (*migrationv1alpha1.StorageVersionMigration, []Run, string) {
 	t.Helper()
+	return executedWith(t, m, &fingerprints{seq: fps})
+}
+
+// executedWith is executed with the guard g.
+func executedWith(t *testing.T, m *migrationv1alpha1.StorageVersionMigration, g *fingerprints) (*migrationv1alpha1.StorageVersionMigration, []Run, string) {
+	t.Helper()
 	cl := fake.NewClientBuilder().WithScheme(scheme.Scheme).
 		WithStatusSubresource(&migrationv1alpha1.StorageVersionMigration{}).
 		WithObjects(m).Build()
 	rec := events.NewFakeRecorder(10)
-	r := &Reconciler{Client: cl, Guard: &fingerprints{seq: fps}, Recorder: rec, Clock: clocktesting.NewFakeClock(t0)}
+	r := &Reconciler{Client: cl, Guard: g, Recorder: rec, Clock: clocktesting.NewFakeClock(t0)}
 	r.setDefaults()
 	if err := cl.Get(t.Context(), client.ObjectKeyFromObject(m), m); err != nil {
 		t.Fatal(err)
@@ -153,6 +167,36 @@ func TestExecuteStartsOverWhenChangedWhileRunning(t *testing.T) {
 	}
 	if !strings.Contains(notes, "Warning "+ReasonStorageVersionChanged+" "+why+": starting over") {
 		t.Errorf("events %q: want the start over announced", notes)
+	}
+}
+
+// Only the trigger's migrations skip what was written since the storage
+// change; a user's may be a re-encryption, and must not even read it.
+func TestExecuteSkipsWrittenSinceOnlyForTheTriggersMigrations(t *testing.T) {
+	since := &migrator.StoredSince{Hash: "h2", Revision: "90"}
+	fp := Fingerprint{Value: "storageversion=10"}
+	owned := stopped(fp.Value)
+	owned.Labels = map[string]string{trigger.CreatedByLabel: trigger.CreatedByValue}
+	owned.Annotations = map[string]string{trigger.TargetHashAnnotation: "h2"}
+	for _, tc := range []struct {
+		name      string
+		m         *migrationv1alpha1.StorageVersionMigration
+		want      *migrator.StoredSince
+		wantReads int
+	}{
+		{"the trigger's", owned, since, 1},
+		{"a user's", stopped(fp.Value), nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &fingerprints{seq: []Fingerprint{fp}, since: since}
+			_, runs, _ := executedWith(t, tc.m, g)
+			if len(runs) != 1 || runs[0].StoredSince != tc.want {
+				t.Fatalf("runs %+v: want one, skipping since %+v", runs, tc.want)
+			}
+			if g.sinceReads != tc.wantReads {
+				t.Errorf("the recorded revision was read %d times, want %d", g.sinceReads, tc.wantReads)
+			}
+		})
 	}
 }
 

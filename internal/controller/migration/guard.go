@@ -33,15 +33,16 @@ type Fingerprint struct {
 	// that whatever a migration rewrites now may be written back in an
 	// old version by another server.
 	Disagreement string
-	// StoredSince is what the resource's StorageState records: the
-	// revision since which every API server stores it in its current
-	// version. nil when it records none.
-	StoredSince *migrator.StoredSince
 }
 
-// StorageGuard reads fingerprints.
+// StorageGuard reads fingerprints, and what the trigger recorded of the
+// current storage version.
 type StorageGuard interface {
 	Fingerprint(ctx context.Context, gr schema.GroupResource) (Fingerprint, error)
+	// StoredSince is the revision since which every API server stores gr
+	// in its current version, as the resource's StorageState records it;
+	// nil when it records none, or cannot be read.
+	StoredSince(ctx context.Context, gr schema.GroupResource) *migrator.StoredSince
 }
 
 // APIStorageGuard reads the fingerprint from the API server: the CRD for a
@@ -86,14 +87,13 @@ func (g APIStorageGuard) Fingerprint(ctx context.Context, gr schema.GroupResourc
 		fp.Disagreement = disagreement(&sv)
 	}
 	fp.Value = strings.Join(parts, ",")
-	fp.StoredSince = g.storedSince(ctx, gr)
 	return fp, nil
 }
 
-// storedSince reads the revision the trigger recorded on gr's StorageState
-// (trigger.Decision.RecordRevision), nil when there is none. A state that
-// cannot be read leaves every object to be written.
-func (g APIStorageGuard) storedSince(ctx context.Context, gr schema.GroupResource) *migrator.StoredSince {
+// StoredSince implements StorageGuard: it reads the revision the trigger
+// recorded on gr's StorageState (trigger.Decision.RecordRevision). A state
+// that cannot be read leaves every object to be written.
+func (g APIStorageGuard) StoredSince(ctx context.Context, gr schema.GroupResource) *migrator.StoredSince {
 	var states migrationv1alpha1.StorageStateList
 	name := migrationv1alpha1.StorageStateName(migrationv1alpha1.GroupResource{Group: gr.Group, Resource: gr.Resource})
 	if err := g.Reader.List(ctx, &states, client.MatchingFields{"metadata.name": name}); err != nil {

@@ -56,10 +56,11 @@ func (c *Controller) apply(ctx context.Context, gr schema.GroupResource, state *
 // list of the resource, read after every API server was known to store it
 // in the current version, is newer than any write in another. When it
 // cannot be read, d is left as it was: the migration then writes every
-// object, as without it.
+// object, as without it. Decide asks for it only when there is a status,
+// written or kept, to hold it.
 func (c *Controller) recordRevision(ctx context.Context, gr schema.GroupResource, state *migrationv1alpha1.StorageState, d trigger.Decision) trigger.Decision {
 	version, kind := c.versions[gr], c.kinds[gr]
-	if version == "" || kind == "" || (d.Status == nil && state == nil) {
+	if version == "" || kind == "" {
 		return d
 	}
 	list := &metav1.PartialObjectMetadataList{}

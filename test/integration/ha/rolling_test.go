@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -114,7 +113,7 @@ func TestRollingUpgradeServersDisagree(t *testing.T) {
 	state = env.WaitStorageState(t, policies, 3*time.Minute, "migrated after agreement", func(s *migrationv1alpha1.StorageState) bool {
 		return slices.Equal(s.Status.PersistedStorageVersionHashes, []string{newHash})
 	})
-	if r, w := state.Status.CurrentStorageVersionRevision, lastOld; !newer(r, w) {
+	if r, w := state.Status.CurrentStorageVersionRevision, lastOld; framework.Revision(t, r) <= framework.Revision(t, w) {
 		t.Errorf("revision %q recorded for the agreed version, want one newer than the old server's last write at %s", r, w)
 	}
 	env.ExpectStored(t, policiesKeys, map[string]int{policies.Group + "/v1": 40})
@@ -144,13 +143,6 @@ func relabel(t *testing.T, kube kubernetes.Interface, name string) string {
 		t.Fatalf("write %s: %v", name, err)
 	}
 	return p.ResourceVersion
-}
-
-// newer reports whether resourceVersion a is newer than b.
-func newer(a, b string) bool {
-	x, errA := strconv.ParseUint(a, 10, 64)
-	y, errB := strconv.ParseUint(b, 10, 64)
-	return errA == nil && errB == nil && x > y
 }
 
 // createPolicies creates n MutatingAdmissionPolicies, bound to nothing, so

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"testing"
 	"time"
 
@@ -65,7 +64,7 @@ func TestSecondMigrationOfAChangeWritesOnlyWhatNeedsIt(t *testing.T) {
 	if p := first.Status.Progress; p.Restored != n/2 || p.Failed != n/2 {
 		t.Fatalf("first migration: progress %+v, want %d re-stored and %d failed", p, n/2, n/2)
 	}
-	if created, revision := first.Status.ResourceVersionCheckpoint, state.Status.CurrentStorageVersionRevision; !notAfter(t, revision, created) {
+	if created, revision := first.Status.ResourceVersionCheckpoint, state.Status.CurrentStorageVersionRevision; framework.Revision(t, revision) > framework.Revision(t, created) {
 		t.Errorf("revision %s recorded after the migration's checkpoint %s: it must be read before the migration is created", revision, created)
 	}
 
@@ -115,15 +114,4 @@ func waitOwnedMigration(t *testing.T, env *framework.Env, cond migrationv1alpha1
 		t.Fatalf("no migration of widgets to v2 with %s: %v", cond, err)
 	}
 	return found
-}
-
-// notAfter reports whether resourceVersion a is at or before b.
-func notAfter(t *testing.T, a, b string) bool {
-	t.Helper()
-	x, errA := strconv.ParseUint(a, 10, 64)
-	y, errB := strconv.ParseUint(b, 10, 64)
-	if errA != nil || errB != nil {
-		t.Fatalf("resourceVersions %q and %q are not numbers", a, b)
-	}
-	return x <= y
 }
