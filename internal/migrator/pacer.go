@@ -40,10 +40,13 @@ import (
 // No decision moves the window by more than half: one noisy epoch must not
 // swing it far.
 //
-// Two signals override the curve at once, whatever the epoch: a 429 (API
-// Priority and Fairness rejecting, or a server's max-inflight limit), and
-// a surge: an epoch at or past the knee whose rate is under 1/surgeFactor
-// of the best (someone else's load arrived, or the server slowed down).
+// Two signals override the curve, whatever the epoch: a 429 (API Priority
+// and Fairness rejecting, or a server's max-inflight limit), at once, and
+// a surge: two epochs in a row at or past the knee whose rate is under
+// 1/surgeFactor of the best (someone else's load arrived, or the server
+// slowed down). One such epoch alone is a stall that every client waits
+// out alike (a garbage collection, a slow disk write), and is left out of
+// the points.
 // Either halves the window, at most once per smoothed latency since the
 // writes already in flight saw the same queue, and a surge also forgets
 // the points, so that the busier server is learnt from scratch: its first
@@ -90,7 +93,10 @@ type pacer struct {
 	// relearning is set by a surge, until three points are measured
 	// again.
 	relearning bool
-	last       PacerDecision
+	// stalled is set by an epoch that looked like a surge: the next one
+	// decides whether it was one.
+	stalled bool
+	last    PacerDecision
 }
 
 // epoch accumulates the answers to writes sent since the last decision:
@@ -330,7 +336,17 @@ func (p *pacer) endEpoch(now time.Time, latency time.Duration) {
 	if len(p.samples) >= 3 {
 		k := kneeOf(p.samples)
 		if point.inflight >= k.knee && point.rate < k.best/surgeFactor {
-			p.backOff(now, latency, true)
+			if p.stalled {
+				p.stalled = false
+				p.backOff(now, latency, true)
+				return
+			}
+			// One slow epoch may be a stall that every client waits
+			// out alike (a garbage collection, a slow disk write, a
+			// noisy neighbour): backing off for it would cost the rate
+			// long after it is over. The point describes the stall, not
+			// the curve, and is not kept; a second in a row is a surge.
+			p.stalled = true
 			return
 		}
 		if point.rate > surgeFactor*k.best {
@@ -342,6 +358,7 @@ func (p *pacer) endEpoch(now time.Time, latency time.Duration) {
 			p.samples, p.relearning = nil, false
 		}
 	}
+	p.stalled = false
 	p.samples = append(p.samples, point)
 	if len(p.samples) > modelEpochs {
 		p.samples = p.samples[1:]

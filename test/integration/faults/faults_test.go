@@ -104,7 +104,7 @@ func TestMigrationsRideOutFaults(t *testing.T) {
 			t.Run("adaptive pacing", func(t *testing.T) {
 				// Nothing to add after the mixed faults; this lets the
 				// scenario run alone (go test -run).
-				// 200 writes before, 600 answers through the seat
+				// 200 writes before, 700 answers through the seat
 				// and plenty after: 1000 more, in namespaces of their
 				// own.
 				f.grow(t, 1000)
