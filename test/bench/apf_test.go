@@ -151,11 +151,24 @@ func probeClient(b *testing.B, env *framework.Env) kubernetes.Interface {
 // ends or for d, and returns each read's latency (failed reads count as
 // the time they took).
 func probeLatencies(ctx context.Context, client kubernetes.Interface, d time.Duration) []time.Duration {
+	return latencies(probeReads(ctx, client, d), time.Time{}, time.Time{})
+}
+
+// probeRead is one read of the probe ConfigMap: when it was sent, and how
+// long its answer took.
+type probeRead struct {
+	at   time.Time
+	took time.Duration
+}
+
+// probeReads reads the probe ConfigMap 20 times a second until ctx ends
+// or for d (failed reads count as the time they took).
+func probeReads(ctx context.Context, client kubernetes.Interface, d time.Duration) []probeRead {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	var out []time.Duration
+	var out []probeRead
 	for {
 		select {
 		case <-ctx.Done():
@@ -164,8 +177,20 @@ func probeLatencies(ctx context.Context, client kubernetes.Interface, d time.Dur
 		}
 		start := time.Now()
 		_, _ = client.CoreV1().ConfigMaps("probe").Get(context.WithoutCancel(ctx), "probe", metav1.GetOptions{})
-		out = append(out, time.Since(start))
+		out = append(out, probeRead{at: start, took: time.Since(start)})
 	}
+}
+
+// latencies are the latencies of the reads sent from from until to; a
+// zero bound is open.
+func latencies(reads []probeRead, from, to time.Time) []time.Duration {
+	var out []time.Duration
+	for _, r := range reads {
+		if (from.IsZero() || !r.at.Before(from)) && (to.IsZero() || !r.at.After(to)) {
+			out = append(out, r.took)
+		}
+	}
+	return out
 }
 
 // p99Ratio is the p99 of during against the p99 of idle.

@@ -274,13 +274,15 @@ func machine() string {
 func scalingNote(series []result) string {
 	var b strings.Builder
 	b.WriteString("Scaling series (svm at its defaults, one pass per size):\n\n")
-	b.WriteString("| objects | objects/s | API server CPU ms/object | API server peak RSS during the pass | svm peak RSS |\n|---|---|---|---|---|\n")
+	b.WriteString("| objects | time | objects/s | API server CPU ms/object | API server peak RSS during the pass | svm peak RSS |\n|---|---|---|---|---|---|\n")
 	for _, r := range series {
 		var serverRSS int64
+		var wall time.Duration
 		for _, p := range r.passes {
 			serverRSS = max(serverRSS, p.serverRSS)
+			wall += p.wall
 		}
-		fmt.Fprintf(&b, "| %d | %.0f | %.2f | %.0f MB | %.0f MB |\n", r.objects, r.rate(), r.serverCPU(), float64(serverRSS)/1e6, float64(r.peakRSS())/1e6)
+		fmt.Fprintf(&b, "| %d | %s | %.0f | %.2f | %.0f MB | %.0f MB |\n", r.objects, wall.Round(time.Second), r.rate(), r.serverCPU(), float64(serverRSS)/1e6, float64(r.peakRSS())/1e6)
 	}
 	return b.String()
 }

@@ -32,8 +32,8 @@ func envInt(name string, def int) int {
 // wrote.
 type rewriter func(ctx context.Context, cfg *rest.Config) error
 
-// svmEngine is svm's strategy: a metadata-only list and an empty merge
-// patch carrying uid and resourceVersion.
+// svmEngine is svm's strategy: a metadata-only list and a merge patch
+// carrying only uid and resourceVersion.
 func svmEngine(workers int) rewriter { return svmEngineFor(workers, framework.Widgets) }
 
 func svmEngineFor(workers int, gvr schema.GroupVersionResource) rewriter {

@@ -94,7 +94,7 @@ const unthrottledName = "svm (unthrottled: --workers 256 --adaptive-pacing=false
 // largest settings paced, and unthrottled, as the `svm` process an
 // operator runs), the naive baseline (full list and unmodified Update, 1
 // and 8 workers), the ceiling (the highest rate the API server sustains:
-// the cheapest rewrite at rising concurrency) and kube-controller-manager's
+// svm's engine in its process, unpaced at rising concurrency) and kube-controller-manager's
 // in-tree migrator, on custom resources after a storage flip and Secrets
 // after an encryption key rotation, and svm and the naive baseline on
 // custom resources being updated during the migration. Every pass is
@@ -175,6 +175,11 @@ func BenchmarkSuite(b *testing.B) {
 		results = append(results, rs...)
 		notes = append(notes, note)
 	})
+	b.Run("price-at-one-rate", func(b *testing.B) {
+		rs, note := equalRatePrice(b, envInt("SVM_BENCH_PRICE_OBJECTS", 3000), rounds)
+		results = append(results, rs...)
+		notes = append(notes, note)
+	})
 	b.Run("qps", func(b *testing.B) {
 		env := framework.Start(b, benchControlPlane())
 		env.CreateWidgetCRD(b, "v1")
@@ -194,17 +199,17 @@ func BenchmarkSuite(b *testing.B) {
 }
 
 // ceilingLevels are the concurrencies at which the ceiling is sought: the
-// rate of the cheapest rewrite grows with concurrency on these servers (they
+// rate of svm's rewrite grows with concurrency on these servers (they
 // batch work better) and the best of these is the ceiling.
 var ceilingLevels = []int{16, 64, 256}
 
 // ceilingName names the ceiling search at one concurrency.
 func ceilingName(workers int) string {
-	return fmt.Sprintf("ceiling search: empty patch, unpaced, %d workers", workers)
+	return fmt.Sprintf("ceiling search: svm's engine in the benchmark's process, unpaced, %d workers", workers)
 }
 
 // runAll runs the comparison on w, in rounds: the ceiling search (svm's
-// engine, the cheapest rewrite there is, unpaced at rising concurrency),
+// engine in this process, unpaced at rising concurrency),
 // svm and the naive baseline, and then others (the in-tree migrator). One
 // unmeasured pass warms the server up first: the first pass after the
 // objects were made is the slowest of any.
@@ -223,7 +228,8 @@ func runAll(b *testing.B, w *workload, rounds int, others ...strategy) []result 
 
 // compare runs every strategy on w rounds times, one after another in
 // each round, so that a machine that drifts (a noisy neighbour, a server
-// whose heap grew) hits them all alike.
+// whose heap grew) hits them all alike. Every other round runs them in
+// reverse order (see inTurn).
 func compare(b *testing.B, w *workload, rounds int, strategies ...strategy) []result {
 	if only := os.Getenv("SVM_BENCH_ONLY"); only != "" {
 		re, err := regexp.Compile(only)
@@ -233,9 +239,9 @@ func compare(b *testing.B, w *workload, rounds int, strategies ...strategy) []re
 		strategies = slices.DeleteFunc(strategies, func(s strategy) bool { return !re.MatchString(s.name) })
 	}
 	out := make([]result, len(strategies))
-	for range rounds {
-		for i, s := range strategies {
-			r := pass(b, w, s)
+	for round := range rounds {
+		for _, i := range inTurn(len(strategies), round) {
+			r := pass(b, w, strategies[i])
 			out[i].workload, out[i].strategy, out[i].objects = r.workload, r.strategy, r.objects
 			out[i].passes = append(out[i].passes, r.passes...)
 		}
@@ -243,12 +249,35 @@ func compare(b *testing.B, w *workload, rounds int, strategies ...strategy) []re
 	return out
 }
 
+// inTurn is the order in which n strategies run in a round: as listed in
+// even rounds, reversed in odd ones. Each pass flips the storage version
+// back and forth, so a fixed order would have, for an even n, every
+// strategy migrate in the same direction in every round (v1 to v2, say,
+// which converts once more per write than v2 to v1), and the first of a
+// round always follow the same one. Reversed, each changes direction
+// from round to round, whatever n.
+func inTurn(n, round int) []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+		if round%2 == 1 {
+			order[i] = n - 1 - i
+		}
+	}
+	return order
+}
+
 // benchControlPlane is a control plane whose API server never compacts
 // etcd by itself (pass does, before every pass), so that no pass pays for a
 // compaction another did not: on two shared cores, one that lands in the
 // middle of a pass slows it down by several per cent.
 func benchControlPlane(apiServerFlags ...string) controlplane.Options {
-	return controlplane.Options{APIServerFlags: append(apiServerFlags, "--etcd-compaction-interval=0")}
+	return controlplane.Options{
+		APIServerFlags: append(apiServerFlags, "--etcd-compaction-interval=0"),
+		// etcd's default quota, 2 GiB, is its database file, free pages
+		// included: a million Secrets written twice come near it.
+		EtcdFlags: []string{"--quota-backend-bytes=8589934592"},
+	}
 }
 
 // settleLimit bounds the wait for a quiet API server around a pass.
@@ -282,7 +311,7 @@ func pass(b *testing.B, w *workload, s strategy) result {
 		b.Fatal(err)
 	}
 	before := requests(b, w)
-	ctx, cancel := context.WithTimeout(b.Context(), 30*time.Minute)
+	ctx, cancel := context.WithTimeout(b.Context(), 2*time.Hour)
 	defer cancel()
 	churnCtx, stopChurn := context.WithCancel(ctx)
 	var churning sync.WaitGroup
@@ -406,30 +435,40 @@ func flipWidgetsStorage(b *testing.B, env *framework.Env, version string) {
 // secretsSuite rotates the encryption key before every pass: the new key
 // first (writing), the old one second (reading).
 func secretsSuite(b *testing.B, n, rounds int) []result {
+	w, _ := rotatedSecrets(b, "Secrets after an encryption key rotation")
+	createSecrets(b, w.env, n)
+	w.objects = n
+	return runAll(b, w, rounds, inTree())
+}
+
+// rotatedSecrets starts a control plane that encrypts Secrets, and returns
+// the workload of the Secrets in namespace bench, made stale by a key
+// rotation (the API server restarted with the other of two keys writing,
+// the current one reading), and the key the API server writes them with.
+// The caller creates them and sets w.objects.
+func rotatedSecrets(b *testing.B, name string) (w *workload, writing func() framework.EncryptionKey) {
 	dir := b.TempDir()
 	keys := []framework.EncryptionKey{framework.NewEncryptionKey(b, "key-a"), framework.NewEncryptionKey(b, "key-b")}
 	env := framework.Start(b, benchControlPlane(framework.WriteEncryptionConfig(b, dir, keys[0])))
-	createSecrets(b, env, n)
+	env.CreateNamespace(b, "bench")
 	current := 0
-	secrets := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
-	w := &workload{
-		name: "Secrets after an encryption key rotation", resource: secrets, svmName: "secrets", objects: n, env: env,
-		stale: func(b *testing.B) (string, map[string]int) {
-			next := 1 - current
-			env.CP.SetAPIServerFlags(benchControlPlane(framework.WriteEncryptionConfig(b, dir, keys[next], keys[current])).APIServerFlags...)
-			if err := env.CP.RestartAPIServer(framework.Context(b, 3*time.Minute)); err != nil {
-				b.Fatal(err)
-			}
-			current = next
-			return "/registry/secrets/bench/", map[string]int{"encrypted:aescbc:" + keys[current].Name: n}
-		},
+	w = &workload{
+		name: name, resource: schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, svmName: "secrets", env: env,
 	}
-	return runAll(b, w, rounds, inTree())
+	w.stale = func(b *testing.B) (string, map[string]int) {
+		next := 1 - current
+		env.CP.SetAPIServerFlags(benchControlPlane(framework.WriteEncryptionConfig(b, dir, keys[next], keys[current])).APIServerFlags...)
+		if err := env.CP.RestartAPIServer(framework.Context(b, 10*time.Minute)); err != nil {
+			b.Fatal(err)
+		}
+		current = next
+		return "/registry/secrets/bench/", map[string]int{"encrypted:aescbc:" + keys[current].Name: w.objects}
+	}
+	return w, func() framework.EncryptionKey { return keys[current] }
 }
 
 func createSecrets(b *testing.B, env *framework.Env, n int) {
 	b.Helper()
-	env.CreateNamespace(b, "bench")
 	ctx := framework.Context(b, 10*time.Minute)
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
@@ -544,8 +583,9 @@ func svmProcessAs(name, kubeconfig string, args ...string) strategy {
 // svmBinary is built once per run.
 var svmBinary string
 
-// engine is svm's rewrite (metadata list, empty patch) in this process,
-// with client limits off: the ceiling search.
+// engine is svm's rewrite (metadata list, a merge patch of uid and
+// resourceVersion) in this process, with client limits off: the ceiling
+// search.
 func engine(workers int) strategy {
 	return strategy{name: fmt.Sprintf("engine, %d workers", workers), run: func(ctx context.Context, w *workload) (usage, error) {
 		return usage{}, svmEngineFor(workers, w.resource)(ctx, unlimited(w.env.Config))

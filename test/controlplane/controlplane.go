@@ -70,6 +70,9 @@ type Options struct {
 	// the default build of make controlplane. SetRelease changes it
 	// between restarts, as an upgrade does.
 	Release string
+	// EtcdFlags are extra etcd flags, such as a larger
+	// --quota-backend-bytes for a benchmark of a million objects.
+	EtcdFlags []string
 	// StartTimeout bounds how long each process may take to become ready.
 	// Zero means one minute.
 	StartTimeout time.Duration
@@ -138,7 +141,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 			return nil, err
 		}
 	}
-	if err := cp.prepare(binDir); err != nil {
+	if err := cp.prepare(binDir, opts.EtcdFlags); err != nil {
 		cp.cleanup()
 		return nil, err
 	}
@@ -163,8 +166,8 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 }
 
 // prepare picks ports and writes the certificates and credentials that stay
-// the same across restarts.
-func (cp *ControlPlane) prepare(binDir string) error {
+// the same across restarts, and sets etcd's flags (etcdFlags added).
+func (cp *ControlPlane) prepare(binDir string, etcdFlags []string) error {
 	cp.binDir = binDir
 	ports, err := freePorts(3)
 	if err != nil {
@@ -218,6 +221,7 @@ func (cp *ControlPlane) prepare(binDir string) error {
 			"--unsafe-no-fsync",
 		},
 	}
+	cp.etcd.args = append(cp.etcd.args, etcdFlags...)
 	cp.baseFlags = []string{
 		"--etcd-servers=" + cp.EtcdURL,
 		"--bind-address=127.0.0.1",

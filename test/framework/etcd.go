@@ -56,15 +56,25 @@ func (e *Env) CompactEtcd(t testing.TB) {
 // RawValues reads every raw value under prefix straight from etcd.
 func (e *Env) RawValues(t testing.TB, prefix string) map[string][]byte {
 	t.Helper()
-	resp, err := e.Etcd.Get(Context(t, time.Minute), prefix, clientv3.WithPrefix())
-	if err != nil {
-		t.Fatalf("read etcd %s: %v", prefix, err)
+	ctx := Context(t, 10*time.Minute)
+	values := map[string][]byte{}
+	// In pages, all at the first page's revision: one snapshot, however
+	// many values (a million would not fit one answer).
+	key, end, revision := prefix, clientv3.GetPrefixRangeEnd(prefix), int64(0)
+	for {
+		resp, err := e.Etcd.Get(ctx, key, clientv3.WithRange(end), clientv3.WithLimit(10000), clientv3.WithRev(revision))
+		if err != nil {
+			t.Fatalf("read etcd %s: %v", prefix, err)
+		}
+		revision = resp.Header.Revision
+		for _, kv := range resp.Kvs {
+			values[string(kv.Key)] = kv.Value
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return values
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
-	values := make(map[string][]byte, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		values[string(kv.Key)] = kv.Value
-	}
-	return values
 }
 
 // StoredVersions reads every value under prefix and counts them by the

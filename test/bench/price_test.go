@@ -1,0 +1,74 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// equalRatePrice measures what each migrator costs another client at the
+// same rate: kube-controller-manager's in-tree migrator, then svm with
+// --qps set to the rate at which the in-tree migrator wrote, each beside
+// the probe client on one shared server with n objects, rounds times.
+// Each runs as it is deployed: kube-controller-manager as itself, svm as
+// its ServiceAccount in its own priority level.
+//
+// The in-tree migrator's price is read from the reads sent while it wrote
+// (from its first write to its last, dated from etcd): before its first
+// write it waits for its garbage collector's cache, and reads sent then
+// would make it look cheaper than it is. svm's is read over its whole
+// pass, its lists included.
+func equalRatePrice(b *testing.B, n, rounds int) ([]result, string) {
+	env, w, probe := sharedServer(b, "custom resources, the price to another client at the in-tree migrator's rate", n)
+	var results []result
+	rows := []string{
+		"| round | migrator | objects/s while writing | the client's reads | p50 | p99 | max | p99 idle | p99 / p99 idle |",
+		"|---|---|---|---|---|---|---|---|---|",
+	}
+	row := func(round int, name string, rate float64, idle, during []time.Duration) {
+		rows = append(rows, fmt.Sprintf("| %d | %s | %.0f | %d | %s | %s | %s | %s | %.2f |", round, name, rate, len(during),
+			percentile(during, 50), percentile(during, 99), percentile(during, 100), percentile(idle, 99), p99Ratio(idle, during)))
+	}
+	for round := 1; round <= rounds; round++ {
+		// The in-tree migrator, its idle reads taken once
+		// kube-controller-manager has started and is quiet.
+		it := &inTreeRun{}
+		var idle []time.Duration
+		var reads []probeRead
+		tree := strategy{name: inTreeName, run: it.run, prepare: func(b *testing.B, w *workload) func(*testing.B, string, *usage) {
+			cleanup := it.prepare(b, w)
+			if _, err := settle(env.CP.APIServerPID(), settleLimit); err != nil {
+				b.Fatal(err)
+			}
+			idle = probeLatencies(b.Context(), probe, 30*time.Second)
+			return cleanup
+		}}
+		w.during = func(ctx context.Context) int {
+			reads = probeReads(ctx, probe, time.Hour)
+			return 0
+		}
+		r := pass(b, w, tree)
+		w.during = nil
+		figs := r.passes[0].usage.inTree
+		if figs == nil || figs.lastWrite <= figs.firstWrite {
+			b.Fatalf("round %d: the in-tree migrator's writes could not be dated from etcd", round)
+		}
+		rate := float64(n) / (figs.lastWrite - figs.firstWrite).Seconds()
+		row(round, inTreeName, rate, idle, latencies(reads, it.created.Add(figs.firstWrite), it.created.Add(figs.lastWrite)))
+		results = append(results, r)
+
+		// svm at that rate.
+		qps := strconv.Itoa(int(math.Round(rate)))
+		s, svmIdle, during := sharedPass(b, env, w, probe, "svm --qps "+qps+" (the in-tree migrator's rate), as svm-controller", "--qps", qps)
+		row(round, "svm --qps "+qps, s.rate(), svmIdle, during)
+		results = append(results, s)
+	}
+	note := fmt.Sprintf("The price to another client at one rate (%d objects; the client reads a ConfigMap 20 times a second as an ordinary ServiceAccount; each migrator as it is deployed, kube-controller-manager as itself, svm as its ServiceAccount with `--qps` set to the rate at which the in-tree migrator wrote in the same round; the in-tree migrator's price from the reads sent between its first and last write):\n\n%s",
+		n, strings.Join(rows, "\n"))
+	b.Log(note)
+	return results, note
+}
