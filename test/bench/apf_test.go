@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -51,14 +52,22 @@ var priceSettings = [][]string{
 }
 
 // apfPrice measures what svm's rate costs another client: the client's
-// p99 against its idle p99 with svm at each of priceSettings, on n
-// objects, one pass each. It returns the passes and a note with the
+// p99 against its idle p99 with svm at each of priceSettings (or those
+// SVM_BENCH_PRICE_SETTINGS lists: svm's flags, settings apart by ";"), on
+// n objects, one pass each. It returns the passes and a note with the
 // curve.
 func apfPrice(b *testing.B, n int) ([]result, string) {
+	settings := priceSettings
+	if v := os.Getenv("SVM_BENCH_PRICE_SETTINGS"); v != "" {
+		settings = nil
+		for _, s := range strings.Split(v, ";") {
+			settings = append(settings, strings.Fields(s))
+		}
+	}
 	env, w, probe := sharedServer(b, "custom resources, the price to another client", n)
 	var results []result
 	var points []string
-	for _, args := range priceSettings {
+	for _, args := range settings {
 		name := "svm " + strings.Join(args, " ")
 		if len(args) == 0 {
 			name = defaultsName
