@@ -199,8 +199,9 @@ func baselines(results []result) (ceiling, naive1 map[string]float64) {
 	return ceiling, naive1
 }
 
-// speedTargets judges the compared workloads: svm unthrottled against the
-// ceiling and the naive baselines, in speed and in API server CPU.
+// speedTargets judges the compared workloads: svm at its defaults and
+// unthrottled against the ceiling and the naive baselines, in speed and in
+// API server CPU.
 func speedTargets(results []result) []target {
 	ceiling, naive1 := baselines(results)
 	find := func(workload, strategy string) (result, bool) {
@@ -223,6 +224,11 @@ func speedTargets(results []result) []target {
 				what:     fmt.Sprintf("%s: svm at its defaults (adaptive pacing) at 0.9 of the ceiling on an idle server", workload),
 				measured: fmt.Sprintf("%.0f / %.0f objects/s = %.2f", defaults.rate(), c, defaults.rate()/c),
 				met:      defaults.rate() >= 0.9*c,
+			}, target{
+				what: fmt.Sprintf("%s: svm at its defaults never behind the naive loop with 8 workers: as many objects/s, no more API server CPU per object", workload),
+				measured: fmt.Sprintf("%.0f against %.0f objects/s; %.2f against %.2f ms/object",
+					defaults.rate(), n8.rate(), defaults.serverCPU(), n8.serverCPU()),
+				met: defaults.rate() >= n8.rate() && defaults.serverCPU() <= n8.serverCPU(),
 			})
 		}
 		out = append(out,
@@ -237,10 +243,10 @@ func speedTargets(results []result) []target {
 				met:      svm.rate() >= 2*naive1[workload],
 			},
 			target{
-				what: fmt.Sprintf("%s: API server CPU per object no higher than the naive baseline's", workload),
+				what: fmt.Sprintf("%s: svm unthrottled at no more API server CPU per object than the naive loop", workload),
 				measured: fmt.Sprintf("svm %.2f ms, naive %.2f ms (1 worker), %.2f ms (8 workers)",
 					svm.serverCPU(), n1.serverCPU(), n8.serverCPU()),
-				met: svm.serverCPU() <= n1.serverCPU(),
+				met: svm.serverCPU() <= min(n1.serverCPU(), n8.serverCPU()),
 			})
 	}
 	slices.SortFunc(out, func(a, b target) int { return strings.Compare(a.what, b.what) })
