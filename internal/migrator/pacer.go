@@ -333,32 +333,9 @@ func (p *pacer) endEpoch(now time.Time, latency time.Duration) {
 	inflight := float64(p.epoch.inflight) / answers
 	point := curvePoint{inflight: inflight, rate: inflight / (p.epoch.latency.Seconds() / answers)}
 	p.newEpoch(now)
-	if len(p.samples) >= 3 {
-		k := kneeOf(p.samples)
-		if point.inflight >= k.knee && point.rate < k.best/surgeFactor {
-			if p.stalled {
-				p.stalled = false
-				p.backOff(now, latency, true)
-				return
-			}
-			// One slow epoch may be a stall that every client waits
-			// out alike (a garbage collection, a slow disk write, a
-			// noisy neighbour): backing off for it would cost the rate
-			// long after it is over. The point describes the stall, not
-			// the curve, and is not kept; a second in a row is a surge.
-			p.stalled = true
-			return
-		}
-		if point.rate > surgeFactor*k.best {
-			// Relief, a surge's mirror: more than twice the best rate
-			// measured. The server the points describe is gone (another
-			// client's load left, or the server has room again), and
-			// they would hold the window where it was until they aged
-			// out: forgotten, the window grows from here.
-			p.samples, p.relearning = nil, false
-		}
+	if p.overridden(now, latency, point) {
+		return
 	}
-	p.stalled = false
 	p.samples = append(p.samples, point)
 	if len(p.samples) > modelEpochs {
 		p.samples = p.samples[1:]
@@ -409,6 +386,42 @@ func (p *pacer) endEpoch(now time.Time, latency time.Duration) {
 	// grown by half (and one) per decision.
 	target = min(max(target, p.limit/2), p.limit+maxStep(p.limit))
 	p.decide(PacerKnee, target)
+}
+
+// overridden looks at point, the epoch just ended, against the curve
+// before it: a second slow epoch in a row is a surge, and backs off; a
+// relief forgets the points. It tells whether the epoch is done with (a
+// surge, or a stall left out of the points).
+func (p *pacer) overridden(now time.Time, latency time.Duration, point curvePoint) bool {
+	if len(p.samples) < 3 {
+		p.stalled = false
+		return false
+	}
+	k := kneeOf(p.samples)
+	if point.inflight >= k.knee && point.rate < k.best/surgeFactor {
+		if p.stalled {
+			p.stalled = false
+			p.backOff(now, latency, true)
+			return true
+		}
+		// One slow epoch may be a stall that every client waits out
+		// alike (a garbage collection, a slow disk write, a noisy
+		// neighbour): backing off for it would cost the rate long after
+		// it is over. The point describes the stall, not the curve, and
+		// is not kept; a second in a row is a surge.
+		p.stalled = true
+		return true
+	}
+	p.stalled = false
+	if point.rate > surgeFactor*k.best {
+		// Relief, a surge's mirror: more than twice the best rate
+		// measured. The server the points describe is gone (another
+		// client's load left, or the server has room again), and they
+		// would hold the window where it was until they aged out:
+		// forgotten, the window grows from here.
+		p.samples, p.relearning = nil, false
+	}
+	return false
 }
 
 // maxStep is the most the window grows in one decision: by half, and by
