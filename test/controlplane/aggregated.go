@@ -127,7 +127,7 @@ func (cp *ControlPlane) StartSampleAPIServer(ctx context.Context) error {
 	if _, err := os.Stat(bin); err != nil {
 		return fmt.Errorf("%s not found; run 'make controlplane'", bin)
 	}
-	ports, err := freePorts(1)
+	ports, err := cp.freePorts(1)
 	if err != nil {
 		return err
 	}

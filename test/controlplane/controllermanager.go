@@ -96,7 +96,7 @@ func (cp *ControlPlane) controllerManagerProcess() (*process, error) {
 	if cp.controllerManager != nil {
 		return cp.controllerManager, nil
 	}
-	ports, err := freePorts(1)
+	ports, err := cp.freePorts(1)
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	mathrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -108,6 +107,11 @@ type ControlPlane struct {
 	withoutMigrator        bool
 	// release is the resolved Options.Release of the next StartAPIServer.
 	release string
+	// reserved holds the reservations of every port the control plane
+	// listens on, so that no other test process picks one while a server
+	// restarts on it; released when the control plane stops.
+	portsMu  sync.Mutex
+	reserved []*os.File
 }
 
 // Start starts etcd and kube-apiserver, and kube-controller-manager if
@@ -169,7 +173,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 // the same across restarts, and sets etcd's flags (etcdFlags added).
 func (cp *ControlPlane) prepare(binDir string, etcdFlags []string) error {
 	cp.binDir = binDir
-	ports, err := freePorts(3)
+	ports, err := cp.freePorts(3)
 	if err != nil {
 		return err
 	}
@@ -364,6 +368,11 @@ func (cp *ControlPlane) Stop() error {
 }
 
 func (cp *ControlPlane) cleanup() {
+	cp.portsMu.Lock()
+	reserved := cp.reserved
+	cp.reserved = nil
+	cp.portsMu.Unlock()
+	releasePorts(reserved)
 	if cp.removeDir {
 		_ = os.RemoveAll(cp.Dir)
 	}
@@ -437,50 +446,6 @@ func httpGet(ctx context.Context, client *http.Client, url string) ([]byte, erro
 		return nil, fmt.Errorf("%s: %s", url, resp.Status)
 	}
 	return io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-}
-
-// The ports servers listen on are picked below the kernel's ephemeral
-// range (32768-60999 by default on Linux). A port the kernel hands out
-// for a listener on port 0 is an ephemeral one: between the check and the
-// server's bind, any outgoing connection on the machine (a test's client,
-// an API server's etcd client) may take it as its local port, and the
-// server then fails to start. Ports below the range are only ever taken
-// by listeners.
-const (
-	lowestPort  = 15000
-	highestPort = 32000
-)
-
-// freePorts finds n distinct loopback ports that are free now, below the
-// ephemeral range, at random so that parallel tests rarely try the same.
-func freePorts(n int) ([]int, error) {
-	return FreePorts(n)
-}
-
-// FreePorts finds n distinct free loopback ports for servers (see
-// freePorts); tests use it for the endpoints of the processes they start.
-func FreePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	var listeners []net.Listener
-	defer func() {
-		for _, l := range listeners {
-			l.Close()
-		}
-	}()
-	for attempt := 0; len(ports) < n; attempt++ {
-		if attempt >= 100*n {
-			return nil, fmt.Errorf("find %d free ports between %d and %d: %d found in %d attempts", n, lowestPort, highestPort, len(ports), attempt)
-		}
-		port := lowestPort + mathrand.IntN(highestPort-lowestPort)
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			continue // taken: try another
-		}
-		// Held until all are found, so that none is picked twice.
-		listeners = append(listeners, l)
-		ports = append(ports, port)
-	}
-	return ports, nil
 }
 
 // findBinDir locates the directory holding both binaries.

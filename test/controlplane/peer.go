@@ -30,7 +30,7 @@ type Peer struct {
 // RunHostnameHelper), and tells its log apart. Stop it with Peer.Stop;
 // Stop of the control plane does not.
 func (cp *ControlPlane) StartPeer(ctx context.Context, name string, flags ...string) (*Peer, error) {
-	ports, err := freePorts(1)
+	ports, err := cp.freePorts(1)
 	if err != nil {
 		return nil, err
 	}

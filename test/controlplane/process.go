@@ -1,9 +1,11 @@
 package controlplane
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"sync"
@@ -129,10 +131,34 @@ func (p *process) waitReady(ctx context.Context, timeout time.Duration, ready fu
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("%s exited before it was ready; see %s", p.name, p.logPath)
+			return fmt.Errorf("%s exited before it was ready; the end of %s:\n%s", p.name, p.logPath, p.logTail(2048))
 		case <-ctx.Done():
 			return fmt.Errorf("%s not ready after %s (last error: %v); see %s", p.name, timeout, lastErr, p.logPath)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// logTail returns at most the last limit bytes of the process's log, from a
+// line's start: why a server exited, for an error that must say it after
+// the control plane's directory, log included, is removed.
+func (p *process) logTail(limit int64) string {
+	f, err := os.Open(p.logPath)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return err.Error()
+	}
+	offset := max(info.Size()-limit, 0)
+	tail, err := io.ReadAll(io.NewSectionReader(f, offset, info.Size()-offset))
+	if err != nil {
+		return err.Error()
+	}
+	if i := bytes.IndexByte(tail, '\n'); offset > 0 && i >= 0 {
+		tail = tail[i+1:]
+	}
+	return string(tail)
 }
