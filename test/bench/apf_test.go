@@ -29,7 +29,8 @@ const apfFactor = 1.5
 // apfFactor times the idle one.
 func apfSuite(b *testing.B, n int) (result, string, target) {
 	env, w, probe := sharedServer(b, "custom resources, svm as its ServiceAccount beside another client", n)
-	r, idle, during := sharedPass(b, env, w, probe, defaultsName+", as svm-controller")
+	r, idle, reads := sharedPass(b, env, w, probe, svmShared(b, env, defaultsName))
+	during := latencies(reads, time.Time{}, time.Time{})
 	note := fmt.Sprintf("API Priority and Fairness: another client's reads took p50 %s, p99 %s, max %s on the idle server (%d reads) and p50 %s, p99 %s, max %s while svm ran at %.0f objects/s in its own priority level (%d reads)",
 		percentile(idle, 50), percentile(idle, 99), percentile(idle, 100), len(idle),
 		percentile(during, 50), percentile(during, 99), percentile(during, 100), r.rate(), len(during))
@@ -72,7 +73,8 @@ func apfPrice(b *testing.B, n int) ([]result, string) {
 		if len(args) == 0 {
 			name = defaultsName
 		}
-		r, idle, during := sharedPass(b, env, w, probe, name+", as svm-controller", args...)
+		r, idle, reads := sharedPass(b, env, w, probe, svmShared(b, env, name, args...))
+		during := latencies(reads, time.Time{}, time.Time{})
 		results = append(results, r)
 		points = append(points, fmt.Sprintf("%s: %.0f objects/s, p99 %s against %s idle (%.2fx)",
 			name, r.rate(), percentile(during, 99), percentile(idle, 99), p99Ratio(idle, during)))
@@ -94,27 +96,37 @@ func sharedServer(b *testing.B, name string, n int) (*framework.Env, *workload, 
 	return env, w, probeClient(b, env)
 }
 
-// sharedPass runs `svm migrate` with args as svm's ServiceAccount while the
-// other client reads 20 times a second, and returns the pass with the
-// client's latencies on the idle server (30 seconds, after the storage
-// flip, once the server is quiet, right before svm starts) and while svm
-// ran.
-func sharedPass(b *testing.B, env *framework.Env, w *workload, probe kubernetes.Interface, name string, args ...string) (result, []time.Duration, []time.Duration) {
-	var idle, during []time.Duration
+// svmShared is `svm migrate` with args as svm's ServiceAccount, in its own
+// priority level, as svm is installed.
+func svmShared(b *testing.B, env *framework.Env, name string, args ...string) strategy {
+	return svmProcessAs(name+", as svm-controller", env.ServiceAccountKubeconfig(b, "svm-system", "svm-controller"), args...)
+}
+
+// sharedPass runs s while the other client reads 20 times a second, and
+// returns the pass with the client's latencies on the idle server (30
+// seconds, after the storage flip and s's preparation, once the server is
+// quiet, right before s starts) and its reads while s ran.
+func sharedPass(b *testing.B, env *framework.Env, w *workload, probe kubernetes.Interface, s strategy) (result, []time.Duration, []probeRead) {
+	var idle []time.Duration
+	var during []probeRead
 	w.during = func(ctx context.Context) int {
-		during = probeLatencies(ctx, probe, time.Hour)
+		during = probeReads(ctx, probe, time.Hour)
 		return 0
 	}
 	defer func() { w.during = nil }()
-	svm := svmProcessAs(name, env.ServiceAccountKubeconfig(b, "svm-system", "svm-controller"), args...)
-	svm.prepare = func(b *testing.B, w *workload) func(*testing.B, string, *usage) {
+	prepare := s.prepare
+	s.prepare = func(b *testing.B, w *workload) func(*testing.B, string, *usage) {
+		var cleanup func(*testing.B, string, *usage)
+		if prepare != nil {
+			cleanup = prepare(b, w)
+		}
 		if _, err := settle(env.CP.APIServerPID(), settleLimit); err != nil {
 			b.Fatal(err)
 		}
 		idle = probeLatencies(b.Context(), probe, 30*time.Second)
-		return nil
+		return cleanup
 	}
-	r := pass(b, w, svm)
+	r := pass(b, w, s)
 	return r, idle, during
 }
 

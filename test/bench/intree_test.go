@@ -78,8 +78,10 @@ type inTreeFigures struct {
 // of the pass; the time it then takes to begin (status.resourceVersion,
 // and the wait until the garbage collector's cache has caught up with it)
 // is, since an operator waits for it too.
-func inTree() strategy {
-	it := &inTreeRun{}
+func inTree() strategy { return (&inTreeRun{}).strategy() }
+
+// strategy is the in-tree strategy whose passes leave their state in it.
+func (it *inTreeRun) strategy() strategy {
 	return strategy{name: inTreeName, prepare: it.prepare, run: it.run}
 }
 

@@ -1,9 +1,9 @@
 package bench
 
 import (
-	"context"
 	"fmt"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,7 +22,9 @@ import (
 // (from its first write to its last, dated from etcd): before its first
 // write it waits for its garbage collector's cache, and reads sent then
 // would make it look cheaper than it is. svm's is read over its whole
-// pass, its lists included.
+// pass, its lists included. SVM_BENCH_AT_RATE_FLAGS adds flags to svm's
+// --qps, one pass of svm for each set (sets apart by ";"; an empty set is
+// svm's defaults at that rate), to tell apart what its price comes from.
 func equalRatePrice(b *testing.B, n, rounds int) ([]result, string) {
 	env, w, probe := sharedServer(b, "custom resources, the price to another client at the in-tree migrator's rate", n)
 	var results []result
@@ -38,22 +40,7 @@ func equalRatePrice(b *testing.B, n, rounds int) ([]result, string) {
 		// The in-tree migrator, its idle reads taken once
 		// kube-controller-manager has started and is quiet.
 		it := &inTreeRun{}
-		var idle []time.Duration
-		var reads []probeRead
-		tree := strategy{name: inTreeName, run: it.run, prepare: func(b *testing.B, w *workload) func(*testing.B, string, *usage) {
-			cleanup := it.prepare(b, w)
-			if _, err := settle(env.CP.APIServerPID(), settleLimit); err != nil {
-				b.Fatal(err)
-			}
-			idle = probeLatencies(b.Context(), probe, 30*time.Second)
-			return cleanup
-		}}
-		w.during = func(ctx context.Context) int {
-			reads = probeReads(ctx, probe, time.Hour)
-			return 0
-		}
-		r := pass(b, w, tree)
-		w.during = nil
+		r, idle, reads := sharedPass(b, env, w, probe, it.strategy())
 		figs := r.passes[0].usage.inTree
 		if figs == nil || figs.lastWrite <= figs.firstWrite {
 			b.Fatalf("round %d: the in-tree migrator's writes could not be dated from etcd", round)
@@ -64,12 +51,29 @@ func equalRatePrice(b *testing.B, n, rounds int) ([]result, string) {
 
 		// svm at that rate.
 		qps := strconv.Itoa(int(math.Round(rate)))
-		s, svmIdle, during := sharedPass(b, env, w, probe, "svm --qps "+qps+" (the in-tree migrator's rate), as svm-controller", "--qps", qps)
-		row(round, "svm --qps "+qps, s.rate(), svmIdle, during)
-		results = append(results, s)
+		for _, flags := range atRateFlags() {
+			name := strings.Join(append([]string{"svm --qps " + qps}, flags...), " ")
+			s, svmIdle, reads := sharedPass(b, env, w, probe, svmShared(b, env, name+" (the in-tree migrator's rate)", append([]string{"--qps", qps}, flags...)...))
+			row(round, name, s.rate(), svmIdle, latencies(reads, time.Time{}, time.Time{}))
+			results = append(results, s)
+		}
 	}
 	note := fmt.Sprintf("The price to another client at one rate (%d objects; the client reads a ConfigMap 20 times a second as an ordinary ServiceAccount; kube-controller-manager with the admin's credentials, svm as its ServiceAccount with `--qps` set to the rate at which the in-tree migrator wrote in the same round; the in-tree migrator's price from the reads sent between its first and last write):\n\n%s",
 		n, strings.Join(rows, "\n"))
 	b.Log(note)
 	return results, note
+}
+
+// atRateFlags are the flag sets SVM_BENCH_AT_RATE_FLAGS lists (see
+// equalRatePrice), svm's defaults alone when it is unset.
+func atRateFlags() [][]string {
+	v, ok := os.LookupEnv("SVM_BENCH_AT_RATE_FLAGS")
+	if !ok {
+		return [][]string{nil}
+	}
+	var sets [][]string
+	for _, set := range strings.Split(v, ";") {
+		sets = append(sets, strings.Fields(set))
+	}
+	return sets
 }

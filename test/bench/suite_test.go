@@ -231,13 +231,7 @@ func runAll(b *testing.B, w *workload, rounds int, others ...strategy) []result 
 // whose heap grew) hits them all alike. Every other round runs them in
 // reverse order (see inTurn).
 func compare(b *testing.B, w *workload, rounds int, strategies ...strategy) []result {
-	if only := os.Getenv("SVM_BENCH_ONLY"); only != "" {
-		re, err := regexp.Compile(only)
-		if err != nil {
-			b.Fatalf("SVM_BENCH_ONLY: %v", err)
-		}
-		strategies = slices.DeleteFunc(strategies, func(s strategy) bool { return !re.MatchString(s.name) })
-	}
+	strategies = onlyNamed(b, strategies, func(s strategy) string { return s.name })
 	out := make([]result, len(strategies))
 	for round := range rounds {
 		for _, i := range inTurn(len(strategies), round) {
@@ -265,6 +259,20 @@ func inTurn(n, round int) []int {
 		}
 	}
 	return order
+}
+
+// onlyNamed keeps the items whose name SVM_BENCH_ONLY matches, all of them
+// when it is unset.
+func onlyNamed[T any](b *testing.B, items []T, name func(T) string) []T {
+	only := os.Getenv("SVM_BENCH_ONLY")
+	if only == "" {
+		return items
+	}
+	re, err := regexp.Compile(only)
+	if err != nil {
+		b.Fatalf("SVM_BENCH_ONLY: %v", err)
+	}
+	return slices.DeleteFunc(slices.Clone(items), func(item T) bool { return !re.MatchString(name(item)) })
 }
 
 // benchControlPlane is a control plane whose API server never compacts

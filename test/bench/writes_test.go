@@ -68,36 +68,37 @@ var writeRequests = []writeRequest{
 
 // BenchmarkWriteRequests measures, on the real API server, each request
 // that makes it re-encode a custom resource without changing it: the API
-// server's CPU and the bytes etcd receives per object, the rate at 32
-// requests in flight, and whether the objects' content (managedFields
+// server's CPU and the bytes etcd receives per object, the rate at
+// SVM_BENCH_WRITES_IN_FLIGHT requests in flight (default 32), and whether the objects' content (managedFields
 // included) is what it was. Each pass flips the storage version first, so
 // every request stores new bytes. The requests take turns within each
 // round, in reverse order every other round (inTurn), so that neither a
 // machine whose speed drifts nor the direction of the flip favours one. A strategic merge patch is not
 // listed: the API server refuses it for custom resources (415).
 // SVM_BENCH_OBJECTS sets the number of objects (default 5000),
-// SVM_BENCH_ROUNDS the rounds (default 3).
+// SVM_BENCH_ROUNDS the rounds (default 3), SVM_BENCH_ONLY the requests.
 func BenchmarkWriteRequests(b *testing.B) {
 	n := envInt("SVM_BENCH_OBJECTS", 5000)
 	rounds := envInt("SVM_BENCH_ROUNDS", 3)
+	requests := onlyNamed(b, writeRequests, func(w writeRequest) string { return w.name })
 	env, pid, meter, cfg := widgetsBench(b, n)
-	p := &writePasses{env: env, pid: pid, meter: meter, n: n, stored: "v1",
+	p := &writePasses{env: env, pid: pid, meter: meter, n: n, stored: "v1", inFlight: envInt("SVM_BENCH_WRITES_IN_FLIGHT", 32),
 		md: metadata.NewForConfigOrDie(cfg).Resource(framework.Widgets), dyn: dynamic.NewForConfigOrDie(cfg).Resource(framework.Widgets)}
 	// The first pass after the objects were made is the slowest of any:
 	// one unmeasured pass warms the server up.
 	p.pass(b, writeRequests[0])
-	totals := make([]writeTotals, len(writeRequests))
+	totals := make([]writeTotals, len(requests))
 	for range b.N {
 		for round := range rounds {
-			for _, i := range inTurn(len(writeRequests), round) {
-				r := p.pass(b, writeRequests[i])
-				b.Logf("round %d, to %s: %-45s %4.0f objects/s  %.2f server CPU ms/object", round+1, p.stored, writeRequests[i].name, r.objects/r.wall.Seconds(), float64(r.cpu.Microseconds())/1000/r.objects)
+			for _, i := range inTurn(len(requests), round) {
+				r := p.pass(b, requests[i])
+				b.Logf("round %d, to %s: %-45s %4.0f objects/s  %.2f server CPU ms/object", round+1, p.stored, requests[i].name, r.objects/r.wall.Seconds(), float64(r.cpu.Microseconds())/1000/r.objects)
 				totals[i].add(r)
 			}
 		}
 	}
-	b.Logf("%d objects, %d rounds; per object, over all rounds:", n, rounds*b.N)
-	for i, w := range writeRequests {
+	b.Logf("%d objects, %d rounds, %d requests in flight; per object, over all rounds:", n, rounds*b.N, p.inFlight)
+	for i, w := range requests {
 		t := totals[i]
 		b.Logf("| %s | %.0f objects/s | %.2f server CPU ms | %.0f etcd bytes | preconditioned %t | content %s |",
 			w.name, t.objects/t.wall.Seconds(), float64(t.cpu.Microseconds())/1000/t.objects, t.etcdBytes/t.objects, w.preconditioned, t.content())
@@ -113,6 +114,8 @@ type writePasses struct {
 	stored string
 	md     metadata.Getter
 	dyn    dynamic.NamespaceableResourceInterface
+	// inFlight is how many requests are sent at a time.
+	inFlight int
 }
 
 // writeTotals adds up a request's passes.
@@ -154,7 +157,7 @@ func (p *writePasses) pass(b *testing.B, w writeRequest) writeTotals {
 	if err := p.meter.start(); err != nil {
 		b.Fatal(err)
 	}
-	if err := rewriteEach(b.Context(), p.md, p.dyn, w); err != nil {
+	if err := rewriteEach(b.Context(), p.md, p.dyn, w, p.inFlight); err != nil {
 		b.Fatal(err)
 	}
 	r := writeTotals{objects: float64(p.n), wall: time.Since(p.meter.startWall)}
@@ -175,8 +178,8 @@ func (p *writePasses) pass(b *testing.B, w writeRequest) writeTotals {
 }
 
 // rewriteEach lists the widgets in chunks of 500 (metadata only, unless w
-// needs the whole object) and sends w for each, 32 at a time.
-func rewriteEach(ctx context.Context, md metadata.Getter, dyn dynamic.NamespaceableResourceInterface, w writeRequest) error {
+// needs the whole object) and sends w for each, inFlight at a time.
+func rewriteEach(ctx context.Context, md metadata.Getter, dyn dynamic.NamespaceableResourceInterface, w writeRequest, inFlight int) error {
 	token := ""
 	for {
 		var items []unstructured.Unstructured
@@ -205,7 +208,7 @@ func rewriteEach(ctx context.Context, md metadata.Getter, dyn dynamic.Namespacea
 			token = list.Continue
 		}
 		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(32)
+		g.SetLimit(inFlight)
 		for i := range items {
 			obj := &items[i]
 			g.Go(func() error {
