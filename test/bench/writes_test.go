@@ -50,6 +50,11 @@ var writeRequests = []writeRequest{
 	{name: "merge patch, uid and resourceVersion (svm)", preconditioned: true, write: patchWith(types.MergePatchType, func(obj *unstructured.Unstructured) []byte {
 		return fmt.Appendf(nil, `{"metadata":{"uid":%q,"resourceVersion":%q}}`, obj.GetUID(), obj.GetResourceVersion())
 	})},
+	{name: "merge patch, uid and resourceVersion, the whole object answered", preconditioned: true, write: func(ctx context.Context, _ metadata.Getter, dyn dynamic.NamespaceableResourceInterface, obj *unstructured.Unstructured) error {
+		body := fmt.Appendf(nil, `{"metadata":{"uid":%q,"resourceVersion":%q}}`, obj.GetUID(), obj.GetResourceVersion())
+		_, err := dyn.Namespace(obj.GetNamespace()).Patch(ctx, obj.GetName(), types.MergePatchType, body, fieldManager)
+		return err
+	}},
 	{name: "empty merge patch", write: patchWith(types.MergePatchType, func(*unstructured.Unstructured) []byte { return []byte(`{}`) })},
 	{name: "JSON patch testing the resourceVersion", preconditioned: true, write: patchWith(types.JSONPatchType, func(obj *unstructured.Unstructured) []byte {
 		return fmt.Appendf(nil, `[{"op":"test","path":"/metadata/resourceVersion","value":%q}]`, obj.GetResourceVersion())
