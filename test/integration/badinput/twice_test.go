@@ -33,7 +33,12 @@ func (s *suite) twoMigrations(t *testing.T) {
 	s.env.CreateMigration(t, "twice-2", r.GVR("v1"))
 	sawWaiting := false
 	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		first, second := s.env.GetMigration(t, "twice-1"), s.env.GetMigration(t, "twice-2")
+		// twice-2 is read before twice-1: a finished migration stays
+		// finished, so twice-1 unfinished after twice-2 was seen running
+		// means they ran at once. Read the other way round, twice-1 could
+		// finish and twice-2 start between the two reads.
+		second := s.env.GetMigration(t, "twice-2")
+		first := s.env.GetMigration(t, "twice-1")
 		if second.HasCondition(migrationv1alpha1.MigrationRunning) && !first.IsFinished() {
 			t.Errorf("twice-2 runs while twice-1 has not finished: %+v", first.Status.Conditions)
 		}
