@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -58,13 +57,7 @@ var priceSettings = [][]string{
 // n objects, one pass each. It returns the passes and a note with the
 // curve.
 func apfPrice(b *testing.B, n int) ([]result, string) {
-	settings := priceSettings
-	if v := os.Getenv("SVM_BENCH_PRICE_SETTINGS"); v != "" {
-		settings = nil
-		for _, s := range strings.Split(v, ";") {
-			settings = append(settings, strings.Fields(s))
-		}
-	}
+	settings := flagSets("SVM_BENCH_PRICE_SETTINGS", priceSettings)
 	env, w, probe := sharedServer(b, "custom resources, the price to another client", n)
 	var results []result
 	var points []string

@@ -51,7 +51,7 @@ func equalRatePrice(b *testing.B, n, rounds int) ([]result, string) {
 
 		// svm at that rate.
 		qps := strconv.Itoa(int(math.Round(rate)))
-		for _, flags := range atRateFlags() {
+		for _, flags := range flagSets("SVM_BENCH_AT_RATE_FLAGS", [][]string{nil}) {
 			name := strings.Join(append([]string{"svm --qps " + qps}, flags...), " ")
 			s, svmIdle, reads := sharedPass(b, env, w, probe, svmShared(b, env, name+" (the in-tree migrator's rate)", append([]string{"--qps", qps}, flags...)...))
 			row(round, name, s.rate(), svmIdle, latencies(reads, time.Time{}, time.Time{}))
@@ -64,12 +64,13 @@ func equalRatePrice(b *testing.B, n, rounds int) ([]result, string) {
 	return results, note
 }
 
-// atRateFlags are the flag sets SVM_BENCH_AT_RATE_FLAGS lists (see
-// equalRatePrice), svm's defaults alone when it is unset.
-func atRateFlags() [][]string {
-	v, ok := os.LookupEnv("SVM_BENCH_AT_RATE_FLAGS")
-	if !ok {
-		return [][]string{nil}
+// flagSets are the sets of svm's flags the environment variable name
+// lists, sets apart by ";" (an empty set is svm's defaults), or def when
+// it is unset or empty.
+func flagSets(name string, def [][]string) [][]string {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
 	}
 	var sets [][]string
 	for _, set := range strings.Split(v, ";") {

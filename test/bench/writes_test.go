@@ -44,15 +44,17 @@ func patchWith(pt types.PatchType, body func(obj *unstructured.Unstructured) []b
 	}
 }
 
+// svmPatch is the body of svm's write: obj's uid and resourceVersion.
+func svmPatch(obj *unstructured.Unstructured) []byte {
+	return fmt.Appendf(nil, `{"metadata":{"uid":%q,"resourceVersion":%q}}`, obj.GetUID(), obj.GetResourceVersion())
+}
+
 // writeRequests are the requests that re-encode an object without changing
 // it, or claim to.
 var writeRequests = []writeRequest{
-	{name: "merge patch, uid and resourceVersion (svm)", preconditioned: true, write: patchWith(types.MergePatchType, func(obj *unstructured.Unstructured) []byte {
-		return fmt.Appendf(nil, `{"metadata":{"uid":%q,"resourceVersion":%q}}`, obj.GetUID(), obj.GetResourceVersion())
-	})},
+	{name: "merge patch, uid and resourceVersion (svm)", preconditioned: true, write: patchWith(types.MergePatchType, svmPatch)},
 	{name: "merge patch, uid and resourceVersion, the whole object answered", preconditioned: true, write: func(ctx context.Context, _ metadata.Getter, dyn dynamic.NamespaceableResourceInterface, obj *unstructured.Unstructured) error {
-		body := fmt.Appendf(nil, `{"metadata":{"uid":%q,"resourceVersion":%q}}`, obj.GetUID(), obj.GetResourceVersion())
-		_, err := dyn.Namespace(obj.GetNamespace()).Patch(ctx, obj.GetName(), types.MergePatchType, body, fieldManager)
+		_, err := dyn.Namespace(obj.GetNamespace()).Patch(ctx, obj.GetName(), types.MergePatchType, svmPatch(obj), fieldManager)
 		return err
 	}},
 	{name: "empty merge patch", write: patchWith(types.MergePatchType, func(*unstructured.Unstructured) []byte { return []byte(`{}`) })},
@@ -74,11 +76,12 @@ var writeRequests = []writeRequest{
 // BenchmarkWriteRequests measures, on the real API server, each request
 // that makes it re-encode a custom resource without changing it: the API
 // server's CPU and the bytes etcd receives per object, the rate at
-// SVM_BENCH_WRITES_IN_FLIGHT requests in flight (default 32), and whether the objects' content (managedFields
-// included) is what it was. Each pass flips the storage version first, so
-// every request stores new bytes. The requests take turns within each
-// round, in reverse order every other round (inTurn), so that neither a
-// machine whose speed drifts nor the direction of the flip favours one. A strategic merge patch is not
+// SVM_BENCH_WRITES_IN_FLIGHT requests in flight (default 32), and whether
+// the objects' content (managedFields included) is what it was. Each pass
+// flips the storage version first, so every request stores new bytes. The
+// requests take turns within each round, in reverse order every other
+// round (inTurn), so that neither a machine whose speed drifts nor the
+// direction of the flip favours one. A strategic merge patch is not
 // listed: the API server refuses it for custom resources (415).
 // SVM_BENCH_OBJECTS sets the number of objects (default 5000),
 // SVM_BENCH_ROUNDS the rounds (default 3), SVM_BENCH_ONLY the requests.

@@ -32,6 +32,9 @@ const (
 // the kernel drops when the holder exits, however it exits.
 var reservationDir = filepath.Join(os.TempDir(), "svm-ports-"+strconv.Itoa(os.Getuid()))
 
+// makeReservationDir creates reservationDir, once per process.
+var makeReservationDir = sync.OnceValue(func() error { return os.MkdirAll(reservationDir, 0o700) })
+
 // forTheProcess keeps the reservations of FreePorts referenced: a file the
 // garbage collector finalizes is closed, and its lock with it.
 var forTheProcess struct {
@@ -42,7 +45,7 @@ var forTheProcess struct {
 // reservePort takes port's reservation, or reports false when another
 // holder (another process, or another control plane of this one) has it.
 func reservePort(port int) (*os.File, bool, error) {
-	if err := os.MkdirAll(reservationDir, 0o700); err != nil {
+	if err := makeReservationDir(); err != nil {
 		return nil, false, fmt.Errorf("create port reservation directory: %w", err)
 	}
 	f, err := os.OpenFile(filepath.Join(reservationDir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o600)

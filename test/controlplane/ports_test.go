@@ -50,7 +50,8 @@ func TestAReservedPortIsNotPickedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range picked {
-		if _, ok, _ := reservePort(p); ok {
+		if f, ok, _ := reservePort(p); ok {
+			f.Close()
 			t.Errorf("port %d of a running control plane is not reserved", p)
 		}
 	}
