@@ -50,8 +50,14 @@ func (c *tally) totalBut(except ...string) int {
 	return total
 }
 
-// RequestCounter counts the HTTP requests a client sends, by method.
-type RequestCounter struct{ tally }
+// RequestCounter counts the HTTP requests a client sends, by method, and
+// notes the paths its writes succeeded at.
+type RequestCounter struct {
+	tally
+	// succeeded counts, by method and path, the requests the server
+	// answered with success.
+	succeeded tally
+}
 
 // Count returns the number of requests sent with method ("" for all).
 func (c *RequestCounter) Count(method string) int {
@@ -61,6 +67,13 @@ func (c *RequestCounter) Count(method string) int {
 	return c.totalBut()
 }
 
+// Succeeded reports whether a request with method to the URL path (such as
+// /apis/example.com/v1/namespaces/ns/widgets/name) was answered with
+// success.
+func (c *RequestCounter) Succeeded(method, path string) bool {
+	return c.succeeded.get(method+" "+path) > 0
+}
+
 // Counting returns a copy of cfg whose requests are counted.
 func Counting(cfg *rest.Config) (*rest.Config, *RequestCounter) {
 	counter := &RequestCounter{}
@@ -68,7 +81,11 @@ func Counting(cfg *rest.Config) (*rest.Config, *RequestCounter) {
 	c.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 			counter.add(req.Method)
-			return rt.RoundTrip(req)
+			resp, err := rt.RoundTrip(req)
+			if err == nil && resp.StatusCode/100 == 2 {
+				counter.succeeded.add(req.Method + " " + req.URL.Path)
+			}
+			return resp, err
 		})
 	})
 	return c, counter
