@@ -46,7 +46,11 @@ import (
 // 1/surgeFactor of the best (someone else's load arrived, or the server
 // slowed down). One such epoch alone is a stall that every client waits
 // out alike (a garbage collection, a slow disk write), and is left out of
-// the points.
+// the points. A slowdown, slowdownEpochs in a row at or past the knee
+// under slowdownFraction of the best, is a surge too: a server already
+// slow that saturates at fewer writes loses less than half its rate, and
+// the points of the faster server would hold the knee where it was until
+// they aged out.
 // Either halves the window, at most once per smoothed latency since the
 // writes already in flight saw the same queue, and a surge also forgets
 // the points, so that the busier server is learnt from scratch: its first
@@ -96,7 +100,10 @@ type pacer struct {
 	// stalled is set by an epoch that looked like a surge: the next one
 	// decides whether it was one.
 	stalled bool
-	last    PacerDecision
+	// slow counts the epochs in a row at or past the knee under
+	// slowdownFraction of the best rate.
+	slow int
+	last PacerDecision
 }
 
 // epoch accumulates the answers to writes sent since the last decision:
@@ -128,16 +135,34 @@ type curvePoint struct{ inflight, rate float64 }
 // tried.
 type curveKnee struct{ best, knee, least, most float64 }
 
+// kneeOf reads the knee from the points. Each point's rate is read as the
+// mean of the rates measured at about its writes in flight (within
+// sameWindow), not alone: the window returns to the same few values
+// (the probes above and below the knee), and the best of a dozen noisy
+// epochs is mostly noise. Read alone, on a curve that is flat (a server
+// saturated at fewer writes than any tried), the noisy best falls at the
+// most writes tried as often as not, and reads as a knee that may lie
+// beyond them: the window grew on a server that answers one write at a
+// time.
 func kneeOf(points []curvePoint) curveKnee {
 	k := curveKnee{least: math.Inf(1)}
-	for _, pt := range points {
-		k.best = max(k.best, pt.rate)
+	smoothed := make([]float64, len(points))
+	for i, pt := range points {
+		sum, n := 0.0, 0
+		for _, other := range points {
+			if math.Abs(math.Log(other.inflight/pt.inflight)) <= sameWindow {
+				sum += other.rate
+				n++
+			}
+		}
+		smoothed[i] = sum / float64(n)
+		k.best = max(k.best, smoothed[i])
 		k.least = min(k.least, pt.inflight)
 		k.most = max(k.most, pt.inflight)
 	}
 	k.knee = k.most
-	for _, pt := range points {
-		if pt.rate >= kneeFraction*k.best {
+	for i, pt := range points {
+		if smoothed[i] >= kneeFraction*k.best {
 			k.knee = min(k.knee, pt.inflight)
 		}
 	}
@@ -200,6 +225,15 @@ const (
 	// surgeFactor is how much below the best rate an epoch at or past the
 	// knee must fall for the pacer to back off at once.
 	surgeFactor = 2
+	// sameWindow is how far apart, in log writes in flight, two points
+	// may be and still be read as measures of the same point of the
+	// curve: a tenth.
+	sameWindow = 0.1
+	// slowdownFraction and slowdownEpochs: that many epochs in a row at
+	// or past the knee under slowdownFraction of the best rate are a
+	// slowdown, as a surge is.
+	slowdownFraction = 0.8
+	slowdownEpochs   = 3
 	// smoothing is how many answers the smoothed latency roughly
 	// averages, TCP's 8.
 	smoothing = 8
@@ -394,10 +428,29 @@ func (p *pacer) endEpoch(now time.Time, latency time.Duration) {
 // surge, or a stall left out of the points).
 func (p *pacer) overridden(now time.Time, latency time.Duration, point curvePoint) bool {
 	if len(p.samples) < 3 {
-		p.stalled = false
+		p.stalled, p.slow = false, 0
 		return false
 	}
 	k := kneeOf(p.samples)
+	if point.inflight >= k.knee {
+		if point.rate < slowdownFraction*k.best {
+			p.slow++
+		} else {
+			p.slow = 0
+		}
+	}
+	if p.slow >= slowdownEpochs {
+		// A slowdown: the server no longer gets the rate the points
+		// promise at the knee, though never half as slow as a surge
+		// (another client's load, or a server saturated at fewer writes
+		// than the knee). The points describe a server that is gone, and
+		// would hold the knee where it was until they aged out, a dozen
+		// epochs: the busier server is learnt from scratch, as after a
+		// surge.
+		p.slow, p.stalled = 0, false
+		p.backOff(now, latency, true)
+		return true
+	}
 	if point.inflight >= k.knee && point.rate < k.best/surgeFactor {
 		if p.stalled {
 			p.stalled = false
@@ -419,7 +472,7 @@ func (p *pacer) overridden(now time.Time, latency time.Duration, point curvePoin
 		// client's load left, or the server has room again), and they
 		// would hold the window where it was until they aged out:
 		// forgotten, the window grows from here.
-		p.samples, p.relearning = nil, false
+		p.samples, p.relearning, p.slow = nil, false, 0
 	}
 	return false
 }
@@ -437,7 +490,7 @@ func (p *pacer) backOff(now time.Time, latency time.Duration, surge bool) {
 	}
 	p.calmUntil = now.Add(max(latency, p.smoothed))
 	if surge {
-		p.samples, p.knee, p.relearning = nil, 0, true
+		p.samples, p.knee, p.relearning, p.slow = nil, 0, true, 0
 	}
 	p.newEpoch(now)
 	p.decide(PacerBackOff, math.Floor(p.limit/2))
