@@ -210,12 +210,13 @@ func TestPacerFindsTheSeatWhenAServerSaturatesMidway(t *testing.T) {
 	// A server with room for 16 writes turns, mid-migration, into one
 	// that answers one write at a time (53ms each): within 450 answers
 	// the window must be down to half the workers or fewer and stay
-	// there, for every draw of the noise, as the faults scenario
-	// "adaptive pacing" asks of the real engine (before a surge forgot the
+	// there, for every draw of the noise. (Before a surge forgot the
 	// curve and grew back to 16, a flat curve was descended a tenth at a
-	// time, and most draws failed; 350 before a surge took a second slow
-	// epoch to confirm, which shifts the descent of the seat's flat curve
-	// by an epoch).
+	// time, and most draws failed; 350 answers before a surge took a
+	// second slow epoch to confirm, which shifts the descent by an epoch.
+	// The faults scenario "adaptive pacing" asks the real engine for 10:
+	// its seat's curve still rises a little where svm's own turn between
+	// an answer and the next write shows; this one is flat.)
 	const converge, watch = 450, 200
 	// noise returns, for a write sent at sent, the factor its time is
 	// multiplied by.
@@ -232,7 +233,7 @@ func TestPacerFindsTheSeatWhenAServerSaturatesMidway(t *testing.T) {
 		// Every answer up to a quarter faster or slower.
 		{"noisy answers", func(rng *rand.Rand, _ time.Time) float64 { return 0.75 + 0.5*rng.Float64() }, false},
 		// The machine's speed drifting, as on two shared cores under a
-		// full test run: up to a quarter faster or slower for a random
+		// full test run: up to half faster or slower for a random
 		// 0.2 to 2 seconds at a time, so that whole epochs are, and a
 		// tenth more noise on each answer. On the seat's flat curve the
 		// best epoch then lies at any window, the most tried as often as
