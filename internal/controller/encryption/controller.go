@@ -80,6 +80,13 @@ type Controller struct {
 
 	begin   sync.Once
 	waiting string // the last reason to wait logged
+	// lastLook is when the last look began, and lastSeen what it saw:
+	// the configuration the servers agreed on, or why they did not.
+	lastLook time.Time
+	lastSeen string
+	// changedAfter is a time the servers' agreement is known to be newer
+	// than: the beginning of the last look that saw something else.
+	changedAfter time.Time
 }
 
 // SetupWithManager adds the controller to mgr. It runs with leadership.

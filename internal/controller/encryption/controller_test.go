@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,8 +76,9 @@ process_start_time_seconds 1.7e+09
 `
 }
 
-// serve starts an HTTPS server answering /metrics as s would.
-func serve(t *testing.T, s apiServer) *httptest.Server {
+// serve starts an HTTPS server answering /metrics as the server s returns
+// at the time would.
+func serve(t *testing.T, s func() apiServer) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/metrics" {
@@ -84,7 +86,7 @@ func serve(t *testing.T, s apiServer) *httptest.Server {
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		fmt.Fprint(w, metricsOf(s))
+		fmt.Fprint(w, metricsOf(s()))
 	}))
 	t.Cleanup(srv.Close)
 	return srv
@@ -148,7 +150,10 @@ func condition(t migrationv1alpha1.MigrationConditionType, at time.Time) *migrat
 // env is a controller over fakes of everything it reads and writes, and
 // real HTTPS servers for the API servers' metrics.
 type env struct {
-	c        *Controller
+	c *Controller
+	// servers are the API servers as their metrics tell them now.
+	mu       sync.Mutex
+	servers  []apiServer
 	client   client.Client
 	clock    *clocktesting.FakeClock
 	recorder *events.FakeRecorder
@@ -167,11 +172,12 @@ type setup struct {
 func newEnv(t *testing.T, s setup) *env {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(t0)
+	e := &env{servers: slices.Clone(s.servers)}
 	var endpoints []string
 	var leases []runtime.Object
 	var ca []byte
-	for _, srv := range s.servers {
-		ts := serve(t, srv)
+	for i, srv := range s.servers {
+		ts := serve(t, func() apiServer { e.mu.Lock(); defer e.mu.Unlock(); return e.servers[i] })
 		endpoints = append(endpoints, ts.URL)
 		ca = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
 		leases = append(leases, identityLease(srv.id, t0.Add(-5*time.Second)))
@@ -191,7 +197,7 @@ func newEnv(t *testing.T, s setup) *env {
 	cl := fake.NewClientBuilder().WithScheme(scheme.Scheme).
 		WithStatusSubresource(&migrationv1alpha1.StorageState{}, &migrationv1alpha1.StorageVersionMigration{}).
 		WithObjects(s.objects...).WithInterceptorFuncs(funcs).Build()
-	e := &env{client: cl, clock: clk, recorder: events.NewFakeRecorder(100), disc: served()}
+	e.client, e.clock, e.recorder, e.disc = cl, clk, events.NewFakeRecorder(100), served()
 	e.c = &Controller{
 		Client: cl, Reader: cl, Leases: kubefake.NewClientset(leases...).CoordinationV1(), Discovery: e.disc,
 		Config:    &rest.Config{Host: endpoints[0], TLSClientConfig: rest.TLSClientConfig{CAData: ca}},
@@ -200,6 +206,13 @@ func newEnv(t *testing.T, s setup) *env {
 	}
 	e.c.setDefaults()
 	return e
+}
+
+// setServer changes what the i-th API server's metrics tell.
+func (e *env) setServer(i int, s apiServer) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.servers[i] = s
 }
 
 func (e *env) reconcile(t *testing.T) reconcile.Result {
@@ -349,6 +362,44 @@ func TestReconcileRecordsSucceededReencryption(t *testing.T) {
 	}
 	if got := e.reasons(); !slices.Equal(got, []string{ReasonReencrypted}) {
 		t.Errorf("events %v, want %s", got, ReasonReencrypted)
+	}
+}
+
+func TestReconcileCreditsNoMigrationMadeBeforeTheServersChanged(t *testing.T) {
+	// The API server has had configuration 1 for an hour, and the
+	// trigger's migration of Secrets ten minutes ago re-encrypted them
+	// under it. Then it loads configuration 2, and the next look reads its
+	// metrics torn: the new hash, with the time of the reload before. The
+	// migration of ten minutes ago, made before the last look saw
+	// configuration 1, must not be taken for a re-encryption under 2.
+	loaded := t0.Add(-time.Hour)
+	e := newEnv(t, setup{
+		servers:   []apiServer{{id: "apiserver-a", config: config1, loadedAt: loaded}},
+		resources: []string{"secrets"},
+		objects: []client.Object{
+			storageState("secrets", &migrationv1alpha1.StorageEncryption{ConfigHash: config1, RewrittenConfigHash: config1}),
+			reencryption("secrets-first-round", "secrets", "", t0.Add(-10*time.Minute), condition(migrationv1alpha1.MigrationSucceeded, t0.Add(-9*time.Minute))),
+		},
+	})
+	e.reconcile(t)
+	if got := e.encryption(t, "secrets"); got.RewrittenConfigHash != config1 || len(e.migrations(t)) != 1 {
+		t.Fatalf("status.encryption = %+v with %d migrations, want configuration 1 rewritten and nothing new", got, len(e.migrations(t)))
+	}
+	e.clock.Step(time.Minute)
+	e.setServer(0, apiServer{id: "apiserver-a", config: config2, loadedAt: loaded})
+	e.reconcile(t)
+	got := e.encryption(t, "secrets")
+	if got.RewrittenConfigHash != config1 || got.ConfigHash != config2 {
+		t.Errorf("status.encryption = %+v, want configuration 2 current and 1 still the one rewritten", got)
+	}
+	var created []string
+	for _, m := range e.migrations(t) {
+		if m.Annotations[rotation.ConfigHashAnnotation] == config2 {
+			created = append(created, m.Name)
+		}
+	}
+	if len(created) != 1 {
+		t.Errorf("re-encryptions under configuration 2: %v, want one", created)
 	}
 }
 

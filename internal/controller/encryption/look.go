@@ -45,10 +45,12 @@ func Look(ctx context.Context, leases coordinationv1.LeasesGetter, cfg *rest.Con
 // loaded, together, as the metrics and the log tell it.
 func (c *Controller) lookAtServers(ctx context.Context) rotation.Agreement {
 	log := klog.FromContext(ctx)
-	a, err := Look(ctx, c.Leases, c.Config, c.Endpoints, c.Clock.Now())
+	now := c.Clock.Now()
+	a, err := Look(ctx, c.Leases, c.Config, c.Endpoints, now)
 	if err != nil {
 		log.Error(err, "API servers not known from their identity leases; taking the ones reached to be all")
 	}
+	c.notBeforeLastChange(&a, now)
 	servers := make([]metrics.EncryptionServer, 0, len(a.Servers))
 	for _, s := range a.Servers {
 		servers = append(servers, metrics.EncryptionServer{IDHash: s.IDHash, ConfigHash: s.ConfigHash, Reached: s.Reached})
@@ -64,4 +66,31 @@ func (c *Controller) lookAtServers(ctx context.Context) rotation.Agreement {
 		c.waiting = a.Waiting
 	}
 	return a
+}
+
+// notBeforeLastChange keeps a.Since, when the servers last loaded the
+// configuration they agree on, after the beginning of the last look that
+// saw them otherwise: they loaded it after that look read them.
+//
+// a.Since is what the servers' metrics say, and one read of them can be
+// torn: kube-apiserver records a reload's time and then its
+// configuration's hash, in two metrics that a read gathers apart, and a
+// read that takes the time before a reload and the hash after it pairs
+// the new hash with the previous reload's time. Taken as it is, that time
+// would credit a migration made before the new configuration was loaded
+// (the trigger's first round, say) with re-encrypting under it, and svm
+// would say the old keys are no longer needed while objects are still
+// under them.
+func (c *Controller) notBeforeLastChange(a *rotation.Agreement, now time.Time) {
+	seen := "waiting: " + a.Waiting
+	if a.Agreed {
+		seen = "agreed: " + a.ConfigHash
+	}
+	if !c.lastLook.IsZero() && seen != c.lastSeen {
+		c.changedAfter = c.lastLook
+	}
+	c.lastLook, c.lastSeen = now, seen
+	if a.Agreed && a.Since.Before(c.changedAfter) {
+		a.Since = c.changedAfter
+	}
 }
