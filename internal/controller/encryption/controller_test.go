@@ -366,9 +366,9 @@ func TestReconcileRecordsSucceededReencryption(t *testing.T) {
 }
 
 func TestReconcileCreditsNoMigrationMadeBeforeTheServersChanged(t *testing.T) {
-	// The API server has had configuration 1 for an hour, and the
-	// trigger's migration of Secrets ten minutes ago re-encrypted them
-	// under it. Then it loads configuration 2, and the next look reads its
+	// The API server has had configuration 1 for an hour, and a
+	// migration of Secrets made ten minutes ago re-encrypted them under
+	// it. Then it loads configuration 2, and the next look reads its
 	// metrics torn: the new hash, with the time of the reload before. The
 	// migration of ten minutes ago, made before the last look saw
 	// configuration 1, must not be taken for a re-encryption under 2.
