@@ -139,11 +139,8 @@ type curveKnee struct{ best, knee, least, most float64 }
 // mean of the rates measured at about its writes in flight (within
 // sameWindow), not alone: the window returns to the same few values
 // (the probes above and below the knee), and the best of a dozen noisy
-// epochs is mostly noise. Read alone, on a curve that is flat (a server
-// saturated at fewer writes than any tried), the noisy best falls at the
-// most writes tried as often as not, and reads as a knee that may lie
-// beyond them: the window grew on a server that answers one write at a
-// time.
+// epochs is mostly noise. On a machine whose speed drifts, the mean kept
+// 4 to 8% more of the rate in simulation (docs/design.md#pacing).
 func kneeOf(points []curvePoint) curveKnee {
 	k := curveKnee{least: math.Inf(1)}
 	smoothed := make([]float64, len(points))

@@ -125,13 +125,9 @@ func (l *paceLog) Paced(_ schema.GroupResource, s migrator.PacerState) {
 
 // maxWindow is the largest window decided between from and to.
 func (l *paceLog) maxWindow(from, to time.Time) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	most := 0
-	for _, d := range l.decisions {
-		if !d.at.Before(from) && !d.at.After(to) {
-			most = max(most, d.state.Window)
-		}
+	for _, d := range l.between(from, to).decisions {
+		most = max(most, d.state.Window)
 	}
 	return most
 }

@@ -250,8 +250,9 @@ func TestConcurrentWritersLoseNothing(t *testing.T) {
 			rewrittenFirst++
 		}
 	}
-	t.Logf("of the %d deleted: %d found gone, %d not listed, %d rewritten before their deletion", len(deleted), got.Gone, int64(n)-got.Listed, rewrittenFirst)
-	if unlisted := int64(n) - got.Listed; unlisted < 0 || got.Gone+unlisted+int64(rewrittenFirst) != int64(len(deleted)) {
+	unlisted := int64(n) - got.Listed
+	t.Logf("of the %d deleted: %d found gone, %d not listed, %d rewritten before their deletion", len(deleted), got.Gone, unlisted, rewrittenFirst)
+	if unlisted < 0 || got.Gone+unlisted+int64(rewrittenFirst) != int64(len(deleted)) {
 		t.Errorf("progress %+v: %d of %d not listed, want only objects deleted meanwhile (%d deleted: %d found gone, %d rewritten before their deletion)",
 			got, unlisted, n, len(deleted), got.Gone, rewrittenFirst)
 	}
