@@ -10,10 +10,8 @@ import (
 
 	"golang.org/x/time/rate"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
 	"github.com/svm-project/svm/internal/migrator"
@@ -63,14 +61,6 @@ func (f *EngineFlags) validate() error {
 func (f *EngineFlags) newMigrator(cfg *rest.Config, observer migrator.Observer) (*migrator.Migrator, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = -1, 0, nil
-	md, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
 	opts := migrator.Options{ChunkSize: f.ChunkSize, Workers: f.Workers, Observer: observer, DisablePacing: !f.AdaptivePacing}
 	if f.QPS > 0 {
 		burst := f.Burst
@@ -79,7 +69,7 @@ func (f *EngineFlags) newMigrator(cfg *rest.Config, observer migrator.Observer) 
 		}
 		opts.Limiter = rate.NewLimiter(rate.Limit(f.QPS), burst)
 	}
-	return migrator.New(md, disc, opts), nil
+	return migrator.New(cfg, opts)
 }
 
 // restConfig loads the client configuration named by the kubectl flags and

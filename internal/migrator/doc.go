@@ -5,15 +5,17 @@
 //
 // # Algorithm
 //
-// The resource is listed in chunks (500 objects by default) with continue
-// tokens, asking only for object metadata (PartialObjectMetadata): svm needs
-// nothing else, so its memory depends on the chunk size alone, whatever the
-// size or number of objects.
+// The resource is listed in chunks (at most 500 objects by default, fewer
+// when they are large: see maxChunkBytes) with continue tokens, as JSON.
+// The engine decodes only each object's metadata and keeps the rest as the
+// bytes it came in, so its memory depends on the chunk alone, whatever the
+// number of objects.
 //
-// Every listed object is rewritten with an empty JSON merge patch that
-// carries only metadata.uid and metadata.resourceVersion. The patch cannot
-// change content (it sets both fields to the values they already have), and
-// the resourceVersion acts as a precondition: the API server compares it with
+// Every listed object is rewritten with an Update whose body is those
+// bytes: the object as the API server served it, which it cannot change.
+// Of every request that makes the API server re-encode an object, it costs
+// the server the least CPU (docs/design.md measures them). The listed
+// resourceVersion acts as a precondition: the API server compares it with
 // the stored one before anything else, so an object written by someone else
 // since it was listed, or deleted and re-created under the same name, is
 // answered with 409 Conflict instead of being overwritten. Such an object has
@@ -38,7 +40,8 @@
 //
 // A migration given Request.ManagedFields also moves the managedFields
 // entries that name a retired version to the version kept, in the same
-// write: the patch then carries the object's new managedFields list too
+// write: a JSON merge patch then carries the object's new managedFields
+// list beside its uid and resourceVersion
 // (see internal/managedfields for how entries move). Another client's
 // write re-encodes an object but leaves its entries as they were, so such
 // an object is never skipped as written since the start: a conflict is

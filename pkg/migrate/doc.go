@@ -25,13 +25,12 @@
 // # What is promised
 //
 // No content changes. The resource is listed in chunks (Options.ChunkSize),
-// metadata only, and every listed object is written back with an empty
-// JSON merge patch that carries nothing but its metadata.uid and
-// metadata.resourceVersion as listed. The patch sets both to the values
-// they have, so it cannot change content; the API server re-encodes the
-// object in the current storage version (and under the current encryption
-// key) and stores it. Both fields act as preconditions: an object written,
-// or deleted and created again, since it was listed is refused with a
+// and every listed object is written back with an Update whose body is the
+// object exactly as the API server served it in the list, so it cannot
+// change content; the API server re-encodes the object in the current
+// storage version (and under the current encryption key) and stores it.
+// The listed resourceVersion is a precondition: an object written, or
+// deleted and created again, since it was listed is refused with a
 // conflict instead of being overwritten.
 //
 // Conflicts and deletions are skipped, not failures. An object refused
@@ -123,7 +122,8 @@
 //
 // For a CRD's resource (Resource needs only the first line):
 //
-//   - list and patch on the resource; watch too, which lets the engine
+//   - list and update on the resource (and patch, to move managedFields
+//     off a retired version); watch too, which lets the engine
 //     skip objects others write during the migration without a request
 //     (without it they cost a write answered with a conflict);
 //   - get on customresourcedefinitions and update on

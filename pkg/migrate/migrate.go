@@ -7,8 +7,6 @@ import (
 
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
 	"github.com/svm-project/svm/internal/migrator"
@@ -195,21 +193,16 @@ func migrateWith(ctx context.Context, m *migrator.Migrator, gvr schema.GroupVers
 	return out, res.StorageVersionHash, publicError(resources.DisplayName(gvr.GroupResource()), err)
 }
 
-// newEngine builds the engine over cfg as `svm migrate` does: a metadata
-// client (the engine reads nothing but metadata) and discovery, with the
+// newEngine builds the engine over cfg as `svm migrate` does, with the
 // engine's limiter as the one limit on requests.
 func newEngine(cfg *rest.Config, opts Options) (*migrator.Migrator, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = -1, 0, nil
-	md, err := metadata.NewForConfig(cfg)
+	m, err := migrator.New(cfg, opts.engineOptions())
 	if err != nil {
-		return nil, terminal(ReasonInvalidOptions, "build metadata client: %w", err)
+		return nil, terminal(ReasonInvalidOptions, "%w", err)
 	}
-	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, terminal(ReasonInvalidOptions, "build discovery client: %w", err)
-	}
-	return migrator.New(md, disc, opts.engineOptions()), nil
+	return m, nil
 }
 
 func countsOf(p migrator.Progress) Counts {

@@ -11,9 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
 	"github.com/svm-project/svm/internal/migrator"
@@ -32,22 +30,18 @@ func envInt(name string, def int) int {
 // wrote.
 type rewriter func(ctx context.Context, cfg *rest.Config) error
 
-// svmEngine is svm's strategy: a metadata-only list and a merge patch
-// carrying only uid and resourceVersion.
+// svmEngine is svm's strategy: a whole-object list and an Update of each
+// object as listed.
 func svmEngine(workers int) rewriter { return svmEngineFor(workers, framework.Widgets) }
 
 func svmEngineFor(workers int, gvr schema.GroupVersionResource) rewriter {
 	return func(ctx context.Context, cfg *rest.Config) error {
-		md, err := metadata.NewForConfig(cfg)
-		if err != nil {
-			return err
-		}
-		disc, err := discovery.NewDiscoveryClientForConfig(cfg)
-		if err != nil {
-			return err
-		}
 		// Unpaced: the ceiling search raises concurrency itself.
-		_, err = migrator.New(md, disc, migrator.Options{Workers: workers, DisablePacing: true}).Run(ctx, migrator.Request{Resource: gvr})
+		m, err := migrator.New(cfg, migrator.Options{Workers: workers, DisablePacing: true})
+		if err != nil {
+			return err
+		}
+		_, err = m.Run(ctx, migrator.Request{Resource: gvr})
 		return err
 	}
 }

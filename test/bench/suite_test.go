@@ -591,8 +591,8 @@ func svmProcessAs(name, kubeconfig string, args ...string) strategy {
 // svmBinary is built once per run.
 var svmBinary string
 
-// engine is svm's rewrite (metadata list, a merge patch of uid and
-// resourceVersion) in this process, with client limits off: the ceiling
+// engine is svm's rewrite (a whole-object list, an Update of each object
+// as listed) in this process, with client limits off: the ceiling
 // search.
 func engine(workers int) strategy {
 	return strategy{name: fmt.Sprintf("engine, %d workers", workers), run: func(ctx context.Context, w *workload) (usage, error) {

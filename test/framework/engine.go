@@ -3,8 +3,6 @@ package framework
 import (
 	"testing"
 
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
 	"github.com/svm-project/svm/internal/migrator"
@@ -17,13 +15,9 @@ import (
 func NewMigrator(t testing.TB, cfg *rest.Config, opts migrator.Options) (*migrator.Migrator, *RequestCounter) {
 	t.Helper()
 	cfg, counter := Counting(cfg)
-	md, err := metadata.NewForConfig(cfg)
+	m, err := migrator.New(cfg, opts)
 	if err != nil {
-		t.Fatalf("build metadata client: %v", err)
+		t.Fatalf("build the engine: %v", err)
 	}
-	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		t.Fatalf("build discovery client: %v", err)
-	}
-	return migrator.New(md, disc, opts), counter
+	return m, counter
 }

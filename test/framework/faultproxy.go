@@ -164,9 +164,13 @@ func (l FaultLog) Failed() int {
 	return len(l.Filter(func(r FaultRecord) bool { return r.Fault.Fails() || r.Abandoned || r.ClientError }))
 }
 
-// Writes returns the number of PATCH requests that reached the API server.
+// Writes returns the number of svm's writes that reached the API server:
+// PUT (an object rewritten as listed) and PATCH (managedFields moved off
+// a retired version).
 func (l FaultLog) Writes() int {
-	return len(l.Filter(func(r FaultRecord) bool { return r.Method == http.MethodPatch && r.Forwarded }))
+	return len(l.Filter(func(r FaultRecord) bool {
+		return (r.Method == http.MethodPut || r.Method == http.MethodPatch) && r.Forwarded
+	}))
 }
 
 // Repeats returns the number of requests that repeat an earlier one (the

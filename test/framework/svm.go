@@ -192,6 +192,14 @@ func (e *Env) ServerRequests(t testing.TB, verb, resource string) int {
 	}))
 }
 
+// ServerWrites is the API server's own count of svm's kinds of write to
+// resource: PUT (an object rewritten as listed) and PATCH (its
+// managedFields moved off a retired version).
+func (e *Env) ServerWrites(t testing.TB, resource string) int {
+	t.Helper()
+	return e.ServerRequests(t, "PUT", resource) + e.ServerRequests(t, "PATCH", resource)
+}
+
 // Running reports whether the process has not exited.
 func (p *Process) Running() bool {
 	select {

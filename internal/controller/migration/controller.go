@@ -49,13 +49,15 @@ const FieldManager = "svm-migration-controller"
 // and patch. Watch reads nothing list does not; it lets a migration skip
 // objects others wrote while it ran.
 // Migrations are read from the cache (list and watch, never get) and
-// written with merge patches only.
+// written with merge patches only. Objects are written back with an
+// Update (the engine's rewrite) or a merge patch (managedFields moved off a
+// retired version).
 //
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations,verbs=list;watch;patch
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations/status,verbs=patch
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storagestates,verbs=list
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=*,resources=*,verbs=list;watch;patch
+// +kubebuilder:rbac:groups=*,resources=*,verbs=list;watch;update;patch
 
 // Reconciler schedules and runs StorageVersionMigrations.
 type Reconciler struct {

@@ -332,7 +332,7 @@ func TestCRDWithTheDocumentedRBAC(t *testing.T) {
 	role := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: ns},
 		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{r.Group}, Resources: []string{r.Plural}, Verbs: []string{"list", "watch", "patch"}},
+			{APIGroups: []string{r.Group}, Resources: []string{r.Plural}, Verbs: []string{"list", "watch", "update", "patch"}},
 			{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"get"}, ResourceNames: []string{r.CRDName()}},
 		},
 	}

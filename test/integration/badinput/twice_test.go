@@ -27,7 +27,7 @@ func (s *suite) twoMigrations(t *testing.T) {
 	env.CreateObjects(t, r, []string{"badinput-twice"}, n)
 	env.FlipStorage(t, r)
 	before := env.TakeSnapshot(t, r.GVR("v1"))
-	patches := env.ServerRequests(t, "PATCH", r.Plural)
+	writesBefore := env.ServerWrites(t, r.Plural)
 
 	s.env.CreateMigration(t, "twice-1", r.GVR("v1"))
 	s.env.CreateMigration(t, "twice-2", r.GVR("v1"))
@@ -71,7 +71,7 @@ func (s *suite) twoMigrations(t *testing.T) {
 	}
 	env.ExpectStored(t, r.EtcdPrefix(), map[string]int{r.Group + "/v2": n})
 	env.ExpectUnchanged(t, r.GVR("v1"), before)
-	writes := env.ServerRequests(t, "PATCH", r.Plural) - patches
+	writes := env.ServerWrites(t, r.Plural) - writesBefore
 	if writes != 2*n {
 		t.Errorf("%d write requests, want %d: one per object and migration", writes, 2*n)
 	}

@@ -149,7 +149,7 @@ func (s *suite) deleteCRDMidMigration(t *testing.T, r framework.Resource, name s
 	if left := env.RawValues(t, r.EtcdPrefix()); len(left) != 0 {
 		t.Errorf("%d objects of the deleted CRD left in etcd", len(left))
 	}
-	return m, s.controllerMetric(t, requests, r, "verb", "patch")
+	return m, s.controllerMetric(t, requests, r, "verb", "update") + s.controllerMetric(t, requests, r, "verb", "patch")
 }
 
 // namespaceDeleted deletes a namespace between two chunks. The list goes on
@@ -206,7 +206,7 @@ func (s *suite) namespaceDeleted(t *testing.T) {
 	}
 	// One write per listed object, but for the deleted objects svm knew
 	// of before writing them.
-	writes := requests.Count("PATCH")
+	writes := requests.Count("PUT")
 	if writes != n-int(p.SkippedWithoutWrite) || p.SkippedWithoutWrite >= n/3 {
 		t.Errorf("%d writes, %d objects skipped without one: want one write per listed object (%d) but those, and at least one 404", writes, p.SkippedWithoutWrite, n)
 	}
@@ -285,7 +285,7 @@ func (s *suite) objectsBeingDeleted(t *testing.T) {
 	if err := env.CP.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	patches := env.ServerRequests(t, "PATCH", r.Plural)
+	updates := env.ServerWrites(t, r.Plural)
 	code, stdout, stderr := framework.RunSVM(t, kubeconfig, 2*time.Minute, "migrate", r.CRDName())
 	if code != 0 {
 		t.Fatalf("svm migrate exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
@@ -293,7 +293,7 @@ func (s *suite) objectsBeingDeleted(t *testing.T) {
 	if want := fmt.Sprintf("%s: done: %d listed: migrated %d (re-stored %d, already current 0), written since the start 0, gone 0, failed 0 in ", r.CRDName(), n, n, n); !strings.Contains(stdout, want) {
 		t.Errorf("summary lacks %q:\n%s", want, stdout)
 	}
-	writes := env.ServerRequests(t, "PATCH", r.Plural) - patches
+	writes := env.ServerWrites(t, r.Plural) - updates
 	env.ExpectStored(t, r.EtcdPrefix(), map[string]int{r.Group + "/v2": n})
 	// deletionTimestamp, deletionGracePeriodSeconds and finalizers are part
 	// of the snapshot: unchanged.

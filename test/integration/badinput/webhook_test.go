@@ -45,7 +45,7 @@ func (s *suite) webhookTimesOut(t *testing.T) {
 			return &admissionv1.AdmissionResponse{Allowed: true}
 		},
 	})
-	patches := env.ServerRequests(t, "PATCH", r.Plural)
+	updates := env.ServerWrites(t, r.Plural)
 	s.env.CreateMigration(t, "slowhook", r.GVR("v1"))
 	// The backoff of ten attempts adds up to about a minute, and each
 	// attempt waits a second for the webhook: about 70s per object, and
@@ -81,7 +81,7 @@ func (s *suite) webhookTimesOut(t *testing.T) {
 			t.Errorf("webhook called %d times for %s, want a few retries and at most %d", calls, key, attempts)
 		}
 	}
-	writes := env.ServerRequests(t, "PATCH", r.Plural) - patches
+	writes := env.ServerWrites(t, r.Plural) - updates
 	if writes > n-2+2*attempts {
 		t.Errorf("%d writes, want at most %d", writes, n-2+2*attempts)
 	}
@@ -121,13 +121,13 @@ func (s *suite) webhookMutates(t *testing.T) {
 			}
 		},
 	})
-	patches := env.ServerRequests(t, "PATCH", r.Plural)
+	updates := env.ServerWrites(t, r.Plural)
 	s.env.CreateMigration(t, "mutate", r.GVR("v1"))
 	m := s.env.WaitMigration(t, "mutate", 2*time.Minute, "finished", framework.Finished)
 	if !m.HasCondition(migrationv1alpha1.MigrationSucceeded) || m.Status.Progress.Migrated() != n || m.Status.Progress.Failed != 0 {
 		t.Fatalf("conditions %+v, progress %+v: want Succeeded with %d rewritten", m.Status.Conditions, m.Status.Progress, n)
 	}
-	writes := env.ServerRequests(t, "PATCH", r.Plural) - patches
+	writes := env.ServerWrites(t, r.Plural) - updates
 	env.ExpectStored(t, r.EtcdPrefix(), map[string]int{r.Group + "/v2": n})
 
 	after := env.TakeSnapshot(t, r.GVR("v1"))

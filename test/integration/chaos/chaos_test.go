@@ -112,7 +112,7 @@ func svmKilledRepeatedly(t *testing.T, env *framework.Env, before framework.Snap
 	const kills, qps = 5, 500
 	objects := len(before)
 	want := flip(t, env, objects)
-	writesBefore := env.ServerRequests(t, "PATCH", "widgets")
+	writesBefore := env.ServerWrites(t, "widgets")
 
 	// Each kill comes after a random number of saved chunks (at least
 	// three apart, all before the last quarter), then after a random delay
@@ -179,7 +179,7 @@ func svmKilledRepeatedly(t *testing.T, env *framework.Env, before framework.Snap
 		// Nobody else writes widgets, so every write svm made is counted
 		// in the saved progress as rewritten or (a repeat, answered 409)
 		// skipped, unless its chunk had not been saved when svm died.
-		writes := env.ServerRequests(t, "PATCH", "widgets") - writesBefore
+		writes := env.ServerWrites(t, "widgets") - writesBefore
 		unsaved := writes - int(m.Status.Progress.Migrated()+m.Status.Progress.Skipped()) - wasted
 		wasted += unsaved
 		saved = int(m.Status.Progress.Listed)
@@ -191,7 +191,7 @@ func svmKilledRepeatedly(t *testing.T, env *framework.Env, before framework.Snap
 	proxy.StartSVM(t, args(metricsAddr)...)
 	m := env.WaitMigrationMoving(t, "svm-killed", stall, limit, "finished", framework.Finished)
 	retried += int(framework.Scrape(t, metricsAddr).Sum(retries, "resource", "widgets.example.com"))
-	writes := env.ServerRequests(t, "PATCH", "widgets") - writesBefore
+	writes := env.ServerWrites(t, "widgets") - writesBefore
 	// A run resumes from the last saved continue token: at most the chunk
 	// in flight at a kill is listed and written again (its rewritten
 	// objects answer 409), and nothing here fails transiently.
@@ -305,7 +305,7 @@ func apiServerKilled(t *testing.T, env *framework.Env, before framework.Snapshot
 	if err := env.CP.KillAPIServer(); err != nil {
 		t.Fatalf("kill kube-apiserver: %v", err)
 	}
-	if atKill := proxy.Requests("PATCH", "widgets"); atKill >= objects {
+	if atKill := (proxy.Requests("PUT", "widgets") + proxy.Requests("PATCH", "widgets")); atKill >= objects {
 		t.Fatalf("%d writes before the kill: the migration was done and the kill proves nothing", atKill)
 	} else {
 		t.Logf("kube-apiserver killed after %d writes", atKill)
@@ -327,7 +327,7 @@ func apiServerKilled(t *testing.T, env *framework.Env, before framework.Snapshot
 	// saved during the outage is listed and written once more (answered
 	// 409) when the migration resumes.
 	bound := objects + chunkSize + workers*attempts
-	verify(t, env, framework.Scenario{Name: "kube-apiserver killed (SIGKILL)", Writes: proxy.Requests("PATCH", "widgets"), Retries: retried}, m, before, want, bound)
+	verify(t, env, framework.Scenario{Name: "kube-apiserver killed (SIGKILL)", Writes: (proxy.Requests("PUT", "widgets") + proxy.Requests("PATCH", "widgets")), Retries: retried}, m, before, want, bound)
 }
 
 // etcdStopped stops etcd at a random point of a migration and starts it
@@ -342,7 +342,7 @@ func etcdStopped(t *testing.T, env *framework.Env, before framework.Snapshot, rn
 	down := 2*time.Second + upTo(rnd, 6*time.Second)
 	t.Logf("plan: stop etcd %s after %d saved objects, start it %s later", delay, point, down)
 
-	writesBefore := env.ServerRequests(t, "PATCH", "widgets")
+	writesBefore := env.ServerWrites(t, "widgets")
 	metricsAddr := framework.FreeAddress(t)
 	// Without leader election, as with the API server killed: the lease
 	// cannot be renewed without etcd either.
@@ -353,7 +353,7 @@ func etcdStopped(t *testing.T, env *framework.Env, before framework.Snapshot, rn
 	if err := env.CP.StopEtcd(); err != nil {
 		t.Fatalf("stop etcd: %v", err)
 	}
-	if atStop := env.ServerRequests(t, "PATCH", "widgets") - writesBefore; atStop >= objects {
+	if atStop := env.ServerWrites(t, "widgets") - writesBefore; atStop >= objects {
 		t.Fatalf("%d writes before etcd stopped: the migration was done and the outage proves nothing", atStop)
 	} else {
 		t.Logf("etcd stopped after %d writes", atStop)
@@ -372,7 +372,7 @@ func etcdStopped(t *testing.T, env *framework.Env, before framework.Snapshot, rn
 	// repeated at most `attempts` times per worker, and a chunk whose save
 	// failed is written once more.
 	bound := objects + chunkSize + workers*attempts
-	writes := env.ServerRequests(t, "PATCH", "widgets") - writesBefore
+	writes := env.ServerWrites(t, "widgets") - writesBefore
 	verify(t, env, framework.Scenario{Name: "etcd stopped", Writes: writes, Retries: retried}, m, before, want, bound)
 }
 

@@ -40,7 +40,7 @@ func TestMigrateAmbiguousNames(t *testing.T) {
 	}
 	// The API server counts requests by plural, which both share: any
 	// request to either resource shows.
-	patches, lists := env.ServerRequests(t, "PATCH", "widgets"), env.ServerRequests(t, "LIST", "widgets")
+	updates, lists := env.ServerWrites(t, "widgets"), env.ServerRequests(t, "LIST", "widgets")
 
 	for _, args := range [][]string{
 		{"widgets"},                  // plural
@@ -64,8 +64,8 @@ func TestMigrateAmbiguousNames(t *testing.T) {
 			}
 		})
 	}
-	if got := env.ServerRequests(t, "PATCH", "widgets") - patches; got != 0 {
-		t.Errorf("the API server saw %d PATCH requests to widgets, want none", got)
+	if got := env.ServerWrites(t, "widgets") - updates; got != 0 {
+		t.Errorf("the API server saw %d PUT requests to widgets, want none", got)
 	}
 	if got := env.ServerRequests(t, "LIST", "widgets") - lists; got != 0 {
 		t.Errorf("the API server saw %d LIST requests to widgets, want none", got)
@@ -89,8 +89,8 @@ func TestMigrateAmbiguousNames(t *testing.T) {
 	if !maps.Equal(revisionsB, env.ModRevisions(t, b.EtcdPrefix())) {
 		t.Error("etcd values of widgets.b.example were written")
 	}
-	if got := env.ServerRequests(t, "PATCH", "widgets") - patches; got != n {
-		t.Errorf("the API server saw %d PATCH requests to widgets, want %d", got, n)
+	if got := env.ServerWrites(t, "widgets") - updates; got != n {
+		t.Errorf("the API server saw %d PUT requests to widgets, want %d", got, n)
 	}
 }
 

@@ -88,7 +88,7 @@ func TestControllerKilledMidMigrationResumes(t *testing.T) {
 	env.ExpectUnchanged(t, framework.Widgets, before)
 	// It resumed from the saved token: at most the unsaved chunk was
 	// written twice (the repeats conflict and count as skipped).
-	writes := env.ServerRequests(t, "PATCH", "widgets")
+	writes := env.ServerWrites(t, "widgets")
 	if writes > n+2*chunk {
 		t.Errorf("%d writes to widgets, want at most N + 2 chunks = %d", writes, n+2*chunk)
 	}

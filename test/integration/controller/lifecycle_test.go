@@ -22,7 +22,7 @@ func TestDeletingAMigrationStopsItsWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	deleted := time.Now()
-	if atDelete := env.ServerRequests(t, "PATCH", "widgets"); atDelete >= n {
+	if atDelete := env.ServerWrites(t, "widgets"); atDelete >= n {
 		t.Fatalf("migration finished (%d writes) before it was deleted; the test proves nothing", atDelete)
 	}
 	// Writes stop soon after the deletion, before the migration could
@@ -30,7 +30,7 @@ func TestDeletingAMigrationStopsItsWork(t *testing.T) {
 	// busy machine): svm sees the deletion through its informer and
 	// cancels the writes in flight, which on a busy machine takes a
 	// moment or two. Stopped means no write for 2s.
-	writes := func() int { return env.ServerRequests(t, "PATCH", "widgets") }
+	writes := func() int { return env.ServerWrites(t, "widgets") }
 	stoppedAt, changed := writes(), time.Now()
 	for time.Since(changed) < 2*time.Second {
 		if time.Since(deleted) > 20*time.Second {
@@ -86,7 +86,7 @@ func TestSIGTERMDrainsAndTheNextControllerResumes(t *testing.T) {
 	env.WaitMigrationSucceeded(t, "widgets", 3*time.Minute)
 	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v2": n})
 	env.ExpectUnchanged(t, framework.Widgets, before)
-	if writes := env.ServerRequests(t, "PATCH", "widgets"); writes > n+chunk {
+	if writes := env.ServerWrites(t, "widgets"); writes > n+chunk {
 		t.Errorf("%d writes, want at most N + 1 chunk = %d after a clean drain", writes, n+chunk)
 	}
 }
@@ -107,7 +107,7 @@ func TestOnlyTheLeaderMigrates(t *testing.T) {
 	if started != 1 {
 		t.Errorf("%d replicas started the migration, want exactly 1", started)
 	}
-	if writes := env.ServerRequests(t, "PATCH", "widgets"); writes != n {
+	if writes := env.ServerWrites(t, "widgets"); writes != n {
 		t.Errorf("%d writes, want %d", writes, n)
 	}
 }

@@ -15,8 +15,6 @@ import (
 	"strings"
 	"testing"
 
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
@@ -173,24 +171,20 @@ func (f *fixture) expectMigrated(t *testing.T, before framework.Snapshot) bool {
 	return !t.Failed()
 }
 
-// serverWrites is the API server's own count of PATCH requests to widgets.
+// serverWrites is the API server's own count of writes (PUT and PATCH) to widgets.
 func (f *fixture) serverWrites(t *testing.T) int {
 	t.Helper()
-	return f.env.ServerRequests(t, http.MethodPatch, "widgets")
+	return f.env.ServerWrites(t, "widgets")
 }
 
 // newMigrator builds the engine as svm does, on a client of cfg.
 func newMigrator(t *testing.T, cfg *rest.Config, opts migrator.Options) *migrator.Migrator {
 	t.Helper()
-	md, err := metadata.NewForConfig(cfg)
+	m, err := migrator.New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return migrator.New(md, disc, opts)
+	return m
 }
 
 // isWidgets tells the migration's lists and writes from everything else a
@@ -231,7 +225,7 @@ func expectSkips(t *testing.T, log framework.FaultLog, skipped int64) {
 	lost, maybe := map[string]bool{}, map[string]bool{}
 	for i, r := range log {
 		switch {
-		case r.Method != http.MethodPatch || !r.Forwarded:
+		case r.Method != http.MethodPut || !r.Forwarded:
 		case (r.Fault == framework.Stall || r.Fault == framework.Truncate) && r.Status == http.StatusOK:
 			lost[r.Path] = true
 		case again[i]:
@@ -256,7 +250,7 @@ func expectWrites(t *testing.T, log framework.FaultLog, server int) {
 	again := sentAgain(log)
 	abandoned := 0
 	for i, r := range log {
-		if r.Method == http.MethodPatch && r.Forwarded && again[i] && !r.Fault.Fails() {
+		if r.Method == http.MethodPut && r.Forwarded && again[i] && !r.Fault.Fails() {
 			abandoned++
 		}
 	}

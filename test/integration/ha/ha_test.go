@@ -42,7 +42,7 @@ func TestStorageVersionChangedDuringAMigrationIsRedone(t *testing.T) {
 	// 400 objects at 100 per second: four seconds to flip back in.
 	env.StartSVM(t, "controller", "--trigger=false", "--leader-elect=false", "--metrics-bind-address", "0",
 		"--health-probe-bind-address", "0", "--qps", "100", "--chunk-size", "50")
-	writes := env.ServerRequests(t, "PATCH", "widgets")
+	writes := env.ServerWrites(t, "widgets")
 	env.CreateMigration(t, "widgets", framework.Widgets)
 	env.WaitMigration(t, "widgets", 3*time.Minute, "a quarter migrated", func(m *migrationv1alpha1.StorageVersionMigration) bool {
 		return m.Status.Progress.Listed >= n/4
@@ -65,7 +65,7 @@ func TestStorageVersionChangedDuringAMigrationIsRedone(t *testing.T) {
 	}
 	env.ExpectStored(t, widgetsPrefix, map[string]int{"example.com/v1": n})
 	env.ExpectUnchanged(t, framework.Widgets, before)
-	w := env.ServerRequests(t, "PATCH", "widgets") - writes
+	w := env.ServerWrites(t, "widgets") - writes
 	// The first pass up to the flip, then every object once more.
 	if w > 2*n {
 		t.Errorf("%d writes for %d objects, want at most two passes", w, n)

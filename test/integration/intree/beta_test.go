@@ -56,7 +56,7 @@ func TestSVMKeepsOutOfV1beta1InTreeMigrations(t *testing.T) {
 			since := runningSince(t, waitBeta(t, env, user, "Running", intree.IsRunning))
 			env.CreateMigration(t, "widgets-1", framework.Widgets)
 			ended := waitBeta(t, env, user, "ended", intree.Ended)
-			expectNoPatchWhileRunning(t, proxy, ended, since, time.Time{})
+			expectNoWriteWhileRunning(t, proxy, ended, since, time.Time{})
 			waitSucceeded(t, env, "widgets-1")
 			if reasons := framework.EventReasons(env.Events(t, "StorageVersionMigration", "widgets-1")); reasons["WaitingForInTreeMigration"] == 0 {
 				t.Errorf("events of widgets-1 %v: want WaitingForInTreeMigration (svm saw the v1beta1 migration)", reasons)

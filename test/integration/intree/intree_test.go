@@ -43,12 +43,12 @@ func setup(t *testing.T, n int) (*framework.Env, framework.Snapshot) {
 	return env, env.TakeSnapshot(t, framework.Widgets)
 }
 
-// widgetPatches are svm's PATCH requests to widgets that went through p,
+// widgetWrites are svm's writes (PUT, or PATCH for managedFields) to widgets that went through p,
 // with their times.
-func widgetPatches(p *framework.Proxy) []time.Time {
+func widgetWrites(p *framework.Proxy) []time.Time {
 	var out []time.Time
 	for _, e := range p.Events() {
-		if e.Method == "PATCH" && strings.HasPrefix(e.Path, "/apis/example.com/") && strings.Contains(e.Path, "/widgets/") {
+		if (e.Method == "PUT" || e.Method == "PATCH") && strings.HasPrefix(e.Path, "/apis/example.com/") && strings.Contains(e.Path, "/widgets/") {
 			out = append(out, e.Time)
 		}
 	}
@@ -147,13 +147,13 @@ func TestTriggerHandsMigrationsToKubeControllerManager(t *testing.T) {
 		// svm wrote the widgets only to move their managedFields, one
 		// patch each, after kube-controller-manager had rewritten them all.
 		succeeded := meta.FindStatusCondition(it.Status.Conditions, string(storagemigrationv1.MigrationSucceeded))
-		patches := widgetPatches(proxy)
-		if len(patches) != n {
-			t.Errorf("svm sent %d PATCH requests to widgets, want %d: one per widget, for its managedFields", len(patches), n)
+		updates := widgetWrites(proxy)
+		if len(updates) != n {
+			t.Errorf("svm sent %d writes to widgets, want %d: one per widget, for its managedFields", len(updates), n)
 		}
-		for _, at := range patches {
+		for _, at := range updates {
 			if succeeded == nil || at.Before(succeeded.LastTransitionTime.Time) {
-				t.Errorf("svm patched a widget at %s, before the in-tree migration succeeded (%v)", at, succeeded)
+				t.Errorf("svm updated a widget at %s, before the in-tree migration succeeded (%v)", at, succeeded)
 				break
 			}
 		}
@@ -203,14 +203,14 @@ func TestSVMExecutesBesideKubeControllerManager(t *testing.T) {
 	since := runningSince(t, waitInTree(t, env, user, "Running", intree.IsRunning))
 	env.CreateMigration(t, "widgets-1", framework.Widgets)
 	ended := waitInTree(t, env, user, "ended", intree.Ended)
-	expectNoPatchWhileRunning(t, proxy, ended, since, time.Time{})
+	expectNoWriteWhileRunning(t, proxy, ended, since, time.Time{})
 	waitSucceeded(t, env, "widgets-1")
 
 	// svm's is running when a user's in-tree migration starts: svm stops,
 	// waits, and resumes after it.
 	env.CreateMigration(t, "widgets-2", framework.Widgets)
 	framework.Eventually(t, "svm rewriting widgets", time.Minute, func(context.Context) (bool, error) {
-		return len(widgetPatches(proxy)) > n+100, nil // past the first migration's, in the second's
+		return len(widgetWrites(proxy)) > n+100, nil // past the first migration's, in the second's
 	})
 	const second = "user-during"
 	env.CreateInTreeMigration(t, second, widgetsGR)
@@ -219,7 +219,7 @@ func TestSVMExecutesBesideKubeControllerManager(t *testing.T) {
 	// svm learns of it through its watch, as fast as the API server
 	// tells: writes it sent before it stopped are not the point, any
 	// write after it did is.
-	expectNoPatchWhileRunning(t, proxy, ended, since, stoppedFor(t, env, "widgets-2", since))
+	expectNoWriteWhileRunning(t, proxy, ended, since, stoppedFor(t, env, "widgets-2", since))
 	waitSucceeded(t, env, "widgets-2")
 	reasons := framework.EventReasons(env.Events(t, "StorageVersionMigration", "widgets-2"))
 	if reasons["WaitingForInTreeMigration"] == 0 {
@@ -309,7 +309,7 @@ func runningSince(t *testing.T, m *storagemigrationv1.StorageVersionMigration) t
 	return running.LastTransitionTime.Time
 }
 
-// expectNoPatchWhileRunning fails if svm sent a PATCH to widgets between
+// expectNoWriteWhileRunning fails if svm wrote a widget between
 // the moment the in-tree migration m was marked Running (since) and the
 // moment it stopped being Running. Condition times have a resolution of
 // one second: the window checked is the one second shorter at each end.
@@ -318,7 +318,7 @@ func runningSince(t *testing.T, m *storagemigrationv1.StorageVersionMigration) t
 // stoppedFor): the window then begins there, if later. A run that was
 // under way when m started may write until svm has seen m Running; it must
 // stop while m runs, and write nothing after.
-func expectNoPatchWhileRunning(t *testing.T, p *framework.Proxy, m *storagemigrationv1.StorageVersionMigration, since, stopped time.Time) {
+func expectNoWriteWhileRunning(t *testing.T, p *framework.Proxy, m *storagemigrationv1.StorageVersionMigration, since, stopped time.Time) {
 	t.Helper()
 	succeeded := meta.FindStatusCondition(m.Status.Conditions, string(storagemigrationv1.MigrationSucceeded))
 	running := meta.FindStatusCondition(m.Status.Conditions, string(storagemigrationv1.MigrationRunning))
@@ -345,9 +345,9 @@ func expectNoPatchWhileRunning(t *testing.T, p *framework.Proxy, m *storagemigra
 	if !to.After(from) {
 		t.Fatalf("in-tree migration %s ran for under two seconds (%s to %s): the test proves nothing; use more objects", m.Name, since, end)
 	}
-	for _, at := range widgetPatches(p) {
+	for _, at := range widgetWrites(p) {
 		if at.After(from) && at.Before(to) {
-			t.Fatalf("svm sent a PATCH to widgets at %s while in-tree migration %s was Running (%s to %s)", at.Format(time.RFC3339Nano), m.Name, from, to)
+			t.Fatalf("svm wrote a widget at %s while in-tree migration %s was Running (%s to %s)", at.Format(time.RFC3339Nano), m.Name, from, to)
 		}
 	}
 }

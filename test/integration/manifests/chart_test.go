@@ -485,10 +485,12 @@ func helmInstall(t *testing.T, env *framework.Env) {
 	}
 	// Every reference to svm's ServiceAccount names the release namespace.
 	var subjects []string
-	if fs, err := env.Kube.FlowcontrolV1().FlowSchemas().Get(ctx, "svm-migration", metav1.GetOptions{}); err != nil {
-		t.Errorf("FlowSchema svm-migration: %v", err)
-	} else if sa := fs.Spec.Rules[0].Subjects[0].ServiceAccount; sa != nil {
-		subjects = append(subjects, "FlowSchema svm-migration: "+sa.Namespace+"/"+sa.Name)
+	for _, name := range []string{"svm-migration", "svm-leader-election"} {
+		if fs, err := env.Kube.FlowcontrolV1().FlowSchemas().Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Errorf("FlowSchema %s: %v", name, err)
+		} else if sa := fs.Spec.Rules[0].Subjects[0].ServiceAccount; sa != nil {
+			subjects = append(subjects, "FlowSchema "+name+": "+sa.Namespace+"/"+sa.Name)
+		}
 	}
 	if crb, err := env.Kube.RbacV1().ClusterRoleBindings().Get(ctx, "svm-controller", metav1.GetOptions{}); err != nil {
 		t.Errorf("ClusterRoleBinding svm-controller: %v", err)
@@ -509,6 +511,7 @@ func helmInstall(t *testing.T, env *framework.Env) {
 	}
 	want := []string{
 		"FlowSchema svm-migration: svm-helm/svm-controller",
+		"FlowSchema svm-leader-election: svm-helm/svm-controller",
 		"ClusterRoleBinding svm-controller: svm-helm/svm-controller",
 		"RoleBinding svm-helm/svm-leader-election: svm-helm/svm-controller",
 		"RoleBinding kube-system/svm-controller: svm-helm/svm-controller",

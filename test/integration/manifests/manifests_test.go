@@ -83,7 +83,7 @@ func TestDefaultManifests(t *testing.T) {
 	}
 
 	// Least privilege: nothing is bound to a built-in superuser role, and
-	// the only wildcard is list and patch on every resource, which
+	// the only wildcard is list, watch, update and patch on every resource, which
 	// rewriting arbitrary resources needs.
 	for _, o := range objs {
 		switch o.GetKind() {
@@ -102,7 +102,7 @@ func TestDefaultManifests(t *testing.T) {
 			}
 			for _, rule := range r.Rules {
 				wild := slices.Contains(rule.Resources, "*") || slices.Contains(rule.APIGroups, "*")
-				if slices.Contains(rule.Verbs, "*") || wild && !slices.Equal(slices.Sorted(slices.Values(rule.Verbs)), []string{"list", "patch", "watch"}) {
+				if slices.Contains(rule.Verbs, "*") || wild && !slices.Equal(slices.Sorted(slices.Values(rule.Verbs)), []string{"list", "patch", "update", "watch"}) {
 					t.Errorf("%s %s has a wildcard rule beyond list, watch and patch: %+v", o.GetKind(), o.GetName(), rule)
 				}
 			}
@@ -128,10 +128,19 @@ func TestDefaultManifests(t *testing.T) {
 
 	// The FlowSchema must name the ServiceAccount the Deployment runs as,
 	// or svm's traffic silently stays at the default priority.
-	var fs flowcontrolv1.FlowSchema
-	find(t, objs, "FlowSchema", "svm-migration", &fs)
-	if subj := fs.Spec.Rules[0].Subjects[0].ServiceAccount; subj == nil || subj.Name != dep.Spec.Template.Spec.ServiceAccountName || subj.Namespace != dep.Namespace {
-		t.Errorf("FlowSchema subject %+v is not the ServiceAccount the Deployment runs as, %s/%s", fs.Spec.Rules[0].Subjects[0], dep.Namespace, dep.Spec.Template.Spec.ServiceAccountName)
+	// The leader election lease's schema must come first: the migration's
+	// matches every update of svm's, lease renewals included.
+	var lease flowcontrolv1.FlowSchema
+	find(t, objs, "FlowSchema", "svm-leader-election", &lease)
+	for _, name := range []string{"svm-migration", "svm-leader-election"} {
+		var fs flowcontrolv1.FlowSchema
+		find(t, objs, "FlowSchema", name, &fs)
+		if subj := fs.Spec.Rules[0].Subjects[0].ServiceAccount; subj == nil || subj.Name != dep.Spec.Template.Spec.ServiceAccountName || subj.Namespace != dep.Namespace {
+			t.Errorf("FlowSchema %s subject %+v is not the ServiceAccount the Deployment runs as, %s/%s", name, fs.Spec.Rules[0].Subjects[0], dep.Namespace, dep.Spec.Template.Spec.ServiceAccountName)
+		}
+		if name == "svm-migration" && fs.Spec.MatchingPrecedence <= lease.Spec.MatchingPrecedence {
+			t.Errorf("FlowSchema svm-migration (precedence %d) matches before svm-leader-election (%d): svm's lease renewals would wait behind its migration", fs.Spec.MatchingPrecedence, lease.Spec.MatchingPrecedence)
+		}
 	}
 	var pdb policyv1.PodDisruptionBudget
 	find(t, objs, "PodDisruptionBudget", "svm-controller", &pdb)

@@ -128,7 +128,7 @@ func TestNoObjectContentsInOutputOrEvents(t *testing.T) {
 	// The API server counts requests since it started, and is restarted
 	// next.
 	writes := func() int {
-		return env.ServerRequests(t, "PATCH", "secrets") + env.ServerRequests(t, "PATCH", "configmaps") + env.ServerRequests(t, "PATCH", "widgets")
+		return env.ServerWrites(t, "secrets") + env.ServerWrites(t, "configmaps") + env.ServerWrites(t, "widgets")
 	}
 	migrateWrites := writes()
 

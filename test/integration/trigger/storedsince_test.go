@@ -79,13 +79,13 @@ func TestSecondMigrationOfAChangeWritesOnlyWhatNeedsIt(t *testing.T) {
 		}
 	}
 	before := env.TakeSnapshot(t, framework.Widgets)
-	patches := env.ServerRequests(t, http.MethodPatch, "widgets")
+	updates := env.ServerWrites(t, "widgets")
 
 	second := waitOwnedMigration(t, env, migrationv1alpha1.MigrationSucceeded)
 	if second.Name == first.Name {
 		t.Fatalf("the migration that failed succeeded later: %s", first.Name)
 	}
-	if got := env.ServerRequests(t, http.MethodPatch, "widgets") - patches; got != 0 {
+	if got := env.ServerWrites(t, "widgets") - updates; got != 0 {
 		t.Errorf("the API server counted %d writes of widgets in the second migration, want none", got)
 	}
 	if p := second.Status.Progress; p.Listed != n || p.WrittenSinceChange != n {
