@@ -58,8 +58,14 @@ func TestCLIRoles(t *testing.T) {
 		}) {
 			t.Errorf("svm-retirer grants more than reading, patching and updating: %+v", rule)
 		}
-		if slices.Contains(rule.Verbs, "update") && !slices.Equal(rule.APIGroups, []string{"apiextensions.k8s.io"}) {
-			t.Errorf("svm-retirer may update more than CRDs: %+v", rule)
+		// Update on every resource rewrites objects as listed, as
+		// svm-migrator's does; anything else it may update is a CRD.
+		wildcard := slices.Equal(rule.APIGroups, []string{"*"}) && slices.Equal(rule.Resources, []string{"*"})
+		if wildcard && !slices.Equal(slices.Sorted(slices.Values(rule.Verbs)), []string{"get", "list", "patch", "update", "watch"}) {
+			t.Errorf("svm-retirer grants more on every resource than get, list, watch, update and patch: %+v", rule)
+		}
+		if !wildcard && slices.Contains(rule.Verbs, "update") && !slices.Equal(rule.APIGroups, []string{"apiextensions.k8s.io"}) {
+			t.Errorf("svm-retirer may update more than objects and CRDs: %+v", rule)
 		}
 	}
 	env.ApplyManifests(t, rendered)
