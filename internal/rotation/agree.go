@@ -69,6 +69,17 @@ func (a Agreement) anyConfig() bool {
 	return false
 }
 
+// Contradicts reports whether a server read has loaded a configuration
+// other than hash ("" for none): objects it writes are not under hash.
+func (a Agreement) Contradicts(hash string) bool {
+	for _, s := range a.Servers {
+		if s.Reached && s.ConfigHash != hash {
+			return true
+		}
+	}
+	return false
+}
+
 // Agree puts together the identity leases of the running API servers
 // (nil when they could not be listed: the servers reached are then taken
 // to be all), the reports read from endpoints and the endpoints that

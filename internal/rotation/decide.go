@@ -2,6 +2,8 @@ package rotation
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -79,11 +81,39 @@ func decide(in Input, old *migrationv1alpha1.StorageEncryption) (Decision, *migr
 		// server still writing with another configuration. A server svm
 		// could not read is no news about encryption unless one it read
 		// encrypts.
-		return stop(in, old, a.anyConfig(), "Waiting: "+a.Waiting)
+		return wait(in, old)
 	case !a.Encrypting():
 		return stop(in, old, false, "No API server has an encryption configuration loaded: objects are written unencrypted")
 	}
 	return encrypt(in, editable(old))
+}
+
+// wait is the decision while the servers cannot be taken to agree: none
+// starts, and svm's re-encryptions stop when a server read has loaded a
+// configuration other than theirs, since it would write objects under it.
+// One that no server read contradicts goes on: the servers that could not
+// be read (a timeout, a restart) are no news, and stopping it would throw
+// its progress away. Should one of them have loaded another configuration
+// after all, its metrics date the load after the re-encryption was made:
+// the look that reads it stops the re-encryption or, should the servers
+// agree again, credits it with nothing (madeSince) and makes another.
+func wait(in Input, old *migrationv1alpha1.StorageEncryption) (Decision, *migrationv1alpha1.StorageEncryption) {
+	a := in.Agreement
+	d, status := stop(in, old, a.anyConfig(), "Waiting: "+a.Waiting)
+	var stopped, goesOn []string
+	for _, name := range d.DeleteMigrations {
+		i := slices.IndexFunc(in.Migrations, func(m migrationv1alpha1.StorageVersionMigration) bool { return m.Name == name })
+		if hash := mark.Target(&in.Migrations[i]); !a.Contradicts(hash) {
+			goesOn = append(goesOn, fmt.Sprintf("%s (configuration %s)", name, hash))
+			continue
+		}
+		stopped = append(stopped, name)
+	}
+	d.DeleteMigrations = stopped
+	if status != nil && len(goesOn) > 0 {
+		status.Message += "; re-encryption " + strings.Join(goesOn, ", ") + " goes on, since no API server read has loaded another configuration"
+	}
+	return d, status
 }
 
 // stop is the decision when no re-encryption may run: svm's stop, and the

@@ -139,6 +139,8 @@ func TestDecide(t *testing.T) {
 	split := Agree([]apiservers.Identity{id("a"), id("b")}, []apiservers.Report{report("a", c2, t0), report("b", c1, t0)}, nil)
 	none := Agree(nil, []apiservers.Report{{Endpoint: "https://a", LoadedAt: t0}}, nil)
 	unread := Agree(nil, []apiservers.Report{{Endpoint: "https://a", LoadedAt: t0}}, []Failure{{Endpoint: "https://b", Err: errors.New("connection refused")}})
+	// One server read, on configuration 2; the other could not be read.
+	partly := Agree([]apiservers.Identity{id("a"), id("b")}, []apiservers.Report{report("a", c2, t0)}, []Failure{{Endpoint: "https://b", Err: errors.New("timeout")}})
 	now := t0.Add(10 * time.Minute)
 	done := &migrationv1alpha1.StorageEncryption{ConfigHash: c2, RewrittenConfigHash: c2, RewrittenTime: ptr(metav1.NewTime(t0.Add(5 * time.Minute))), RewrittenBy: "secrets-x"}
 	done.Message = rewrittenMessage("secrets", done)
@@ -162,6 +164,14 @@ func TestDecide(t *testing.T) {
 		name: "servers disagree: nothing starts, svm's running one stops", agreement: split,
 		migrations: []migrationv1alpha1.StorageVersionMigration{migration("secrets-old", c1, t0.Add(-time.Hour))},
 		delete:     []string{"secrets-old"}, message: "Waiting: API servers have loaded different encryption configurations",
+	}, {
+		name: "a server not read, svm's running one under the configuration of those read: it goes on", agreement: partly,
+		migrations: []migrationv1alpha1.StorageVersionMigration{migration("secrets-1", c2, t0.Add(time.Minute))},
+		message:    "re-encryption secrets-1 (configuration sha256:c2) goes on",
+	}, {
+		name: "a server not read, svm's running one under another configuration than one read: it stops", agreement: partly,
+		migrations: []migrationv1alpha1.StorageVersionMigration{migration("secrets-old", c1, t0.Add(-time.Hour))},
+		delete:     []string{"secrets-old"}, message: "Waiting: the metrics of https://b could not be read",
 	}, {
 		name: "running under the agreed configuration: wait for it", agreement: agreed,
 		migrations: []migrationv1alpha1.StorageVersionMigration{migration("secrets-1", c2, t0.Add(time.Minute))},

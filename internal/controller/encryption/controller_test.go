@@ -54,6 +54,8 @@ type apiServer struct {
 	id       string
 	config   string
 	loadedAt time.Time
+	// unreadable makes its /metrics answer 503, as a server restarting does.
+	unreadable bool
 }
 
 // metricsOf is what kube-apiserver serves on /metrics about its
@@ -85,8 +87,13 @@ func serve(t *testing.T, s func() apiServer) *httptest.Server {
 			http.NotFound(w, r)
 			return
 		}
+		now := s()
+		if now.unreadable {
+			http.Error(w, "restarting", http.StatusServiceUnavailable)
+			return
+		}
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		fmt.Fprint(w, metricsOf(s()))
+		fmt.Fprint(w, metricsOf(now))
 	}))
 	t.Cleanup(srv.Close)
 	return srv
@@ -337,6 +344,62 @@ func TestReconcileWaitsWhileServersDisagree(t *testing.T) {
 	if got := e.reasons(); !slices.Equal(got, []string{ReasonSuperseded, ReasonWaiting}) {
 		t.Errorf("events %v, want %s then %s", got, ReasonSuperseded, ReasonWaiting)
 	}
+}
+
+func TestReconcileKeepsReencryptionWhileAServerCannotBeRead(t *testing.T) {
+	// Both servers have configuration 2, and svm re-encrypts under it.
+	// Then one server's metrics cannot be read for a look (a restart, a
+	// timeout): that is no news, and the re-encryption must go on, neither
+	// stopped nor made again once the server answers.
+	loaded := t0.Add(-10 * time.Minute)
+	a := apiServer{id: "apiserver-a", config: config2, loadedAt: loaded}
+	b := apiServer{id: "apiserver-b", config: config2, loadedAt: loaded}
+	e := newEnv(t, setup{
+		servers: []apiServer{a, b}, resources: []string{"secrets"},
+		objects: []client.Object{storageState("secrets", nil)},
+	})
+	e.reconcile(t)
+	first := e.migrations(t)
+	if len(first) != 1 {
+		t.Fatalf("%d migrations after the first look, want one re-encryption", len(first))
+	}
+	name := first[0].Name
+	e.reasons()
+
+	e.clock.Step(time.Minute)
+	unreadable := b
+	unreadable.unreadable = true
+	e.setServer(1, unreadable)
+	e.reconcile(t)
+	if ms := e.migrations(t); len(ms) != 1 || ms[0].Name != name {
+		t.Errorf("migrations %v while a server cannot be read, want %s alone, still running", names(ms), name)
+	}
+	got := e.encryption(t, "secrets")
+	if !strings.HasPrefix(got.Message, "Waiting: ") || !strings.Contains(got.Message, name+" (configuration "+config2+") goes on") {
+		t.Errorf("message %q, want it to wait for the server and say %s goes on", got.Message, name)
+	}
+	if got := e.reasons(); slices.Contains(got, ReasonSuperseded) {
+		t.Errorf("events %v, want no %s", got, ReasonSuperseded)
+	}
+
+	e.clock.Step(time.Minute)
+	e.setServer(1, b)
+	e.reconcile(t)
+	if ms := e.migrations(t); len(ms) != 1 || ms[0].Name != name {
+		t.Errorf("migrations %v once the server answers again, want %s alone", names(ms), name)
+	}
+	if got := e.encryption(t, "secrets"); got.ConfigHash != config2 || !strings.Contains(got.Message, "(migration "+name+")") {
+		t.Errorf("status.encryption = %+v, want configuration %s, re-encrypting with %s", got, config2, name)
+	}
+}
+
+// names are the names of ms.
+func names(ms []migrationv1alpha1.StorageVersionMigration) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.Name)
+	}
+	return out
 }
 
 func TestReconcileRecordsSucceededReencryption(t *testing.T) {

@@ -81,15 +81,28 @@ func (c *Controller) lookAtServers(ctx context.Context) rotation.Agreement {
 // (the trigger's first round, say) with re-encrypting under it, and svm
 // would say the old keys are no longer needed while objects are still
 // under them.
+//
+// A look that reached only some servers, all still on the configuration
+// the servers last agreed on, changes nothing: a server that could not
+// be read is no news, and counting it as a change would date the
+// configuration after the re-encryption that went on meanwhile
+// (rotation's wait), which would then be made again.
 func (c *Controller) notBeforeLastChange(a *rotation.Agreement, now time.Time) {
 	seen := "waiting: " + a.Waiting
-	if a.Agreed {
+	switch {
+	case a.Agreed:
 		seen = "agreed: " + a.ConfigHash
+	case c.agreedOn != nil && !a.Contradicts(*c.agreedOn):
+		seen = c.lastSeen
 	}
 	if !c.lastLook.IsZero() && seen != c.lastSeen {
 		c.changedAfter = c.lastLook
 	}
 	c.lastLook, c.lastSeen = now, seen
+	if a.Agreed {
+		hash := a.ConfigHash
+		c.agreedOn = &hash
+	}
 	if a.Agreed && a.Since.Before(c.changedAfter) {
 		a.Since = c.changedAfter
 	}
