@@ -65,7 +65,7 @@ func TestMigrateAmbiguousNames(t *testing.T) {
 		})
 	}
 	if got := env.ServerWrites(t, "widgets") - updates; got != 0 {
-		t.Errorf("the API server saw %d PUT requests to widgets, want none", got)
+		t.Errorf("the API server saw %d writes (PUT and PATCH) to widgets, want none", got)
 	}
 	if got := env.ServerRequests(t, "LIST", "widgets") - lists; got != 0 {
 		t.Errorf("the API server saw %d LIST requests to widgets, want none", got)
@@ -90,7 +90,7 @@ func TestMigrateAmbiguousNames(t *testing.T) {
 		t.Error("etcd values of widgets.b.example were written")
 	}
 	if got := env.ServerWrites(t, "widgets") - updates; got != n {
-		t.Errorf("the API server saw %d PUT requests to widgets, want %d", got, n)
+		t.Errorf("the API server saw %d writes (PUT and PATCH) to widgets, want %d", got, n)
 	}
 }
 
