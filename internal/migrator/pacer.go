@@ -43,14 +43,18 @@ import (
 // Two signals override the curve, whatever the epoch: a 429 (API Priority
 // and Fairness rejecting, or a server's max-inflight limit), at once, and
 // a surge: two epochs in a row at or past the knee whose rate is under
-// 1/surgeFactor of the best (someone else's load arrived, or the server
-// slowed down). One such epoch alone is a stall that every client waits
-// out alike (a garbage collection, a slow disk write), and is left out of
-// the points. A slowdown, slowdownEpochs in a row at or past the knee
-// under slowdownFraction of the best, is a surge too: a server already
-// slow that saturates at fewer writes loses less than half its rate, and
-// the points of the faster server would hold the knee where it was until
-// they aged out.
+// 1/surgeFactor of the knee's rate, the mean of the points from the knee
+// on (someone else's load arrived, or the server slowed down). One such
+// epoch alone is a stall that every client waits out alike (a garbage
+// collection, a slow disk write), and is left out of the points. A
+// slowdown, slowdownEpochs at or past the knee under slowdownFraction of
+// the knee's rate with none at that fraction or faster between them, is a
+// surge too: a server already slow that saturates at fewer writes loses
+// less than half its rate, and the points of the faster server would
+// hold the knee where it was until they aged out. Both compare with the
+// knee's mean rate, not the best: on a noisy machine the best of a dozen
+// points is inflated by the noise, and noise alone then read as a
+// slowdown cut the window of an idle server again and again.
 // Either halves the window, at most once per smoothed latency since the
 // writes already in flight saw the same queue, and a surge also forgets
 // the points, so that the busier server is learnt from scratch: its first
@@ -100,8 +104,8 @@ type pacer struct {
 	// stalled is set by an epoch that looked like a surge: the next one
 	// decides whether it was one.
 	stalled bool
-	// slow counts the epochs in a row at or past the knee under
-	// slowdownFraction of the best rate.
+	// slow counts the epochs at or past the knee under slowdownFraction
+	// of the knee's rate since the last one that was not that slow.
 	slow int
 	last PacerDecision
 }
@@ -131,9 +135,10 @@ type ticket struct {
 type curvePoint struct{ inflight, rate float64 }
 
 // curveKnee is what the points show: the best rate, the fewest writes in
-// flight that got kneeFraction of it, and the fewest and most writes
-// tried.
-type curveKnee struct{ best, knee, least, most float64 }
+// flight that got kneeFraction of it, the fewest and most writes tried,
+// and the knee's rate: the mean rate of the points from the knee on,
+// what the server gives at the knee as the noise averages out.
+type curveKnee struct{ best, knee, least, most, kneeRate float64 }
 
 // kneeOf reads the knee from the points. Each point's rate is read as the
 // mean of the rates measured at about its writes in flight (within
@@ -163,6 +168,14 @@ func kneeOf(points []curvePoint) curveKnee {
 			k.knee = min(k.knee, pt.inflight)
 		}
 	}
+	sum, n := 0.0, 0
+	for _, pt := range points {
+		if pt.inflight >= k.knee {
+			sum += pt.rate
+			n++
+		}
+	}
+	k.kneeRate = sum / float64(n)
 	return k
 }
 
@@ -219,16 +232,17 @@ const (
 	// edgeProbe is where the window probes below a knee at the fewest
 	// writes tried, as a share of it.
 	edgeProbe = 0.5
-	// surgeFactor is how much below the best rate an epoch at or past the
-	// knee must fall for the pacer to back off at once.
+	// surgeFactor is how much below the knee's rate an epoch at or past
+	// the knee must fall for the pacer to back off at once.
 	surgeFactor = 2
 	// sameWindow is how far apart, in log writes in flight, two points
 	// may be and still be read as measures of the same point of the
 	// curve: a tenth.
 	sameWindow = 0.1
-	// slowdownFraction and slowdownEpochs: that many epochs in a row at
-	// or past the knee under slowdownFraction of the best rate are a
-	// slowdown, as a surge is.
+	// slowdownFraction and slowdownEpochs: that many epochs at or past
+	// the knee under slowdownFraction of the knee's rate, with none at
+	// that fraction or faster between them, are a slowdown, as a surge
+	// is.
 	slowdownFraction = 0.8
 	slowdownEpochs   = 3
 	// smoothing is how many answers the smoothed latency roughly
@@ -429,12 +443,15 @@ func (p *pacer) overridden(now time.Time, latency time.Duration, point curvePoin
 		return false
 	}
 	k := kneeOf(p.samples)
-	if point.inflight >= k.knee {
-		if point.rate < slowdownFraction*k.best {
-			p.slow++
-		} else {
-			p.slow = 0
-		}
+	// An epoch at the knee's rate, whatever its window, ends a row of
+	// slow ones: a server that slowed down is slow at every window. One
+	// below the knee that is slower says nothing, since the curve is
+	// lower there.
+	switch {
+	case point.rate >= slowdownFraction*k.kneeRate:
+		p.slow = 0
+	case point.inflight >= k.knee:
+		p.slow++
 	}
 	if p.slow >= slowdownEpochs {
 		// A slowdown: the server no longer gets the rate the points
@@ -448,7 +465,7 @@ func (p *pacer) overridden(now time.Time, latency time.Duration, point curvePoin
 		p.backOff(now, latency, true)
 		return true
 	}
-	if point.inflight >= k.knee && point.rate < k.best/surgeFactor {
+	if point.inflight >= k.knee && point.rate < k.kneeRate/surgeFactor {
 		if p.stalled {
 			p.stalled = false
 			p.backOff(now, latency, true)
