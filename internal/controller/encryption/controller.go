@@ -84,9 +84,6 @@ type Controller struct {
 	// the configuration the servers agreed on, or why they did not.
 	lastLook time.Time
 	lastSeen string
-	// agreedOn is the configuration the servers last agreed on ("" for
-	// none), nil before they first did.
-	agreedOn *string
 	// changedAfter is a time the servers' agreement is known to be newer
 	// than: the beginning of the last look that saw something else.
 	changedAfter time.Time

@@ -2,6 +2,7 @@ package encryption
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
@@ -83,26 +84,23 @@ func (c *Controller) lookAtServers(ctx context.Context) rotation.Agreement {
 // under them.
 //
 // A look that reached only some servers, all still on the configuration
-// the servers last agreed on, changes nothing: a server that could not
-// be read is no news, and counting it as a change would date the
+// the look before agreed on, sees what that look saw: a server that could
+// not be read is no news, and counting it as a change would date the
 // configuration after the re-encryption that went on meanwhile
 // (rotation's wait), which would then be made again.
 func (c *Controller) notBeforeLastChange(a *rotation.Agreement, now time.Time) {
+	const agreed = "agreed: "
 	seen := "waiting: " + a.Waiting
 	switch {
 	case a.Agreed:
-		seen = "agreed: " + a.ConfigHash
-	case c.agreedOn != nil && !a.Contradicts(*c.agreedOn):
+		seen = agreed + a.ConfigHash
+	case strings.HasPrefix(c.lastSeen, agreed) && !a.Contradicts(strings.TrimPrefix(c.lastSeen, agreed)):
 		seen = c.lastSeen
 	}
 	if !c.lastLook.IsZero() && seen != c.lastSeen {
 		c.changedAfter = c.lastLook
 	}
 	c.lastLook, c.lastSeen = now, seen
-	if a.Agreed {
-		hash := a.ConfigHash
-		c.agreedOn = &hash
-	}
 	if a.Agreed && a.Since.Before(c.changedAfter) {
 		a.Since = c.changedAfter
 	}
