@@ -35,7 +35,7 @@ import (
 // two cores. Run it with `make bench BENCH=BenchmarkMillion`.
 func BenchmarkMillion(b *testing.B) {
 	svmBinary = framework.SVMBinary(b)
-	sizes := envSizes(b, "SVM_BENCH_MILLION", []int{10000, 100000, 1000000})
+	sizes := envRising(b, "SVM_BENCH_MILLION", []int{10000, 100000, 1000000}, "object counts, such as 10000,100000,1000000")
 	w, writing := rotatedSecrets(b, "")
 	// After its restart with the new key, an API server with a million
 	// Secrets takes longer than settleLimit to fill its watch cache and
@@ -69,9 +69,9 @@ func BenchmarkMillion(b *testing.B) {
 	writeResults(b, series, []string{scalingNote(series)}, targets)
 }
 
-// envSizes reads a comma-separated list of object counts from name, def
-// when it is not set.
-func envSizes(b *testing.B, name string, def []int) []int {
+// envRising reads a comma-separated list of rising positive numbers from
+// name, def when it is not set; want says what they are, for the error.
+func envRising(b *testing.B, name string, def []int, want string) []int {
 	v, ok := os.LookupEnv(name)
 	if !ok {
 		return def
@@ -80,7 +80,7 @@ func envSizes(b *testing.B, name string, def []int) []int {
 	for _, f := range strings.Split(v, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 || (len(sizes) > 0 && n <= sizes[len(sizes)-1]) {
-			b.Fatalf("%s=%q: want rising object counts, such as 10000,100000,1000000", name, v)
+			b.Fatalf("%s=%q: want rising %s", name, v, want)
 		}
 		sizes = append(sizes, n)
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -104,7 +105,9 @@ const unthrottledName = "svm (unthrottled: --workers 256 --adaptive-pacing=false
 // root). Run it with `make bench`; SVM_BENCH_OBJECTS sets the size
 // (default 10000) and SVM_BENCH_LARGE the size of the largest pass of the
 // scaling series (default 100000, 0 skips the series); SVM_BENCH_ONLY, a
-// regular expression, keeps only the strategies whose names match it.
+// regular expression, keeps only the strategies whose names match it;
+// SVM_BENCH_FIXED_WORKERS (such as 16,32,64) adds svm at those workers
+// with adaptive pacing off to the custom resources' comparison.
 func BenchmarkSuite(b *testing.B) {
 	n := envInt("SVM_BENCH_OBJECTS", 10000)
 	rounds := envInt("SVM_BENCH_ROUNDS", 3)
@@ -222,7 +225,14 @@ func runAll(b *testing.B, w *workload, rounds int, others ...strategy) []result 
 		strategies = append(strategies, s)
 	}
 	strategies = append(strategies, svmProcess(defaultsName), svmProcess(maxSettingsName, maxSettings...),
-		svmProcess(unthrottledName, unthrottled...), naive(1), naive(8))
+		svmProcess(unthrottledName, unthrottled...))
+	// svm's own process at fixed windows: the rate curve the pacer reads,
+	// as an operator who turns it off would get it.
+	for _, workers := range envRising(b, "SVM_BENCH_FIXED_WORKERS", nil, "numbers of workers, such as 16,32,64") {
+		strategies = append(strategies, svmProcess(fmt.Sprintf("svm (fixed: --workers %d --adaptive-pacing=false)", workers),
+			"--workers", strconv.Itoa(workers), "--adaptive-pacing=false"))
+	}
+	strategies = append(strategies, naive(1), naive(8))
 	return compare(b, w, rounds, append(strategies, others...)...)
 }
 
