@@ -7,9 +7,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -67,24 +64,6 @@ func BenchmarkMillion(b *testing.B) {
 		met:      ratio <= 1.2,
 	}}
 	writeResults(b, series, []string{scalingNote(series)}, targets)
-}
-
-// envRising reads a comma-separated list of rising positive numbers from
-// name, def when it is not set; want says what they are, for the error.
-func envRising(b *testing.B, name string, def []int, want string) []int {
-	v, ok := os.LookupEnv(name)
-	if !ok {
-		return def
-	}
-	var sizes []int
-	for _, f := range strings.Split(v, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || (len(sizes) > 0 && n <= sizes[len(sizes)-1]) {
-			b.Fatalf("%s=%q: want rising %s", name, v, want)
-		}
-		sizes = append(sizes, n)
-	}
-	return sizes
 }
 
 // putSecrets stores the Secrets secret-<from> to secret-<to-1> of namespace

@@ -107,7 +107,8 @@ const unthrottledName = "svm (unthrottled: --workers 256 --adaptive-pacing=false
 // scaling series (default 100000, 0 skips the series); SVM_BENCH_ONLY, a
 // regular expression, keeps only the strategies whose names match it;
 // SVM_BENCH_FIXED_WORKERS (such as 16,32,64) adds svm at those workers
-// with adaptive pacing off to the custom resources' comparison.
+// with adaptive pacing off to the comparisons of custom-resources and
+// secrets.
 func BenchmarkSuite(b *testing.B) {
 	n := envInt("SVM_BENCH_OBJECTS", 10000)
 	rounds := envInt("SVM_BENCH_ROUNDS", 3)
@@ -644,6 +645,24 @@ func envIntOrZero(name string, def int) int {
 		return def
 	}
 	return n
+}
+
+// envRising reads a comma-separated list of rising positive numbers from
+// name, def when it is not set; want says what they are, for the error.
+func envRising(b *testing.B, name string, def []int, want string) []int {
+	v, ok := os.LookupEnv(name)
+	if !ok {
+		return def
+	}
+	var sizes []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || (len(sizes) > 0 && n <= sizes[len(sizes)-1]) {
+			b.Fatalf("%s=%q: want rising %s", name, v, want)
+		}
+		sizes = append(sizes, n)
+	}
+	return sizes
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
