@@ -25,7 +25,9 @@ type Peer struct {
 
 // StartPeer starts another kube-apiserver on the control plane's etcd with
 // the base flags and flags (which may differ from the first server's, as
-// during a rolling upgrade), and waits until it is ready. name is its
+// during a rolling upgrade), and waits until it is ready. A flag in flags
+// replaces the base flag of the same name (`--etcd-servers` through a
+// proxy, say), rather than adding to it as a list flag would. name is its
 // hostname, so that it has an identity of its own (the program must call
 // RunHostnameHelper), and tells its log apart. Stop it with Peer.Stop;
 // Stop of the control plane does not.
@@ -36,7 +38,10 @@ func (cp *ControlPlane) StartPeer(ctx context.Context, name string, flags ...str
 	}
 	url := "https://127.0.0.1:" + strconv.Itoa(ports[0])
 	args := slices.DeleteFunc(slices.Clone(cp.baseFlags), func(f string) bool {
-		return strings.HasPrefix(f, "--secure-port=") || strings.HasPrefix(f, "--cert-dir=")
+		if strings.HasPrefix(f, "--secure-port=") || strings.HasPrefix(f, "--cert-dir=") {
+			return true
+		}
+		return slices.ContainsFunc(flags, func(g string) bool { return flagName(g) == flagName(f) })
 	})
 	args = append(args, "--secure-port="+strconv.Itoa(ports[0]), "--cert-dir="+cp.path(name+"-certs"))
 	args = append(args, flags...)
@@ -51,6 +56,12 @@ func (cp *ControlPlane) StartPeer(ctx context.Context, name string, flags ...str
 		return nil, err
 	}
 	return p, nil
+}
+
+// flagName is the name of a flag written --name=value.
+func flagName(flag string) string {
+	name, _, _ := strings.Cut(flag, "=")
+	return name
 }
 
 func (p *Peer) start(ctx context.Context) error {

@@ -21,6 +21,9 @@
 //   - proxy.go, faultproxy.go, requests.go: what reached the API server,
 //     by the client's count, a proxy's or the server's own; injected
 //     faults.
+//   - route.go, etcdproxy.go: a client's reads and writes split over two
+//     API servers (Split), and a server whose etcd connections for one
+//     resource are held while the others flow (EtcdProxy).
 //   - webhook.go, conversion.go: admission and conversion webhooks served
 //     by the test.
 //   - observe.go: metrics, health endpoints and events.
