@@ -53,7 +53,7 @@ func newMigrateCommand(configFlags *genericclioptions.ConfigFlags, out, errOut i
 		},
 	}
 	o.Engine.addFlags(cmd.Flags())
-	cmd.Flags().BoolVar(&o.All, "all", false, "migrate every resource the server serves that can be listed and updated, once per storage")
+	cmd.Flags().BoolVar(&o.All, "all", false, "migrate every resource the server serves that can be listed and patched, once per storage")
 	return cmd
 }
 

@@ -53,10 +53,10 @@
 //   - retries_total{resource,reason} (counter): requests that failed with a
 //     transient error and were retried, by error reason.
 //   - requests_total{resource,verb} (counter): requests sent, verb "list" or
-//     "update" (or "patch" and "get": an object's managedFields moved off
-//     a retired version, and the object read again for it), retries included: the load svm puts on the API
+//     "patch" (or "get": an object read again to move its managedFields off
+//     a retired version), retries included: the load svm puts on the API
 //     server.
-//     rate(...{verb="update"}) is svm's write rate; a gauge of objects per
+//     rate(...{verb="patch"}) is svm's write rate; a gauge of objects per
 //     second is deliberately not kept, since rate() over a counter is exact
 //     over any window and survives missed scrapes.
 //   - rate_limiter_wait_seconds (histogram): time each request waited for

@@ -5,17 +5,19 @@
 //
 // # Algorithm
 //
-// The resource is listed in chunks (at most 500 objects by default, fewer
-// when they are large: see maxChunkBytes) with continue tokens, as JSON.
-// The engine decodes only each object's metadata and keeps the rest as the
-// bytes it came in, so its memory depends on the chunk alone, whatever the
-// number of objects.
+// The resource is listed in chunks (500 objects by default) with continue
+// tokens, asking only for object metadata (PartialObjectMetadata): svm needs
+// nothing else, so its memory depends on the chunk size alone, whatever the
+// size or number of objects, and it never receives an object's content.
 //
-// Every listed object is rewritten with an Update whose body is those
-// bytes: the object as the API server served it, which it cannot change.
-// Of every request that makes the API server re-encode an object, it costs
-// the server the least CPU (docs/design.md measures them). The listed
-// resourceVersion acts as a precondition: the API server compares it with
+// Every listed object is rewritten with a JSON merge patch that carries
+// only metadata.uid and metadata.resourceVersion. The patch cannot change
+// content (it sets both fields to the values they already have), and the
+// API server applies it to the object it has stored: a field the server
+// that answered the list did not know (its CRD schema lagging behind
+// another server's) is kept, where an Update of the object as listed
+// would drop it (docs/design.md measures both). The resourceVersion acts
+// as a precondition: the API server compares it with
 // the stored one before anything else, so an object written by someone else
 // since it was listed, or deleted and re-created under the same name, is
 // answered with 409 Conflict instead of being overwritten. Such an object has

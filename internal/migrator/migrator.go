@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
@@ -39,8 +38,7 @@ const DefaultFieldManager = "storage-version-migrator"
 
 // Options tune a Migrator. Zero values mean the defaults.
 type Options struct {
-	// ChunkSize is the most objects listed per request. Default 500;
-	// fewer when the resource's objects are large (see maxChunkBytes).
+	// ChunkSize is the most objects listed per request. Default 500.
 	ChunkSize int64
 	// Workers is the most writes a migration has in flight; adaptive
 	// pacing decides how many below it. Default 64.
@@ -124,10 +122,9 @@ func (o Options) withDefaults() Options {
 // Migrator rewrites resources. It is safe for concurrent use; all its
 // migrations share its rate limiter.
 type Migrator struct {
-	// metadata watches for others' writes and reads objects for
-	// managedFields; raw lists and writes.
+	// metadata lists, writes, watches for others' writes and reads
+	// objects for managedFields: the engine needs nothing but metadata.
 	metadata  metadata.Interface
-	raw       rest.Interface
 	discovery discovery.DiscoveryInterface
 	opts      Options
 }
@@ -142,18 +139,7 @@ func New(cfg *rest.Config, opts Options) (*Migrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build the discovery client: %w", err)
 	}
-	// Lists and Updates go as JSON through a plain client: the engine
-	// decodes only metadata, and sends each object back as it came.
-	// Its codecs decode the API server's errors (Status, with the
-	// continue token of an expired list) from JSON.
-	rc := rest.CopyConfig(cfg)
-	rc.GroupVersion, rc.APIPath = &schema.GroupVersion{Version: "v1"}, "/"
-	rc.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
-	raw, err := rest.RESTClientFor(rc)
-	if err != nil {
-		return nil, fmt.Errorf("build the REST client: %w", err)
-	}
-	return &Migrator{metadata: md, raw: raw, discovery: disc, opts: opts.withDefaults()}, nil
+	return &Migrator{metadata: md, discovery: disc, opts: opts.withDefaults()}, nil
 }
 
 // Progress counts the objects a migration has handled. Every listed
@@ -362,8 +348,6 @@ func (m *Migrator) migrate(ctx context.Context, req Request) (Result, error) {
 	}
 	res.StorageVersionHash = info.StorageVersionHash
 	run.namespaced = info.Namespaced
-	run.kind = info.Kind
-	run.limit = m.opts.ChunkSize
 	if ss := req.StoredSince; ss != nil && ss.Hash != "" && ss.Hash == info.StorageVersionHash {
 		run.storedSince = ss.Revision
 	}
@@ -389,7 +373,7 @@ func (m *Migrator) migrate(ctx context.Context, req Request) (Result, error) {
 }
 
 // Lookup finds the resource in discovery, with its storage version hash,
-// and checks that it can be migrated (listed and updated): a
+// and checks that it can be migrated (listed and patched): a
 // *TerminalError says why not.
 func (m *Migrator) Lookup(ctx context.Context, gvr schema.GroupVersionResource) (*metav1.APIResource, error) {
 	return m.lookup(ctx, gvr)
@@ -418,8 +402,8 @@ func (m *Migrator) lookup(ctx context.Context, gvr schema.GroupVersionResource) 
 		if r.Name != gvr.Resource {
 			continue
 		}
-		if !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "update") {
-			return nil, terminal("NotMigratable", "%s does not support both list and update (verbs: %v)", gvr, r.Verbs)
+		if !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "patch") {
+			return nil, terminal("NotMigratable", "%s does not support both list and patch (verbs: %v)", gvr, r.Verbs)
 		}
 		return r, nil
 	}
@@ -432,10 +416,6 @@ type run struct {
 	req        Request
 	res        *Result
 	namespaced bool
-	// kind is the resource's, for Update bodies listed without one.
-	kind string
-	// limit is how many objects the next list asks for (see nextLimit).
-	limit int64
 	// storedSince is Request.StoredSince's revision when it applies to
 	// this run, "" when every object is to be written.
 	storedSince string
@@ -473,14 +453,14 @@ func (r *run) listAndRewrite(ctx context.Context) error {
 		if l.err != nil {
 			return l.err
 		}
-		list := l.chunk
-		if list.meta.Continue != "" {
-			next = r.prefetch(ctx, list.meta.Continue)
+		list := l.list
+		if list.Continue != "" {
+			next = r.prefetch(ctx, list.Continue)
 		}
 		if first {
 			if r.res.Checkpoint == "" {
-				r.res.Checkpoint = list.meta.ResourceVersion
-				r.saved.Checkpoint = list.meta.ResourceVersion
+				r.res.Checkpoint = list.ResourceVersion
+				r.saved.Checkpoint = list.ResourceVersion
 			}
 			if !r.m.opts.DisableChangeWatch {
 				r.changes = newChanges(maxRecordedChanges, r.res.Checkpoint)
@@ -488,16 +468,16 @@ func (r *run) listAndRewrite(ctx context.Context) error {
 			}
 			first = false
 		}
-		remaining := list.meta.RemainingItemCount
-		if list.meta.Continue == "" {
+		remaining := list.RemainingItemCount
+		if list.Continue == "" {
 			remaining = new(int64) // the last chunk: nothing is left, whatever the server estimates
 		}
-		r.observer.Listed(r.gr, r.counters.listed.Add(int64(len(list.items))), remaining)
+		r.observer.Listed(r.gr, r.counters.listed.Add(int64(len(list.Items))), remaining)
 		r.res.Progress.RemainingEstimate = remaining
-		if err := r.rewriteChunk(ctx, list); err != nil {
+		if err := r.rewriteChunk(ctx, list.Items); err != nil {
 			return err
 		}
-		r.res.ContinueToken = list.meta.Continue
+		r.res.ContinueToken = list.Continue
 		r.res.Progress = r.counters.snapshot(remaining)
 		r.saved = r.snapshotState()
 		if r.req.OnChunk != nil {
@@ -506,7 +486,7 @@ func (r *run) listAndRewrite(ctx context.Context) error {
 			}
 		}
 		r.reportProgress()
-		if list.meta.Continue == "" {
+		if list.Continue == "" {
 			return nil
 		}
 	}
@@ -514,29 +494,28 @@ func (r *run) listAndRewrite(ctx context.Context) error {
 
 // listing is a chunk's list, or why it could not be had.
 type listing struct {
-	chunk *chunk
-	err   error
+	list *metav1.PartialObjectMetadataList
+	err  error
 }
 
 // prefetch lists the chunk that token continues from, in the background.
 func (r *run) prefetch(ctx context.Context, token string) <-chan listing {
 	out := make(chan listing, 1)
 	go func() {
-		c, err := r.list(ctx, token)
-		out <- listing{c, err}
+		list, err := r.list(ctx, token)
+		out <- listing{list, err}
 	}()
 	return out
 }
 
 // list lists the chunk that token continues from (the first when empty),
-// with retries. Lists are sent one at a time, each once the one before
-// has arrived, so the limit each asks for follows the objects' size.
-func (r *run) list(ctx context.Context, token string) (*chunk, error) {
+// with retries.
+func (r *run) list(ctx context.Context, token string) (*metav1.PartialObjectMetadataList, error) {
 	for {
-		var c *chunk
+		var list *metav1.PartialObjectMetadataList
 		err := r.retry(ctx, "list", func(ctx context.Context) error {
 			var err error
-			c, err = r.listChunk(ctx, token, r.limit)
+			list, err = r.listChunk(ctx, token)
 			return err
 		})
 		switch {
@@ -550,8 +529,7 @@ func (r *run) list(ctx context.Context, token string) (*chunk, error) {
 		case err != nil:
 			return nil, classifyListError(r.req.Resource, err)
 		}
-		r.limit = r.nextLimit(c)
-		return c, nil
+		return list, nil
 	}
 }
 
@@ -582,16 +560,16 @@ func classifyListError(gvr schema.GroupVersionResource, err error) error {
 // rewriteChunk writes every object of a chunk with a bounded pool of workers
 // and returns once all are handled, so a saved continue token never skips an
 // object that was not handled.
-func (r *run) rewriteChunk(ctx context.Context, c *chunk) error {
+func (r *run) rewriteChunk(ctx context.Context, items []metav1.PartialObjectMetadata) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	work := make(chan int)
 	var wg sync.WaitGroup
-	workers := min(r.m.opts.Workers, len(c.items))
+	workers := min(r.m.opts.Workers, len(items))
 	for range workers {
 		wg.Go(func() {
 			for i := range work {
-				if err := r.rewrite(ctx, &c.items[i], c.bodies[i]); err != nil {
+				if err := r.rewrite(ctx, &items[i]); err != nil {
 					cancel(err)
 				}
 			}
@@ -600,9 +578,9 @@ func (r *run) rewriteChunk(ctx context.Context, c *chunk) error {
 	ticker := time.NewTicker(r.m.opts.ProgressInterval)
 	defer ticker.Stop()
 feed:
-	for i := range c.items {
+	for i := range items {
 		if r.changes != nil {
-			r.changes.pass(objectName(&c.items[i]))
+			r.changes.pass(objectName(&items[i]))
 		}
 		for {
 			select {
@@ -620,9 +598,9 @@ feed:
 	return context.Cause(ctx)
 }
 
-// rewrite writes one object back unchanged: body is its JSON as listed. It
-// returns an error only when the whole migration must stop.
-func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata, body []byte) error {
+// rewrite writes one object back unchanged. It returns an error only when
+// the whole migration must stop.
+func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata) error {
 	if mf := r.req.ManagedFields; mf != nil {
 		if mf.Names(obj.ManagedFields) {
 			return r.retarget(ctx, obj)
@@ -653,9 +631,9 @@ func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata, bo
 		return nil
 	}
 	var written *metav1.PartialObjectMetadata
-	err := r.retry(ctx, "update", func(ctx context.Context) error {
+	err := r.retry(ctx, "patch", func(ctx context.Context) error {
 		var err error
-		written, err = r.update(ctx, obj, body)
+		written, err = r.patch(ctx, obj)
 		return err
 	})
 	if err == nil {
@@ -907,7 +885,7 @@ func (r *run) retry(ctx context.Context, verb string, fn func(context.Context) e
 		// Writes wait for room in the pacer's window; lists are one at a
 		// time anyway. A write being retried may have kept its place (see
 		// pacer.release).
-		paced := (verb == "update" || verb == "patch") && r.pacer != nil
+		paced := verb == "patch" && r.pacer != nil
 		if paced && !held {
 			var perr error
 			if tk, perr = r.pacer.acquire(ctx); perr != nil {

@@ -22,7 +22,7 @@ type Observer interface {
 	// the API server's estimate of objects not yet listed: nil when it gave
 	// none, 0 after the last chunk.
 	Listed(resource schema.GroupResource, listed int64, remaining *int64)
-	// Requested reports an answered request (verb "list", "update" or "patch"), or
+	// Requested reports an answered request (verb "list" or "patch"), or
 	// one that failed without an answer; err is nil on success.
 	Requested(resource schema.GroupResource, verb string, err error)
 	// ObjectMigrated reports an object written back: restored when the

@@ -199,7 +199,7 @@ func (q query) match(lists []*metav1.APIResourceList, prefix bool) []candidate {
 			}
 			out = append(out, candidate{
 				res:        Resource{GroupVersionResource: gvr, Kind: r.Kind, StorageVersionHash: r.StorageVersionHash},
-				migratable: slices.Contains(r.Verbs, "list") && slices.Contains(r.Verbs, "update"),
+				migratable: slices.Contains(r.Verbs, "list") && slices.Contains(r.Verbs, "patch"),
 			})
 		}
 	}

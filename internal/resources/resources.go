@@ -62,7 +62,7 @@ func Discover(disc discovery.DiscoveryInterface) (*Discovery, error) {
 	return out, nil
 }
 
-// Migratable keeps the resources that can be listed and updated, without
+// Migratable keeps the resources that can be listed and patched, without
 // subresources, and one resource per storage.
 func Migratable(lists []*metav1.APIResourceList) []Resource {
 	var all []Resource
@@ -72,7 +72,7 @@ func Migratable(lists []*metav1.APIResourceList) []Resource {
 			continue
 		}
 		for _, r := range list.APIResources {
-			if strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "update") {
+			if strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "patch") {
 				continue
 			}
 			all = append(all, Resource{GroupVersionResource: gv.WithResource(r.Name), Kind: r.Kind, StorageVersionHash: r.StorageVersionHash})

@@ -19,7 +19,7 @@ import (
 var (
 	fuzzGroupVersions = []string{"v1", "apps/v1", "events.k8s.io/v1", "example.com/v1", "example.com/v2", "metrics.example.com/v1beta1", "a/b/c"}
 	fuzzNames         = []string{"events", "pods", "pods/status", "widgets", "secrets", "deployments", "things", "tokenreviews"}
-	fuzzVerbs         = []string{"list", "update", "get", "create", "patch", "watch", "delete"}
+	fuzzVerbs         = []string{"list", "patch", "get", "create", "update", "watch", "delete"}
 	fuzzHashes        = []string{"", StorageVersionHash("", "v1", "Event"), StorageVersionHash("", "v1", "Pod"), StorageVersionHash("example.com", "v1", "Widget"), "x"}
 )
 
@@ -72,7 +72,7 @@ func discoveryFrom(data []byte) []*metav1.APIResourceList {
 
 func migratable(r metav1.APIResource, gvString string) bool {
 	_, err := schema.ParseGroupVersion(gvString)
-	return err == nil && !strings.Contains(r.Name, "/") && slices.Contains(r.Verbs, "list") && slices.Contains(r.Verbs, "update")
+	return err == nil && !strings.Contains(r.Name, "/") && slices.Contains(r.Verbs, "list") && slices.Contains(r.Verbs, "patch")
 }
 
 func deepCopyLists(lists []*metav1.APIResourceList) []*metav1.APIResourceList {
@@ -85,7 +85,7 @@ func deepCopyLists(lists []*metav1.APIResourceList) []*metav1.APIResourceList {
 
 // FuzzMigratable checks, for any discovery document, that Migratable keeps
 // exactly the resources svm can migrate, once per storage: each it returns
-// can be listed and updated; each that can is returned or shares its
+// can be listed and patched; each that can is returned or shares its
 // storage with one that is (and the one kept is the first by group and
 // resource); the result does not depend on the order discovery answered
 // in; and it leaves its input alone.
@@ -93,7 +93,7 @@ func FuzzMigratable(f *testing.F) {
 	f.Add([]byte{0, 0, 3, 1, 2, 0, 3, 1, 0, 1, 3, 2})     // events in v1 and events.k8s.io, pods
 	f.Add([]byte{3, 3, 3, 3, 4, 3, 3, 3, 5, 6, 3, 0})     // widgets twice (discovery keeps one version), a thing without hash
 	f.Add([]byte{6, 4, 3, 0, 0, 2, 3, 0, 0, 7, 8, 0})     // unparsable group version, a subresource, tokenreviews
-	f.Add([]byte{1, 5, 255, 4, 2, 4, 255, 4, 4, 5, 1, 4}) // three sharing one hash, one not updatable
+	f.Add([]byte{1, 5, 255, 4, 2, 4, 255, 4, 4, 5, 1, 4}) // three sharing one hash, one not patchable
 	f.Fuzz(func(t *testing.T, data []byte) {
 		lists := discoveryFrom(data)
 		before := deepCopyLists(lists)
@@ -119,7 +119,7 @@ func FuzzMigratable(f *testing.F) {
 		for i, r := range got {
 			src, ok := eligible[r.GroupResource()]
 			if !ok {
-				t.Fatalf("Migratable kept %v, which cannot be listed and updated (or is a subresource)", r.GroupVersionResource)
+				t.Fatalf("Migratable kept %v, which cannot be listed and patched (or is a subresource)", r.GroupVersionResource)
 			}
 			if want := (Resource{GroupVersionResource: src.gv.WithResource(src.r.Name), Kind: src.r.Kind, StorageVersionHash: src.r.StorageVersionHash}); r != want {
 				t.Errorf("Migratable returned %+v for discovery's %+v", r, want)

@@ -14,7 +14,7 @@ const (
 	// ReasonResourceNotFound: the API server does not serve the resource
 	// (a CRD not yet established, a mistyped group or version).
 	ReasonResourceNotFound = "ResourceNotFound"
-	// ReasonNotMigratable: the resource cannot be both listed and updated.
+	// ReasonNotMigratable: the resource cannot be both listed and patched.
 	ReasonNotMigratable = "NotMigratable"
 	// ReasonForbidden: RBAC denies a list, a patch, or the CRD's read or
 	// status update (see the package documentation for the RBAC needed).

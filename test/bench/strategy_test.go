@@ -30,8 +30,8 @@ func envInt(name string, def int) int {
 // wrote.
 type rewriter func(ctx context.Context, cfg *rest.Config) error
 
-// svmEngine is svm's strategy: a whole-object list and an Update of each
-// object as listed.
+// svmEngine is svm's strategy: a metadata list and a merge patch of each
+// object's uid and resourceVersion.
 func svmEngine(workers int) rewriter { return svmEngineFor(workers, framework.Widgets) }
 
 func svmEngineFor(workers int, gvr schema.GroupVersionResource) rewriter {

@@ -44,8 +44,8 @@ func patchWith(pt types.PatchType, body func(obj *unstructured.Unstructured) []b
 	}
 }
 
-// svmPatch is the body of svm's write before the Update (and of its
-// managedFields moves, with the new list): obj's uid and resourceVersion.
+// svmPatch is the body of svm's write (and of its managedFields moves,
+// with the new list): obj's uid and resourceVersion.
 func svmPatch(obj *unstructured.Unstructured) []byte {
 	return fmt.Appendf(nil, `{"metadata":{"uid":%q,"resourceVersion":%q}}`, obj.GetUID(), obj.GetResourceVersion())
 }
@@ -53,7 +53,7 @@ func svmPatch(obj *unstructured.Unstructured) []byte {
 // writeRequests are the requests that re-encode an object without changing
 // it, or claim to.
 var writeRequests = []writeRequest{
-	{name: "merge patch, uid and resourceVersion", preconditioned: true, write: patchWith(types.MergePatchType, svmPatch)},
+	{name: "merge patch, uid and resourceVersion (svm)", preconditioned: true, write: patchWith(types.MergePatchType, svmPatch)},
 	{name: "merge patch, uid and resourceVersion, the whole object answered", preconditioned: true, write: func(ctx context.Context, _ metadata.Getter, dyn dynamic.NamespaceableResourceInterface, obj *unstructured.Unstructured) error {
 		_, err := dyn.Namespace(obj.GetNamespace()).Patch(ctx, obj.GetName(), types.MergePatchType, svmPatch(obj), fieldManager)
 		return err
@@ -68,7 +68,7 @@ var writeRequests = []writeRequest{
 		_, err := md.Namespace(obj.GetNamespace()).Patch(ctx, obj.GetName(), types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: "storage-version-migrator", Force: &force})
 		return err
 	}},
-	{name: "update carrying the object as listed (svm)", full: true, preconditioned: true, write: func(ctx context.Context, _ metadata.Getter, dyn dynamic.NamespaceableResourceInterface, obj *unstructured.Unstructured) error {
+	{name: "update carrying the object as listed", full: true, preconditioned: true, write: func(ctx context.Context, _ metadata.Getter, dyn dynamic.NamespaceableResourceInterface, obj *unstructured.Unstructured) error {
 		_, err := dyn.Namespace(obj.GetNamespace()).Update(ctx, obj, metav1.UpdateOptions{FieldManager: "storage-version-migrator"})
 		return err
 	}},

@@ -63,7 +63,7 @@ func newCluster(t *testing.T, objs ...client.Object) *cluster {
 // serve makes discovery report configmaps and widgets.example.com with
 // these storage version hashes.
 func (k *cluster) serve(configmaps, widgets string) {
-	verbs := metav1.Verbs{"list", "update"}
+	verbs := metav1.Verbs{"list", "patch"}
 	k.disc.Resources = []*metav1.APIResourceList{
 		{GroupVersion: "v1", APIResources: []metav1.APIResource{
 			{Name: "configmaps", Kind: "ConfigMap", Namespaced: true, Verbs: verbs, StorageVersionHash: configmaps},

@@ -11,7 +11,7 @@
 //   - invalid specs, and spec.resource changed by an update:
 //     api.TestValidation;
 //   - a resource, group or version that is not served, a resource without
-//     list and update: controller.TestImpossibleMigrationsFailFast and
+//     list and patch: controller.TestImpossibleMigrationsFailFast and
 //     migrator.TestTerminalErrorsFailFastWithBoundedRequests;
 //   - a migration deleted while it runs:
 //     controller.TestDeletingAMigrationStopsItsWork;

@@ -26,8 +26,8 @@ import (
 // must then rewrite every Secret). Custom objects have no such limit, only
 // etcd's 1.5 MiB per value: theirs hold 1.4 MB each, stored in v1 before
 // the CRD moved its storage to v2. Every one is rewritten, into the new
-// form, with its content intact, and svm receives each object once, in
-// its list: the writes' answers are metadata.
+// form, with its content intact, while svm receives only metadata: a few
+// kilobytes for megabytes of objects, so its memory never holds them.
 func (s *suite) largeObjects(t *testing.T) {
 	env := s.env
 	ctx := framework.Context(t, 3*time.Minute)
@@ -87,16 +87,15 @@ func (s *suite) largeObjects(t *testing.T) {
 		t.Errorf("secrets changed (-before +after):\n%s", diff)
 	}
 	env.ExpectUnchanged(t, r.GVR("v1"), objectsBefore)
-	// Discovery, two lists of whole objects and the writes' answers, of
-	// metadata: each object once, in JSON (a Secret's data in base64, a
-	// third larger), and less than another object's worth besides.
+	// Discovery, two lists and the writes, all of metadata: far below the
+	// size of a single object.
 	total := n * (secretSize + objectSize)
-	if got, once := received.Received(), int64(n*(secretSize*4/3+objectSize)); got < once || got > once+objectSize {
-		t.Errorf("svm received %d bytes for %d bytes of objects, want each object once (%d bytes as JSON) and less than another besides", got, total, once)
+	if got := received.Received(); got > 128<<10 {
+		t.Errorf("svm received %d bytes for %d bytes of objects: more than metadata", got, total)
 	} else {
 		t.Logf("svm received %d bytes while rewriting %d bytes of objects", got, total)
 	}
-	writes := requests.Count("PUT")
+	writes := requests.Count("PATCH")
 	if writes != 2*n {
 		t.Errorf("%d writes, want %d", writes, 2*n)
 	}

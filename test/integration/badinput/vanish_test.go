@@ -206,7 +206,7 @@ func (s *suite) namespaceDeleted(t *testing.T) {
 	}
 	// One write per listed object, but for the deleted objects svm knew
 	// of before writing them.
-	writes := requests.Count("PUT")
+	writes := requests.Count("PATCH")
 	if writes != n-int(p.SkippedWithoutWrite) || p.SkippedWithoutWrite >= n/3 {
 		t.Errorf("%d writes, %d objects skipped without one: want one write per listed object (%d) but those, and at least one 404", writes, p.SkippedWithoutWrite, n)
 	}

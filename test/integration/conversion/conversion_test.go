@@ -214,7 +214,7 @@ func servedLists(t *testing.T, disc *discovery.DiscoveryClient) []*metav1.APIRes
 func perObject(c framework.Conversions) float64 { return float64(c.TotalReviews()) / objects }
 
 // inStorageVersion returns r in the version its objects are stored in, when
-// lists show that version serving r's resource with list and update, and r
+// lists show that version serving r's resource with list and patch, and r
 // unchanged otherwise (r is in it already, the server reports no hash, or
 // the storage version is not served).
 //
@@ -242,7 +242,7 @@ func inStorageVersion(lists []*metav1.APIResourceList, r resources.Resource) res
 			// hash) and be that storage (its own hash).
 			if ar.Name != r.Resource || ar.StorageVersionHash != r.StorageVersionHash ||
 				resources.StorageVersionHash(gv.Group, gv.Version, ar.Kind) != r.StorageVersionHash ||
-				!slices.Contains(ar.Verbs, "list") || !slices.Contains(ar.Verbs, "update") {
+				!slices.Contains(ar.Verbs, "list") || !slices.Contains(ar.Verbs, "patch") {
 				continue
 			}
 			r.Version, r.Kind = gv.Version, ar.Kind

@@ -84,7 +84,7 @@ func testLongRetryAfter(t *testing.T, f *fixture) {
 		switch {
 		case r.Method == http.MethodGet && name == "widgets" && r.URL.Query().Get("continue") == "":
 			name = "list"
-		case r.Method != http.MethodPut:
+		case r.Method != http.MethodPatch:
 			return framework.NoFault, 0, false
 		}
 		if p := plans[name]; p != nil && p.left > 0 {

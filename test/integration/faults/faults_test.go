@@ -225,7 +225,7 @@ func expectSkips(t *testing.T, log framework.FaultLog, skipped int64) {
 	lost, maybe := map[string]bool{}, map[string]bool{}
 	for i, r := range log {
 		switch {
-		case r.Method != http.MethodPut || !r.Forwarded:
+		case r.Method != http.MethodPatch || !r.Forwarded:
 		case (r.Fault == framework.Stall || r.Fault == framework.Truncate) && r.Status == http.StatusOK:
 			lost[r.Path] = true
 		case again[i]:
@@ -250,7 +250,7 @@ func expectWrites(t *testing.T, log framework.FaultLog, server int) {
 	again := sentAgain(log)
 	abandoned := 0
 	for i, r := range log {
-		if r.Method == http.MethodPut && r.Forwarded && again[i] && !r.Fault.Fails() {
+		if r.Method == http.MethodPatch && r.Forwarded && again[i] && !r.Fault.Fails() {
 			abandoned++
 		}
 	}

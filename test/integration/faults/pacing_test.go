@@ -44,7 +44,7 @@ func testAdaptivePacing(t *testing.T, f *fixture) {
 		res, err = m.Run(framework.Context(t, 10*time.Minute), migrator.Request{Resource: framework.Widgets})
 		done <- err
 	}()
-	isWrite := func(r framework.FaultRecord) bool { return r.Method == http.MethodPut }
+	isWrite := func(r framework.FaultRecord) bool { return r.Method == http.MethodPatch }
 	waitWrites(t, proxy, 200)
 	// The phases are counted in answers through the seat, not in time: a
 	// busy machine slows the seat and the pacer alike. The pacer decides
@@ -186,7 +186,7 @@ func waitWrites(t *testing.T, proxy *framework.FaultProxy, n int) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
-		if len(proxy.Requests().Filter(func(r framework.FaultRecord) bool { return r.Method == http.MethodPut })) >= n {
+		if len(proxy.Requests().Filter(func(r framework.FaultRecord) bool { return r.Method == http.MethodPatch })) >= n {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -85,8 +85,8 @@ func TestRewritesEveryObjectWithoutChangingIt(t *testing.T) {
 		t.Errorf("saved %d chunk states (last token %q), want %d ending with an empty token", len(chunks), chunks[len(chunks)-1].ContinueToken, n/250+1)
 	}
 	// One write per object, a few reads.
-	if got := requests.Count("PUT"); got != n {
-		t.Errorf("%d updates, want exactly %d", got, n)
+	if got := requests.Count("PATCH"); got != n {
+		t.Errorf("%d patches, want exactly %d", got, n)
 	}
 	if got := requests.Count("GET"); got > n/250+3 {
 		t.Errorf("%d GET requests, want at most %d", got, n/250+3)
@@ -143,8 +143,8 @@ func TestResumesFromSavedState(t *testing.T) {
 	}
 	env.ExpectStored(t, r.EtcdPrefix(), inV2(r, n))
 	env.ExpectUnchanged(t, r.GVR("v1"), before)
-	if res.Progress.Migrated() != n || requests.Count("PUT") != n {
-		t.Errorf("rewritten %d with %d updates, want %d: resuming must not redo finished chunks", res.Progress.Migrated(), requests.Count("PUT"), n)
+	if res.Progress.Migrated() != n || requests.Count("PATCH") != n {
+		t.Errorf("rewritten %d with %d patches, want %d: resuming must not redo finished chunks", res.Progress.Migrated(), requests.Count("PATCH"), n)
 	}
 }
 
@@ -178,8 +178,8 @@ func TestExpiredContinueTokenRestartsWithoutRewritingAgain(t *testing.T) {
 	}
 	env.ExpectStored(t, r.EtcdPrefix(), inV2(r, n))
 	// The first chunk's objects are newer than the checkpoint now: no write.
-	if got := requests.Count("PUT"); got != n {
-		t.Errorf("%d updates, want %d (nothing rewritten twice)", got, n)
+	if got := requests.Count("PATCH"); got != n {
+		t.Errorf("%d patches, want %d (nothing rewritten twice)", got, n)
 	}
 	if res.Progress.Migrated() != n {
 		t.Errorf("rewritten %d, want %d", res.Progress.Migrated(), n)
@@ -246,7 +246,7 @@ func TestConcurrentWritersLoseNothing(t *testing.T) {
 	rewrittenFirst := 0
 	for key := range deleted {
 		ns, name, _ := strings.Cut(key, "/")
-		if requests.Succeeded("PUT", fmt.Sprintf("/apis/%s/v1/namespaces/%s/%s/%s", r.Group, ns, r.Plural, name)) {
+		if requests.Succeeded("PATCH", fmt.Sprintf("/apis/%s/v1/namespaces/%s/%s/%s", r.Group, ns, r.Plural, name)) {
 			rewrittenFirst++
 		}
 	}
@@ -299,7 +299,7 @@ func TestTerminalErrorsFailFastWithBoundedRequests(t *testing.T) {
 			if got := requests.Count(""); got > 3 {
 				t.Errorf("%d requests before failing, want at most 3", got)
 			}
-			if got := requests.Count("PUT"); got != 0 {
+			if got := requests.Count("PATCH"); got != 0 {
 				t.Errorf("%d writes", got)
 			}
 		})
@@ -340,7 +340,7 @@ func TestObjectsWrittenByOthersCostNoWrite(t *testing.T) {
 			nsA, nsD := namespaces[0], namespaces[3]
 			cfg := env.Config
 			if !tc.watch {
-				cfg = listAndUpdateOnly(t, env, r)
+				cfg = listAndPatchOnly(t, env, r)
 			}
 			// A limiter keeps the migration well behind the writes below.
 			m, requests := framework.NewMigrator(t, cfg, migrator.Options{ChunkSize: 100, Workers: 4, Limiter: rate.NewLimiter(300, 1)})
@@ -400,12 +400,12 @@ func TestObjectsWrittenByOthersCostNoWrite(t *testing.T) {
 			// others in the fourth namespace cost none when the watch runs.
 			touched := len(updated) + len(deleted)
 			others := touched - 1
-			wantUpdates, wantNoWrite := n, 0
+			wantPatches, wantNoWrite := n, 0
 			if tc.watch {
-				wantUpdates, wantNoWrite = n-others, others
+				wantPatches, wantNoWrite = n-others, others
 			}
-			if got := requests.Count("PUT"); got != wantUpdates {
-				t.Errorf("%d updates, want %d: %d objects were written or deleted by others", got, wantUpdates, touched)
+			if got := requests.Count("PATCH"); got != wantPatches {
+				t.Errorf("%d patches, want %d: %d objects were written or deleted by others", got, wantPatches, touched)
 			}
 			p := res.Progress
 			if p.Migrated() != int64(n-touched) || p.Skipped() != int64(touched) || p.SkippedWithoutWrite != int64(wantNoWrite) {
@@ -415,15 +415,15 @@ func TestObjectsWrittenByOthersCostNoWrite(t *testing.T) {
 	}
 }
 
-// listAndUpdateOnly returns a config for a user of the test's own who may
-// list and update r, and nothing else: the least a migration needs.
-func listAndUpdateOnly(t *testing.T, env *framework.Env, r framework.Resource) *rest.Config {
+// listAndPatchOnly returns a config for a user of the test's own who may
+// list and patch r, and nothing else: the least a migration needs.
+func listAndPatchOnly(t *testing.T, env *framework.Env, r framework.Resource) *rest.Config {
 	t.Helper()
 	ctx := framework.Context(t, time.Minute)
-	name := framework.TestName(t) + "-list-update"
+	name := framework.TestName(t) + "-list-patch"
 	role := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{r.Group}, Resources: []string{r.Plural}, Verbs: []string{"list", "update"}}},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{r.Group}, Resources: []string{r.Plural}, Verbs: []string{"list", "patch"}}},
 	}
 	binding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -444,11 +444,11 @@ func listAndUpdateOnly(t *testing.T, env *framework.Env, r framework.Resource) *
 		_, err := widgets.List(ctx, metav1.ListOptions{Limit: 1})
 		return err == nil
 	}) {
-		t.Fatalf("the list-and-update user cannot list %s", r.Plural)
+		t.Fatalf("the list-and-patch user cannot list %s", r.Plural)
 	}
 	if w, err := widgets.Watch(ctx, metav1.ListOptions{}); err == nil {
 		w.Stop()
-		t.Fatalf("the list-and-update user may watch %s; the test would prove nothing", r.Plural)
+		t.Fatalf("the list-and-patch user may watch %s; the test would prove nothing", r.Plural)
 	}
 	return cfg
 }

@@ -54,25 +54,25 @@ func TestObjectsWrittenSinceTheStorageChangeCostNoRequest(t *testing.T) {
 		if err != nil {
 			t.Fatalf("migrate: %v", err)
 		}
-		return res.Progress, requests.Count("PUT")
+		return res.Progress, requests.Count("PATCH")
 	}
-	p, updates := run(since)
-	if updates != n/2 || p.Restored != n/2 || p.WrittenSinceChange != n/2 || p.SkippedWithoutWrite != n/2 {
-		t.Errorf("first migration: %d updates, progress %+v; want %d written and re-stored, %d written since the change without a request", updates, p, n/2, n/2)
+	p, patches := run(since)
+	if patches != n/2 || p.Restored != n/2 || p.WrittenSinceChange != n/2 || p.SkippedWithoutWrite != n/2 {
+		t.Errorf("first migration: %d patches, progress %+v; want %d written and re-stored, %d written since the change without a request", patches, p, n/2, n/2)
 	}
 	env.ExpectStored(t, r.EtcdPrefix(), inV2(r, n))
 	framework.ExpectWritesKept(t, before, env.TakeSnapshot(t, gvr), updated, nil)
 
 	// A second migration for the same change: a list, and no write.
-	p, updates = run(since)
-	if updates != 0 || p.Listed != n || p.WrittenSinceChange != n || p.Migrated() != 0 {
-		t.Errorf("second migration: %d updates, progress %+v; want none, all %d written since the change", updates, p, n)
+	p, patches = run(since)
+	if patches != 0 || p.Listed != n || p.WrittenSinceChange != n || p.Migrated() != 0 {
+		t.Errorf("second migration: %d patches, progress %+v; want none, all %d written since the change", patches, p, n)
 	}
 
 	// A revision recorded for another storage version than the one the
 	// server reports says nothing: every object is written.
-	p, updates = run(&migrator.StoredSince{Hash: "not-" + since.Hash, Revision: since.Revision})
-	if updates != n || p.WrittenSinceChange != 0 {
-		t.Errorf("with another version's revision: %d updates, %d written since the change; want all %d written, none skipped", updates, p.WrittenSinceChange, n)
+	p, patches = run(&migrator.StoredSince{Hash: "not-" + since.Hash, Revision: since.Revision})
+	if patches != n || p.WrittenSinceChange != 0 {
+		t.Errorf("with another version's revision: %d patches, %d written since the change; want all %d written, none skipped", patches, p.WrittenSinceChange, n)
 	}
 }

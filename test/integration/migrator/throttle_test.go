@@ -23,7 +23,7 @@ func TestHonoursRetryAfter(t *testing.T) {
 	var throttled atomic.Int32
 	proxy.Intercept(func(r *http.Request) (int, http.Header, bool) {
 		// Throttle the first 20 writes.
-		if r.Method == http.MethodPut && throttled.Add(1) <= 20 {
+		if r.Method == http.MethodPatch && throttled.Add(1) <= 20 {
 			return http.StatusTooManyRequests, http.Header{"Retry-After": {"1"}}, true
 		}
 		return 0, nil, false
@@ -41,12 +41,12 @@ func TestHonoursRetryAfter(t *testing.T) {
 	// Each throttled object was retried, and not before its Retry-After.
 	events := proxy.Events()
 	lastThrottle := map[string]time.Time{}
-	updates := 0
+	patches := 0
 	for _, ev := range events {
-		if ev.Method != http.MethodPut {
+		if ev.Method != http.MethodPatch {
 			continue
 		}
-		updates++
+		patches++
 		if at, ok := lastThrottle[ev.Path]; ok {
 			if gap := ev.Time.Sub(at); gap < 900*time.Millisecond {
 				t.Errorf("%s retried %s after a 429 with Retry-After: 1", ev.Path, gap)
@@ -57,8 +57,8 @@ func TestHonoursRetryAfter(t *testing.T) {
 			lastThrottle[ev.Path] = ev.Time
 		}
 	}
-	if updates != n+20 {
-		t.Errorf("%d write requests, want %d (each object once, plus one retry per 429)", updates, n+20)
+	if patches != n+20 {
+		t.Errorf("%d write requests, want %d (each object once, plus one retry per 429)", patches, n+20)
 	}
 	if took := time.Since(start); took < time.Second {
 		t.Errorf("took %s: the Retry-After pauses cannot have been honoured", took)

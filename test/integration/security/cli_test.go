@@ -48,8 +48,8 @@ func TestCLIRoles(t *testing.T) {
 		}
 	}
 	for _, rule := range clusterRole(t, cliObjs, "svm-migrator").Rules {
-		if !slices.Equal(slices.Sorted(slices.Values(rule.Verbs)), []string{"list", "update", "watch"}) {
-			t.Errorf("svm-migrator grants more than list, watch and update: %+v", rule)
+		if !slices.Equal(slices.Sorted(slices.Values(rule.Verbs)), []string{"list", "patch", "watch"}) {
+			t.Errorf("svm-migrator grants more than list, watch and patch: %+v", rule)
 		}
 	}
 	for _, rule := range clusterRole(t, cliObjs, "svm-retirer").Rules {
