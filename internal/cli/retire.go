@@ -61,8 +61,12 @@ func newRetireCommand(configFlags *genericclioptions.ConfigFlags, out, errOut io
 			"An entry left naming a removed version makes every server-side apply on its object fail.\n" +
 			"Every step is safe to repeat: run it again after any error. With nothing left to do it says\n" +
 			"so and writes nothing. --dry-run shows what it would do and writes nothing.\n\n" +
+			"An entry whose fields cannot be placed in the version kept (the API server cannot convert\n" +
+			"them one to one, or refuses the dry run that does) is left as it is and listed: no manager\n" +
+			"loses a field.\n\n" +
 			"Exit codes: 0 done (or nothing to do, or a dry run), 3 a client still uses the version (not\n" +
-			"unserved), 4 whether one does is unknown (not unserved), 1 it could not be done.",
+			"unserved), 4 whether one does is unknown (not unserved), 1 it could not be done (entries\n" +
+			"left naming it among the reasons).",
 		Example: "  svm retire widgets.v1.example.com --dry-run\n" +
 			"  svm retire widgets.v1.example.com\n" +
 			"  svm retire widgets.v1.example.com --unserve --quiet-for 10m\n" +
@@ -233,16 +237,43 @@ type RetireRequest struct {
 // under exactly one of restored, alreadyCurrent, writtenSinceStart, gone,
 // failed and nothingToRewrite.
 type RetireRewrite struct {
-	Listed                 int64          `json:"listed"`
-	Restored               int64          `json:"restored"`
-	AlreadyCurrent         int64          `json:"alreadyCurrent"`
-	WrittenSinceStart      int64          `json:"writtenSinceStart"`
-	Gone                   int64          `json:"gone"`
-	Failed                 int64          `json:"failed"`
-	NothingToRewrite       int64          `json:"nothingToRewrite"`
-	ManagedFieldsRewritten int64          `json:"managedFieldsRewritten"`
-	ManagedFieldsDropped   int64          `json:"managedFieldsDropped"`
-	FailedObjects          []FailedObject `json:"failedObjects,omitempty"`
+	Listed                 int64 `json:"listed"`
+	Restored               int64 `json:"restored"`
+	AlreadyCurrent         int64 `json:"alreadyCurrent"`
+	WrittenSinceStart      int64 `json:"writtenSinceStart"`
+	Gone                   int64 `json:"gone"`
+	Failed                 int64 `json:"failed"`
+	NothingToRewrite       int64 `json:"nothingToRewrite"`
+	ManagedFieldsRewritten int64 `json:"managedFieldsRewritten"`
+	// ManagedFieldsDropped is always 0: svm drops no owned field. An
+	// entry whose fields cannot be moved is left, in ManagedFieldsLeft.
+	ManagedFieldsDropped int64 `json:"managedFieldsDropped"`
+	// ManagedFieldsLeft counts by reason the entries left naming the
+	// version, and LeftEntries names them (the first 100).
+	ManagedFieldsLeft *LeftCounts    `json:"managedFieldsLeft,omitempty"`
+	LeftEntries       []LeftEntry    `json:"managedFieldsLeftEntries,omitempty"`
+	FailedObjects     []FailedObject `json:"failedObjects,omitempty"`
+}
+
+// LeftCounts counts the managedFields entries left naming the version, by
+// reason.
+type LeftCounts struct {
+	NotInVersion int64 `json:"notInVersion,omitempty"`
+	NotServed    int64 `json:"notServed,omitempty"`
+	NotConverted int64 `json:"notConverted,omitempty"`
+	Refused      int64 `json:"refused,omitempty"`
+	Unplaced     int64 `json:"unplaced,omitempty"`
+}
+
+// LeftEntry is a managedFields entry left naming the version, and why.
+type LeftEntry struct {
+	Namespace   string `json:"namespace,omitempty"`
+	Name        string `json:"name"`
+	Manager     string `json:"manager"`
+	Operation   string `json:"operation"`
+	Subresource string `json:"subresource,omitempty"`
+	Reason      string `json:"reason"`
+	Message     string `json:"message"`
 }
 
 // outcomes says where the objects went, in the words svm uses everywhere.
@@ -250,8 +281,15 @@ func (w RetireRewrite) outcomes() string {
 	return migrate.Counts{
 		Listed: w.Listed, Restored: w.Restored, AlreadyCurrent: w.AlreadyCurrent, WrittenSinceStart: w.WrittenSinceStart,
 		Gone: w.Gone, Failed: w.Failed, NothingToRewrite: w.NothingToRewrite,
-		ManagedFieldsRewritten: w.ManagedFieldsRewritten, ManagedFieldsDropped: w.ManagedFieldsDropped,
+		ManagedFieldsRewritten: w.ManagedFieldsRewritten, ManagedFieldsLeft: w.leftCounts(),
 	}.Outcomes()
+}
+
+func (w RetireRewrite) leftCounts() migrate.LeftCounts {
+	if w.ManagedFieldsLeft == nil {
+		return migrate.LeftCounts{}
+	}
+	return migrate.LeftCounts(*w.ManagedFieldsLeft)
 }
 
 // FailedObject is an object that could not be rewritten, and why.
@@ -279,10 +317,18 @@ func newRetireReport(res migrate.RetireResult, dryRun bool, err error) RetireRep
 		r.Rewrite = &RetireRewrite{
 			Listed: c.Listed, Restored: c.Restored, AlreadyCurrent: c.AlreadyCurrent, WrittenSinceStart: c.WrittenSinceStart,
 			Gone: c.Gone, Failed: c.Failed, NothingToRewrite: c.NothingToRewrite,
-			ManagedFieldsRewritten: c.ManagedFieldsRewritten, ManagedFieldsDropped: c.ManagedFieldsDropped,
+			ManagedFieldsRewritten: c.ManagedFieldsRewritten,
+		}
+		if c.ManagedFieldsLeft.Total() > 0 {
+			left := LeftCounts(c.ManagedFieldsLeft)
+			r.Rewrite.ManagedFieldsLeft = &left
 		}
 		for _, f := range m.FailedObjects {
 			r.Rewrite.FailedObjects = append(r.Rewrite.FailedObjects, FailedObject(f))
+		}
+		for _, l := range m.LeftEntries {
+			r.Rewrite.LeftEntries = append(r.Rewrite.LeftEntries, LeftEntry{Namespace: l.Namespace, Name: l.Name,
+				Manager: l.Manager, Operation: l.Operation, Subresource: l.Subresource, Reason: l.Reason, Message: l.Message})
 		}
 	}
 	switch {
@@ -290,6 +336,8 @@ func newRetireReport(res migrate.RetireResult, dryRun bool, err error) RetireRep
 		r.Outcome = "inUse"
 	case errors.Is(err, migrate.ErrUsageUnknown):
 		r.Outcome = "unknown"
+	case errors.Is(err, migrate.ErrManagedFieldsLeft):
+		r.Outcome = "managedFieldsLeft"
 	case err != nil:
 		r.Outcome = "failed"
 	case dryRun:
@@ -348,6 +396,10 @@ func writeRetireTable(out io.Writer, r RetireReport, took time.Duration) {
 		for _, f := range w.FailedObjects {
 			fmt.Fprintf(out, "  failed %s: %s\n", objectKey(f.Namespace, f.Name), f.Reason)
 		}
+		for _, l := range w.LeftEntries {
+			fmt.Fprintf(out, "  left %s: entry of %s (%s%s): %s: %s\n", objectKey(l.Namespace, l.Name), l.Manager, l.Operation,
+				strings.TrimSuffix(" "+l.Subresource, " "), l.Reason, l.Message)
+		}
 	}
 	if r.Pruned {
 		fmt.Fprintf(out, "storedVersions: pruned to %v\n", r.StoredVersions)
@@ -364,6 +416,8 @@ func writeRetireTable(out io.Writer, r RetireReport, took time.Duration) {
 		fmt.Fprintln(out, "not unserved: clients still use it:", r.Error)
 	case "unknown":
 		fmt.Fprintln(out, "not unserved: whether clients still use it is unknown:", r.Error)
+	case "managedFieldsLeft":
+		fmt.Fprintln(out, "not done: managedFields entries still name it, left as they were (above); removing it would make server-side apply fail on their objects")
 	default:
 		// Why follows on the error output.
 		fmt.Fprintln(out, "not done")

@@ -1,5 +1,5 @@
 // Package managedfields moves server-side apply's field ownership off an API
-// version that is going away.
+// version that is going away, without a manager losing a field that exists.
 //
 // Every entry of metadata.managedFields names the apiVersion its manager
 // wrote with. Rewriting an object into a new storage version keeps those
@@ -8,35 +8,44 @@
 // the object then fails ("request to convert CR to an invalid
 // group/version"). Removing a version is safe only once no entry names it.
 //
-// Retarget makes an entry that names a retired version name the version
-// that stays instead, with the same manager, operation, subresource and
-// fields, so that every manager keeps what it owns. Given the object as
-// read in the version that stays, it also checks every owned field is
-// there: a field a conversion renamed or dropped cannot be owned in the
-// new version, so it is dropped from the entry and counted, never kept
-// under a path the object does not have. Without the object (for versions
-// whose fields are known to be the same, as for a CRD without a conversion
-// webhook) every field is kept.
+// A Mover makes an entry that names a retired version name the version
+// kept instead, with the same manager, operation, subresource and time,
+// and with its fields as the kept version has them. Where they are is the
+// Mapper's to say, and it never guesses from a path being the same:
 //
-// Two entries of the same manager may become one: entries of an Update are
-// told apart by their apiVersion, so an Update made with the retired
-// version and one made with the version that stays are merged, their
-// fields united, the later time kept. Entries of an Apply never need it:
-// the API server keeps one per manager and subresource, whatever version.
+//   - A custom resource whose CRD converts through a webhook: the API
+//     server converts (see serverMapper), in dry-run updates that the
+//     field manager answers with what changed in the version kept.
+//   - A CRD without a webhook converts nothing but apiVersion, and a
+//     built-in resource's versions keep a field's path across Kubernetes'
+//     own conversions: a field stays where it is, if the kept version's
+//     schema (its OpenAPI v3 document) has it. The schema decides, not the
+//     object: a field an apply owns at a zero value that JSON omits is
+//     still the apply's.
 //
-// The package is pure: it reads and returns values, and sends nothing.
+// An entry moves whole or stays whole: the API server keeps one Apply
+// entry per manager and subresource whatever its apiVersion, so half an
+// entry cannot stay behind. One whose fields cannot be placed is left as it
+// is, naming the retired version, and reported with its reason (Left);
+// nothing is dropped. Two entries of the same manager may become one:
+// entries of an Update are told apart by their apiVersion too, so an Update
+// made with the retired version and one made with the version kept are
+// merged, their fields united, the later time kept.
+//
+// The rule (Retarget.Move) is pure; the Mappers read what they need from
+// the API server and send nothing that it stores.
 package managedfields
 
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
-	"sigs.k8s.io/structured-merge-diff/v6/value"
 )
 
 // Retarget says which apiVersions go and which one stays.
@@ -62,25 +71,6 @@ func Between(group string, versions []string, target string) (rt Retarget, ok bo
 	return rt, len(rt.Retired) > 0
 }
 
-// Result is what Apply did to one object's entries.
-type Result struct {
-	// Entries are the object's entries after the rewrite, in their order.
-	Entries []metav1.ManagedFieldsEntry
-	// Retargeted counts the entries that named a retired version.
-	Retargeted int
-	// Merged counts those that were merged into an entry of the same
-	// manager that already named the target (or another retargeted one).
-	Merged int
-	// DroppedFields counts the owned fields that the object, as read in
-	// the target version, does not have: ownership that cannot be kept.
-	DroppedFields int
-	// DroppedEntries counts the entries left owning nothing, removed.
-	DroppedEntries int
-}
-
-// Changed reports whether the entries differ from the ones given.
-func (r Result) Changed() bool { return r.Retargeted > 0 }
-
 // Names reports whether any entry names a retired version.
 func (rt Retarget) Names(entries []metav1.ManagedFieldsEntry) bool {
 	return slices.ContainsFunc(entries, func(e metav1.ManagedFieldsEntry) bool {
@@ -88,31 +78,99 @@ func (rt Retarget) Names(entries []metav1.ManagedFieldsEntry) bool {
 	})
 }
 
-// Apply rewrites entries. object is the whole object as read in the
-// target version (an unstructured map, as runtime.Unstructured holds it),
-// against which every owned field is checked; nil keeps every field.
-// entries are not modified. An entry whose fields cannot be read is an
-// error: nothing can be said of what it owns.
-func (rt Retarget) Apply(entries []metav1.ManagedFieldsEntry, object map[string]any) (Result, error) {
-	var res Result
+// Reason says why an entry was left naming a retired version.
+type Reason string
+
+// The reasons an entry's fields cannot be placed in the version kept.
+const (
+	// NotInVersion: the version kept has no such field (its schema says).
+	NotInVersion Reason = "NotInVersion"
+	// NotServed: the version the entry names is not served, and the API
+	// server cannot convert from it.
+	NotServed Reason = "NotServed"
+	// NotConverted: the conversion does not carry the entry's fields one
+	// to one to the version kept (it drops, merges or restructures them).
+	NotConverted Reason = "NotConverted"
+	// Refused: the API server refused the dry run that converts them
+	// (validation refusing the changed values, an admission webhook with
+	// side effects, a conversion webhook's error).
+	Refused Reason = "Refused"
+	// Unplaced: the entry owns a field the object does not have, or a
+	// list item, map or key none of whose fields it owns: no change to
+	// the object shows where it is in the version kept.
+	Unplaced Reason = "Unplaced"
+)
+
+// Unmapped is a Mapper's answer for an entry whose fields cannot be
+// placed in the version kept: the entry is left as it is.
+type Unmapped struct {
+	Reason  Reason
+	Message string
+}
+
+func (u *Unmapped) Error() string { return string(u.Reason) + ": " + u.Message }
+
+func unmapped(reason Reason, format string, args ...any) *Unmapped {
+	return &Unmapped{Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// Left is an entry left naming a retired version, and why.
+type Left struct {
+	Manager     string
+	Operation   metav1.ManagedFieldsOperationType
+	Subresource string
+	APIVersion  string
+	Reason      Reason
+	Message     string
+}
+
+// Result is what Move did to one object's entries.
+type Result struct {
+	// Entries are the object's entries after the move, in their order.
+	// They are never empty when the entries given were not.
+	Entries []metav1.ManagedFieldsEntry
+	// Moved counts the entries that named a retired version and now name
+	// the target.
+	Moved int
+	// Merged counts those that were merged into an entry of the same
+	// manager that already named the target (or another moved one).
+	Merged int
+	// Left are the entries that still name a retired version.
+	Left []Left
+}
+
+// Changed reports whether the entries differ from the ones given.
+func (r Result) Changed() bool { return r.Moved > 0 }
+
+// PlaceFunc says where the fields of e, an entry naming a retired version,
+// are in the target version: an *Unmapped when they cannot be placed, any
+// other error when the move must stop (the object changed, a request
+// failed).
+type PlaceFunc func(e metav1.ManagedFieldsEntry, fields *fieldpath.Set) (*fieldpath.Set, error)
+
+// Move moves every entry that names a retired version to the target, with
+// its fields where place says they are; an entry place cannot place stays
+// as it is, in Result.Left. entries are not modified. An entry whose
+// fields cannot be read is an error: nothing can be said of what it owns.
+func (rt Retarget) Move(entries []metav1.ManagedFieldsEntry, place PlaceFunc) (Result, error) {
 	if !rt.Names(entries) {
-		res.Entries = entries
-		return res, nil
+		return Result{Entries: entries}, nil
 	}
 	if slices.Contains(rt.Retired, rt.Target) {
-		return res, fmt.Errorf("target version %s is one of the retired versions", rt.Target)
+		return Result{}, fmt.Errorf("target version %s is one of the retired versions", rt.Target)
 	}
+	var res Result
 	var out []slot
 	index := map[string]int{}
 	for _, e := range entries {
-		s, err := rt.retarget(e, object, &res)
+		s, err := rt.move(e, place, &res)
 		if err != nil {
 			return Result{}, err
 		}
 		key := identity(s.entry)
 		if i, ok := index[key]; ok {
-			// Only an entry that was retargeted can meet an entry of the
-			// same identity: the API server keeps identities unique.
+			// Only an entry that was moved can meet an entry of the same
+			// identity: the API server keeps identities unique.
 			if err := out[i].merge(s); err != nil {
 				return Result{}, err
 			}
@@ -123,10 +181,6 @@ func (rt Retarget) Apply(entries []metav1.ManagedFieldsEntry, object map[string]
 		out = append(out, s)
 	}
 	for _, s := range out {
-		if s.fields != nil && s.fields.Empty() {
-			res.DroppedEntries++
-			continue
-		}
 		e, err := s.encode()
 		if err != nil {
 			return Result{}, err
@@ -137,34 +191,38 @@ func (rt Retarget) Apply(entries []metav1.ManagedFieldsEntry, object map[string]
 }
 
 // slot is an entry of the result: its fields are set once the entry was
-// retargeted, checked or merged, and are then written back.
+// moved or merged, and are then written back.
 type slot struct {
 	entry  metav1.ManagedFieldsEntry
 	fields *fieldpath.Set
 }
 
-// retarget moves an entry that names a retired version to the target,
-// keeping only the fields object has (all of them when object is nil); any
-// other entry is kept as it is.
-func (rt Retarget) retarget(e metav1.ManagedFieldsEntry, object map[string]any, res *Result) (slot, error) {
+// move moves an entry that names a retired version to the target, with
+// its fields where place puts them, or leaves it as it is; any other
+// entry is kept as it is.
+func (rt Retarget) move(e metav1.ManagedFieldsEntry, place PlaceFunc, res *Result) (slot, error) {
 	if !slices.Contains(rt.Retired, e.APIVersion) {
 		return slot{entry: e}, nil
 	}
-	res.Retargeted++
-	e.APIVersion = rt.Target
 	fields, err := decodeEntry(e)
-	if err != nil || object == nil {
-		return slot{entry: e, fields: fields}, err
+	if err != nil {
+		return slot{}, err
 	}
-	kept := fieldpath.NewSet()
-	for p := range fields.All() {
-		if has(object, p) {
-			kept.Insert(p)
-		} else {
-			res.DroppedFields++
-		}
+	placed, err := place(e, fields)
+	var u *Unmapped
+	switch {
+	case errors.As(err, &u):
+		res.Left = append(res.Left, Left{
+			Manager: e.Manager, Operation: e.Operation, Subresource: e.Subresource, APIVersion: e.APIVersion,
+			Reason: u.Reason, Message: u.Message,
+		})
+		return slot{entry: e}, nil
+	case err != nil:
+		return slot{}, err
 	}
-	return slot{entry: e, fields: kept}, nil
+	res.Moved++
+	e.APIVersion = rt.Target
+	return slot{entry: e, fields: placed}, nil
 }
 
 // merge folds another entry of the same identity into s: the union of
@@ -211,22 +269,31 @@ func decodeEntry(e metav1.ManagedFieldsEntry) (*fieldpath.Set, error) {
 	return fields, nil
 }
 
+// ErrNoEntries is Patch's refusal to write an empty list of entries.
+var ErrNoEntries = errors.New("no managedFields entries to write")
+
 // Patch is the JSON merge patch that sets an object's managedFields to
 // entries, guarded by uid and resourceVersion: the API server refuses it
 // with a conflict if the object changed since it was read.
 //
-// An empty list in a write means "keep the stored entries" to the API
-// server; a list of one empty entry is how a write clears them.
+// It refuses an empty list (ErrNoEntries): the API server takes an empty
+// list as "keep the stored entries" and a list of one empty entry as
+// "clear them", and a cleared object's next server-side apply records a
+// "before-first-apply" entry that co-owns every field. Move never empties
+// a list.
 func Patch(uid, resourceVersion string, entries []metav1.ManagedFieldsEntry) ([]byte, error) {
-	var list any = entries
-	if len(entries) == 0 {
-		list = []map[string]any{{}}
+	if len(entries) == 0 || slices.ContainsFunc(entries, isEmpty) {
+		return nil, ErrNoEntries
 	}
 	return json.Marshal(map[string]any{"metadata": map[string]any{
 		"uid":             uid,
 		"resourceVersion": resourceVersion,
-		"managedFields":   list,
+		"managedFields":   entries,
 	}})
+}
+
+func isEmpty(e metav1.ManagedFieldsEntry) bool {
+	return e.Manager == "" && e.Operation == "" && e.APIVersion == "" && e.FieldsV1 == nil
 }
 
 func decode(e metav1.ManagedFieldsEntry) (*fieldpath.Set, error) {
@@ -255,62 +322,4 @@ func identity(e metav1.ManagedFieldsEntry) string {
 
 func later(a, b *metav1.Time) bool {
 	return a != nil && (b == nil || a.After(b.Time))
-}
-
-// has reports whether object has the field at p.
-func has(object any, p fieldpath.Path) bool {
-	cur := object
-	for _, pe := range p {
-		switch {
-		case pe.FieldName != nil:
-			m, ok := cur.(map[string]any)
-			if !ok {
-				return false
-			}
-			if cur, ok = m[*pe.FieldName]; !ok {
-				return false
-			}
-		case pe.Key != nil:
-			l, ok := cur.([]any)
-			if !ok {
-				return false
-			}
-			i := slices.IndexFunc(l, func(item any) bool {
-				m, ok := item.(map[string]any)
-				if !ok {
-					return false
-				}
-				for _, f := range *pe.Key {
-					v, ok := m[f.Name]
-					if !ok || !value.Equals(value.NewValueInterface(v), f.Value) {
-						return false
-					}
-				}
-				return true
-			})
-			if i < 0 {
-				return false
-			}
-			cur = l[i]
-		case pe.Value != nil:
-			l, ok := cur.([]any)
-			if !ok {
-				return false
-			}
-			i := slices.IndexFunc(l, func(item any) bool { return value.Equals(value.NewValueInterface(item), *pe.Value) })
-			if i < 0 {
-				return false
-			}
-			cur = l[i]
-		case pe.Index != nil:
-			l, ok := cur.([]any)
-			if !ok || *pe.Index < 0 || *pe.Index >= len(l) {
-				return false
-			}
-			cur = l[*pe.Index]
-		default:
-			return false
-		}
-	}
-	return true
 }

@@ -1,12 +1,14 @@
 package managedfields
 
 import (
-	"encoding/json"
+	"bytes"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 )
 
 func entry(manager string, op metav1.ManagedFieldsOperationType, version, fields string, at int) metav1.ManagedFieldsEntry {
@@ -20,99 +22,108 @@ func entry(manager string, op metav1.ManagedFieldsOperationType, version, fields
 const (
 	apply  = metav1.ManagedFieldsOperationApply
 	update = metav1.ManagedFieldsOperationUpdate
+	v1     = "example.com/v1"
+	v2     = "example.com/v2"
 )
 
-// object is a widget as read in the target version: spec.color,
-// spec.size, a label, and an associative list of ports keyed by name.
-func object() map[string]any {
-	var o map[string]any
-	if err := json.Unmarshal([]byte(`{
-		"apiVersion": "example.com/v2", "kind": "Widget",
-		"metadata": {"name": "w", "labels": {"team": "a"}},
-		"spec": {"color": "red", "size": 3, "ports": [{"name": "http", "port": 80}], "tags": ["x", "y"], "list": [1, 2]}
-	}`), &o); err != nil {
-		panic(err)
+// set reads fields as an entry holds them.
+func set(t *testing.T, fields string) *fieldpath.Set {
+	t.Helper()
+	s := fieldpath.NewSet()
+	if err := s.FromJSON(bytes.NewReader([]byte(fields))); err != nil {
+		t.Fatal(err)
 	}
-	return o
+	return s
 }
 
-func TestApply(t *testing.T) {
-	rt := Retarget{Retired: []string{"example.com/v1"}, Target: "example.com/v2"}
+// placing is a PlaceFunc that answers, by manager, with the fields given
+// (JSON) or with an *Unmapped; a manager it does not know keeps its fields.
+type placing map[string]any
+
+func (p placing) place(t *testing.T) PlaceFunc {
+	return func(e metav1.ManagedFieldsEntry, fields *fieldpath.Set) (*fieldpath.Set, error) {
+		switch a := p[e.Manager].(type) {
+		case string:
+			return set(t, a), nil
+		case error:
+			return nil, a
+		}
+		return fields, nil
+	}
+}
+
+func TestMove(t *testing.T) {
+	rt := Retarget{Retired: []string{v1}, Target: v2}
+	statusEntry := func(e metav1.ManagedFieldsEntry) metav1.ManagedFieldsEntry { e.Subresource = "status"; return e }
 	tests := []struct {
 		name    string
 		entries []metav1.ManagedFieldsEntry
-		object  map[string]any
+		place   placing
 		want    []metav1.ManagedFieldsEntry
 		counts  Result // Entries ignored
 	}{{
 		name:    "nothing names a retired version",
-		entries: []metav1.ManagedFieldsEntry{entry("a", apply, "example.com/v2", `{"f:spec":{"f:color":{}}}`, 1)},
-		want:    []metav1.ManagedFieldsEntry{entry("a", apply, "example.com/v2", `{"f:spec":{"f:color":{}}}`, 1)},
+		entries: []metav1.ManagedFieldsEntry{entry("a", apply, v2, `{"f:spec":{"f:color":{}}}`, 1)},
+		want:    []metav1.ManagedFieldsEntry{entry("a", apply, v2, `{"f:spec":{"f:color":{}}}`, 1)},
 	}, {
-		name: "each manager keeps its fields under the target",
+		name: "each manager keeps its fields, where the version kept has them",
 		entries: []metav1.ManagedFieldsEntry{
-			entry("a", apply, "example.com/v1", `{"f:spec":{"f:color":{}}}`, 1),
-			entry("b", apply, "example.com/v1", `{"f:spec":{"f:size":{}}}`, 2),
-			entry("c", update, "example.com/v2", `{"f:metadata":{"f:labels":{".":{},"f:team":{}}}}`, 3),
+			entry("a", apply, v1, `{"f:spec":{"f:replicas":{}}}`, 1),
+			entry("b", apply, v1, `{"f:spec":{"f:size":{}}}`, 2),
+			entry("c", update, v2, `{"f:metadata":{"f:labels":{".":{},"f:team":{}}}}`, 3),
 		},
-		object: object(),
+		place: placing{"a": `{"f:spec":{"f:scale":{"f:replicas":{}}}}`},
 		want: []metav1.ManagedFieldsEntry{
-			entry("a", apply, "example.com/v2", `{"f:spec":{"f:color":{}}}`, 1),
-			entry("b", apply, "example.com/v2", `{"f:spec":{"f:size":{}}}`, 2),
-			entry("c", update, "example.com/v2", `{"f:metadata":{"f:labels":{".":{},"f:team":{}}}}`, 3),
+			entry("a", apply, v2, `{"f:spec":{"f:scale":{"f:replicas":{}}}}`, 1),
+			entry("b", apply, v2, `{"f:spec":{"f:size":{}}}`, 2),
+			entry("c", update, v2, `{"f:metadata":{"f:labels":{".":{},"f:team":{}}}}`, 3),
 		},
-		counts: Result{Retargeted: 2},
+		counts: Result{Moved: 2},
 	}, {
-		name: "keys, set values and indices that the object has are kept",
+		name: "an entry whose fields cannot be placed stays whole, naming its version, and is said why",
 		entries: []metav1.ManagedFieldsEntry{
-			entry("a", apply, "example.com/v1", `{"f:spec":{"f:ports":{"k:{\"name\":\"http\"}":{".":{},"f:port":{}}},"f:tags":{"v:\"x\"":{}},"f:list":{"i:1":{}}}}`, 1),
+			entry("a", apply, v1, `{"f:spec":{"f:replicas":{},"f:color":{}}}`, 1),
+			entry("b", update, v1, `{"f:spec":{"f:size":{}}}`, 2),
 		},
-		object: object(),
+		place: placing{"a": unmapped(NotConverted, "spec.color has no image")},
 		want: []metav1.ManagedFieldsEntry{
-			entry("a", apply, "example.com/v2", `{"f:spec":{"f:list":{"i:1":{}},"f:ports":{"k:{\"name\":\"http\"}":{".":{},"f:port":{}}},"f:tags":{"v:\"x\"":{}}}}`, 1),
+			entry("a", apply, v1, `{"f:spec":{"f:replicas":{},"f:color":{}}}`, 1),
+			entry("b", update, v2, `{"f:spec":{"f:size":{}}}`, 2),
 		},
-		counts: Result{Retargeted: 1},
+		counts: Result{Moved: 1, Left: []Left{{Manager: "a", Operation: apply, APIVersion: v1, Reason: NotConverted, Message: "spec.color has no image"}}},
 	}, {
-		name: "fields the target version lacks are dropped and counted",
+		name: "no entry can be placed: every entry stays, none is emptied",
 		entries: []metav1.ManagedFieldsEntry{
-			entry("a", apply, "example.com/v1", `{"f:spec":{"f:colour":{},"f:size":{},"f:ports":{"k:{\"name\":\"https\"}":{}},"f:tags":{"v:\"z\"":{}},"f:list":{"i:5":{}}}}`, 1),
-			entry("b", update, "example.com/v1", `{"f:spec":{"f:shape":{}}}`, 2),
+			entry("a", apply, v1, `{"f:spec":{"f:replicas":{}}}`, 1),
+			statusEntry(entry("b", update, v1, `{"f:status":{"f:ok":{}}}`, 2)),
 		},
-		object: object(),
+		place: placing{"a": unmapped(Refused, "denied"), "b": unmapped(NotInVersion, "no status.ok")},
 		want: []metav1.ManagedFieldsEntry{
-			entry("a", apply, "example.com/v2", `{"f:spec":{"f:size":{}}}`, 1),
+			entry("a", apply, v1, `{"f:spec":{"f:replicas":{}}}`, 1),
+			statusEntry(entry("b", update, v1, `{"f:status":{"f:ok":{}}}`, 2)),
 		},
-		counts: Result{Retargeted: 2, DroppedFields: 5, DroppedEntries: 1},
+		counts: Result{Left: []Left{
+			{Manager: "a", Operation: apply, APIVersion: v1, Reason: Refused, Message: "denied"},
+			{Manager: "b", Operation: update, Subresource: "status", APIVersion: v1, Reason: NotInVersion, Message: "no status.ok"},
+		}},
 	}, {
-		name: "without the object every field is kept",
+		name: "an Update in each version becomes one, at the later time",
 		entries: []metav1.ManagedFieldsEntry{
-			entry("a", apply, "example.com/v1", `{"f:spec":{"f:colour":{}}}`, 1),
+			entry("edit", update, v2, `{"f:spec":{"f:color":{}}}`, 7),
+			entry("edit", update, v1, `{"f:spec":{"f:replicas":{}}}`, 5),
+			statusEntry(entry("edit", update, v2, `{"f:status":{"f:ok":{}}}`, 1)),
 		},
+		place: placing{"edit": `{"f:spec":{"f:scale":{"f:replicas":{}}}}`},
 		want: []metav1.ManagedFieldsEntry{
-			entry("a", apply, "example.com/v2", `{"f:spec":{"f:colour":{}}}`, 1),
+			entry("edit", update, v2, `{"f:spec":{"f:color":{},"f:scale":{"f:replicas":{}}}}`, 7),
+			statusEntry(entry("edit", update, v2, `{"f:status":{"f:ok":{}}}`, 1)),
 		},
-		counts: Result{Retargeted: 1},
-	}, {
-		name: "an update made with both versions becomes one entry, with the later time",
-		entries: []metav1.ManagedFieldsEntry{
-			entry("edit", update, "example.com/v2", `{"f:spec":{"f:color":{}}}`, 5),
-			entry("edit", update, "example.com/v1", `{"f:spec":{"f:size":{}}}`, 7),
-			entry("edit", update, "example.com/v2", `{"f:status":{"f:ok":{}}}`, 1),
-		},
-		want: []metav1.ManagedFieldsEntry{
-			entry("edit", update, "example.com/v2", `{"f:spec":{"f:color":{},"f:size":{}}}`, 7),
-			entry("edit", update, "example.com/v2", `{"f:status":{"f:ok":{}}}`, 1),
-		},
-		counts: Result{Retargeted: 1, Merged: 1},
+		counts: Result{Moved: 1, Merged: 1},
 	}}
-	// The third entry of the last case differs by subresource.
-	tests[len(tests)-1].entries[2].Subresource = "status"
-	tests[len(tests)-1].want[1].Subresource = "status"
-
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := clone(tt.entries)
-			got, err := rt.Apply(tt.entries, tt.object)
+			got, err := rt.Move(tt.entries, tt.place.place(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -123,25 +134,34 @@ func TestApply(t *testing.T) {
 			if diff := cmp.Diff(tt.counts, got); diff != "" {
 				t.Errorf("counts (-want +got):\n%s", diff)
 			}
-			if got.Changed() != (tt.counts.Retargeted > 0) {
+			if got.Changed() != (tt.counts.Moved > 0) {
 				t.Errorf("Changed() = %v", got.Changed())
 			}
 			if diff := cmp.Diff(before, tt.entries); diff != "" {
-				t.Errorf("Apply modified its input (-before +after):\n%s", diff)
+				t.Errorf("Move modified its input (-before +after):\n%s", diff)
 			}
 		})
 	}
 }
 
-func TestApplyErrors(t *testing.T) {
-	rt := Retarget{Retired: []string{"example.com/v1"}, Target: "example.com/v2"}
-	bad := entry("a", apply, "example.com/v1", `{"f:spec":`, 1)
-	if _, err := rt.Apply([]metav1.ManagedFieldsEntry{bad}, nil); err == nil {
+func TestMoveErrors(t *testing.T) {
+	rt := Retarget{Retired: []string{v1}, Target: v2}
+	keep := func(_ metav1.ManagedFieldsEntry, f *fieldpath.Set) (*fieldpath.Set, error) { return f, nil }
+	if _, err := rt.Move([]metav1.ManagedFieldsEntry{entry("a", apply, v1, `{"f:spec":`, 1)}, keep); err == nil {
 		t.Error("unreadable fields: no error")
 	}
-	self := Retarget{Retired: []string{"example.com/v1", "example.com/v2"}, Target: "example.com/v2"}
-	if _, err := self.Apply([]metav1.ManagedFieldsEntry{entry("a", apply, "example.com/v1", `{}`, 1)}, nil); err == nil {
+	self := Retarget{Retired: []string{v1, v2}, Target: v2}
+	if _, err := self.Move([]metav1.ManagedFieldsEntry{entry("a", apply, v1, `{}`, 1)}, keep); err == nil {
 		t.Error("target among the retired versions: no error")
+	}
+	// Trouble placing an entry (a request failed, the object changed)
+	// stops the move: nothing is written from half an answer.
+	trouble := errors.New("conflict")
+	_, err := rt.Move([]metav1.ManagedFieldsEntry{entry("a", apply, v1, `{}`, 1)}, func(metav1.ManagedFieldsEntry, *fieldpath.Set) (*fieldpath.Set, error) {
+		return nil, trouble
+	})
+	if !errors.Is(err, trouble) {
+		t.Errorf("Move = %v, want the placing's error", err)
 	}
 }
 
@@ -150,19 +170,26 @@ func TestPatch(t *testing.T) {
 		name    string
 		entries []metav1.ManagedFieldsEntry
 		want    string
+		err     error
 	}{{
 		name:    "entries",
 		entries: []metav1.ManagedFieldsEntry{{Manager: "a", Operation: apply, APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:data":{}}`)}}},
 		want:    `{"metadata":{"managedFields":[{"manager":"a","operation":"Apply","apiVersion":"v1","fieldsType":"FieldsV1","fieldsV1":{"f:data":{}}}],"resourceVersion":"42","uid":"u"}}`,
 	}, {
-		name: "none left clears them with one empty entry",
-		want: `{"metadata":{"managedFields":[{}],"resourceVersion":"42","uid":"u"}}`,
+		// An empty list keeps the stored entries; [{}] clears them, and
+		// the next apply co-owns every field as "before-first-apply".
+		name: "no entry is refused, never sent as [{}]",
+		err:  ErrNoEntries,
+	}, {
+		name:    "an empty entry is refused",
+		entries: []metav1.ManagedFieldsEntry{{}},
+		err:     ErrNoEntries,
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := Patch("u", "42", tt.entries)
-			if err != nil {
-				t.Fatal(err)
+			if !errors.Is(err, tt.err) {
+				t.Fatalf("Patch error = %v, want %v", err, tt.err)
 			}
 			if string(got) != tt.want {
 				t.Errorf("Patch =\n%s\nwant\n%s", got, tt.want)

@@ -47,7 +47,12 @@
 // (see internal/managedfields for how entries move). Another client's
 // write re-encodes an object but leaves its entries as they were, so such
 // an object is never skipped as written since the start: a conflict is
-// answered by reading it again and moving what it holds then.
+// answered by reading it again and moving what it holds then. An entry
+// whose fields cannot be placed in the version kept stays as it is and is
+// counted (Progress.ManagedFieldsLeft); an object none of whose entries
+// move is written as any other, or, with ManagedFields.Only, not at all.
+// The reads and dry runs by which the API server converts an entry's
+// fields go through the same limiter and retries as the writes.
 //
 // While a chunk is written, the next one is already being listed, so the
 // writes never wait for a list; chunks are still handled one at a time, and

@@ -14,9 +14,7 @@ import (
 	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -181,9 +179,12 @@ type Progress struct {
 	SkippedWithoutWrite int64
 	// ManagedFieldsRewritten counts the objects whose managedFields svm
 	// moved off retired versions (Request.ManagedFields); each is also
-	// counted as Restored. ManagedFieldsDropped counts the owned fields
-	// that could not be kept (see managedfields.Retarget.Apply).
-	ManagedFieldsRewritten, ManagedFieldsDropped int64
+	// counted as Restored.
+	ManagedFieldsRewritten int64
+	// ManagedFieldsLeft counts, by why, the entries svm left naming a
+	// retired version because their fields could not be placed in the
+	// target version (see managedfields.Reason); nil when none was.
+	ManagedFieldsLeft map[managedfields.Reason]int64
 	// RemainingEstimate is the API server's estimate of objects not yet
 	// listed, when it gives one.
 	RemainingEstimate *int64
@@ -213,9 +214,11 @@ func (p Progress) Outcomes() string {
 	if p.NothingToRewrite > 0 {
 		s += fmt.Sprintf(", nothing to rewrite %d", p.NothingToRewrite)
 	}
-	if p.ManagedFieldsRewritten > 0 || p.ManagedFieldsDropped > 0 {
-		s += fmt.Sprintf("; managedFields moved off the retired versions on %d objects (owned fields dropped %d)",
-			p.ManagedFieldsRewritten, p.ManagedFieldsDropped)
+	if p.ManagedFieldsRewritten > 0 || len(p.ManagedFieldsLeft) > 0 {
+		s += fmt.Sprintf("; managedFields moved off the retired versions on %d objects", p.ManagedFieldsRewritten)
+	}
+	if len(p.ManagedFieldsLeft) > 0 {
+		s += ", " + LeftOutcomes(p.ManagedFieldsLeft)
 	}
 	return s
 }
@@ -235,6 +238,9 @@ type State struct {
 	Progress Progress
 	// FailedObjects so far (at most Options.MaxFailedObjects).
 	FailedObjects []FailedObject
+	// LeftEntries names the entries counted in
+	// Progress.ManagedFieldsLeft (at most Options.MaxFailedObjects).
+	LeftEntries []LeftEntry
 	// Pacing is adaptive pacing's state when the State was taken: set in
 	// the States given to OnChunk while pacing is on, for display; a
 	// resumed run measures the server afresh.
@@ -271,36 +277,6 @@ type StoredSince struct {
 	Revision string
 }
 
-// ManagedFields asks a migration to rewrite the managedFields entries that
-// name a retired version so that they name the target version, keeping
-// each manager's fields (see internal/managedfields). The object's patch
-// then carries its whole new managedFields list beside the uid and
-// resourceVersion preconditions.
-//
-// Unlike re-encoding, which any write does, only svm's write fixes an
-// object's managedFields: an object written by another client since the
-// migration started is not skipped when its entries still name a retired
-// version. A conflict is answered by reading the object again and
-// rewriting what it holds then, up to maxRetargetAttempts times.
-type ManagedFields struct {
-	managedfields.Retarget
-	// Only limits the writes to the objects whose entries name a retired
-	// version; the others are counted as Progress.NothingToRewrite. Use
-	// it when their bytes need no rewrite. Off, every object is written,
-	// as without ManagedFields.
-	Only bool
-	// Read, if set, reads an object as the target version serves it, so
-	// that owned fields the object lacks in that version are dropped.
-	// Unset, every owned field is kept: right when the versions' fields
-	// are the same (a CRD without a conversion webhook).
-	Read func(ctx context.Context, namespace, name string) (*unstructured.Unstructured, error)
-}
-
-// maxRetargetAttempts bounds the writes of one object's managedFields that
-// may meet a conflict: an object others keep changing is recorded as
-// failed rather than retried forever.
-const maxRetargetAttempts = 5
-
 // Result is the outcome of a migration.
 type Result struct {
 	State
@@ -328,6 +304,7 @@ func (m *Migrator) migrate(ctx context.Context, req Request) (Result, error) {
 	if req.Resume != nil {
 		res.State = *req.Resume
 		res.FailedObjects = slices.Clone(req.Resume.FailedObjects)
+		res.LeftEntries = slices.Clone(req.Resume.LeftEntries)
 	}
 	run := &run{m: m, req: req, res: &res, saved: res.State, gr: req.Resource.GroupResource(), observer: m.opts.Observer}
 	if !m.opts.DisablePacing {
@@ -603,9 +580,11 @@ feed:
 func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata) error {
 	if mf := r.req.ManagedFields; mf != nil {
 		if mf.Names(obj.ManagedFields) {
-			return r.retarget(ctx, obj)
-		}
-		if mf.Only {
+			if done, err := r.retarget(ctx, obj); done || err != nil {
+				return err
+			}
+			// None of its entries could be moved: rewritten as any other.
+		} else if mf.Only {
 			r.counters.nothingToRewrite.Add(1)
 			return nil
 		}
@@ -687,94 +666,6 @@ func (r *run) settle(ctx context.Context, obj *metav1.PartialObjectMetadata, err
 	}
 }
 
-// retarget writes an object whose managedFields name a retired version:
-// the patch sets its new managedFields (Request.ManagedFields). A conflict
-// means another client wrote the object since it was read, which does not
-// fix its managedFields: the object is read again and its entries as they
-// are then rewritten. It returns an error only when the whole migration
-// must stop.
-func (r *run) retarget(ctx context.Context, obj *metav1.PartialObjectMetadata) error {
-	mf := r.req.ManagedFields
-	var client metadata.ResourceInterface = r.m.metadata.Resource(r.req.Resource)
-	if r.namespaced {
-		client = r.m.metadata.Resource(r.req.Resource).Namespace(obj.Namespace)
-	}
-	opts := metav1.PatchOptions{FieldManager: r.m.opts.FieldManager, FieldValidation: metav1.FieldValidationIgnore}
-	cur := obj
-	fresh := false // cur was read just now, not listed
-	for range maxRetargetAttempts {
-		var object map[string]any
-		if mf.Read != nil {
-			var u *unstructured.Unstructured
-			err := r.retry(ctx, "get", func(ctx context.Context) error {
-				var err error
-				u, err = mf.Read(ctx, obj.Namespace, obj.Name)
-				return err
-			})
-			if err != nil {
-				return r.settle(ctx, obj, err)
-			}
-			cur = metadataOf(u)
-			object = u.Object
-			fresh = true
-		}
-		if fresh && !mf.Names(cur.ManagedFields) {
-			// Another client's write has already moved them (or the
-			// object was deleted and created again without them).
-			r.counters.writtenSinceStart.Add(1)
-			r.observer.ObjectSkipped(r.gr, SkipWrittenSinceStart, nil)
-			return nil
-		}
-		res, err := mf.Apply(cur.ManagedFields, object)
-		if err != nil {
-			r.recordFailure(obj, err)
-			return nil
-		}
-		patch, err := managedfields.Patch(string(cur.UID), cur.ResourceVersion, res.Entries)
-		if err != nil {
-			r.recordFailure(obj, err)
-			return nil
-		}
-		var written *metav1.PartialObjectMetadata
-		err = r.retry(ctx, "patch", func(ctx context.Context) error {
-			var err error
-			written, err = client.Patch(ctx, obj.Name, types.MergePatchType, patch, opts)
-			return err
-		})
-		if err == nil {
-			r.written(cur, written)
-			r.counters.managedFieldsRewritten.Add(1)
-			r.counters.managedFieldsDropped.Add(int64(res.DroppedFields))
-			return nil
-		}
-		if !apierrors.IsConflict(err) {
-			return r.settle(ctx, obj, err)
-		}
-		r.watchOthers()
-		if mf.Read == nil {
-			err = r.retry(ctx, "get", func(ctx context.Context) error {
-				var err error
-				cur, err = client.Get(ctx, obj.Name, metav1.GetOptions{})
-				return err
-			})
-			if err != nil {
-				return r.settle(ctx, obj, err)
-			}
-			fresh = true
-		}
-	}
-	r.recordFailure(obj, fmt.Errorf("written by others %d times in a row while svm rewrote its managedFields", maxRetargetAttempts))
-	return nil
-}
-
-// metadataOf is the metadata of u that retarget needs.
-func metadataOf(u *unstructured.Unstructured) *metav1.PartialObjectMetadata {
-	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
-		Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetUID(),
-		ResourceVersion: u.GetResourceVersion(), ManagedFields: u.GetManagedFields(),
-	}}
-}
-
 // watchOthers starts the watch for objects others write (see changes), once:
 // at the first write answered by 409 or 404, the sign that someone else
 // writes or deletes objects of the resource. A resource nobody else writes
@@ -833,6 +724,7 @@ func (r *run) snapshotState() State {
 	defer r.failedMu.Unlock()
 	s := r.res.State
 	s.FailedObjects = slices.Clone(r.res.FailedObjects)
+	s.LeftEntries = slices.Clone(r.res.LeftEntries)
 	if r.pacer != nil {
 		ps := r.pacer.state()
 		s.Pacing = &ps
@@ -957,7 +849,10 @@ func newerThan(rv, checkpoint string) bool {
 // counters are updated by many workers at once.
 type counters struct {
 	listed, restored, alreadyCurrent, writtenSinceStart, writtenSinceChange, gone, failed atomic.Int64
-	skippedWithoutWrite, nothingToRewrite, managedFieldsRewritten, managedFieldsDropped   atomic.Int64
+	skippedWithoutWrite, nothingToRewrite, managedFieldsRewritten                         atomic.Int64
+
+	leftMu sync.Mutex
+	left   map[managedfields.Reason]int64
 }
 
 func (c *counters) load(p Progress) {
@@ -971,7 +866,9 @@ func (c *counters) load(p Progress) {
 	c.skippedWithoutWrite.Store(p.SkippedWithoutWrite)
 	c.nothingToRewrite.Store(p.NothingToRewrite)
 	c.managedFieldsRewritten.Store(p.ManagedFieldsRewritten)
-	c.managedFieldsDropped.Store(p.ManagedFieldsDropped)
+	c.leftMu.Lock()
+	c.left = leftCounts(p.ManagedFieldsLeft)
+	c.leftMu.Unlock()
 }
 
 func (c *counters) snapshot(remaining *int64) Progress {
@@ -987,6 +884,12 @@ func (c *counters) snapshot(remaining *int64) Progress {
 		NothingToRewrite:       c.nothingToRewrite.Load(),
 		RemainingEstimate:      remaining,
 		ManagedFieldsRewritten: c.managedFieldsRewritten.Load(),
-		ManagedFieldsDropped:   c.managedFieldsDropped.Load(),
+		ManagedFieldsLeft:      c.leftSnapshot(),
 	}
+}
+
+func (c *counters) leftSnapshot() map[managedfields.Reason]int64 {
+	c.leftMu.Lock()
+	defer c.leftMu.Unlock()
+	return leftCounts(c.left)
 }

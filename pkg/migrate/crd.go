@@ -152,7 +152,7 @@ func migrateAndPrune(ctx context.Context, cfg *rest.Config, m *migrator.Migrator
 			pruned = append(pruned, v)
 		}
 	}
-	mf, err := crdManagedFields(cfg, crd, gvr, pruned)
+	mf, err := moverFor(ctx, cfg, m, crd, gvr, crd.Spec.Names.Kind, pruned)
 	if err != nil {
 		return out, err
 	}

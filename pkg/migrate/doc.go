@@ -72,11 +72,14 @@
 // fails ("request to convert CR to an invalid group/version"). So CRD and
 // Retire move the entries naming a version they make removable to the
 // version they write through, in the same write, keeping each manager,
-// operation and field; two Update entries of one manager become one. For
-// a CRD without a conversion webhook the versions' fields are the same
-// and every field is kept; otherwise each such object is read in the
-// version kept, and owned fields it lacks there are dropped and counted
-// (Counts.ManagedFieldsDropped). A conflict does not skip such an object,
+// operation and field; two Update entries of one manager become one. A
+// field is kept wherever the version kept has it: for a CRD with a
+// conversion webhook the API server converts the entry's fields (in
+// dry-run updates, which store nothing); otherwise a field keeps its path
+// if the kept version's schema has it. An entry whose fields cannot be
+// placed is left as it is and reported (Counts.ManagedFieldsLeft,
+// Result.LeftEntries), never emptied: no manager loses a field that
+// exists. A conflict does not skip such an object,
 // since the other client's write did not move its entries: it is read
 // again and its entries as they are then moved.
 //

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 
+	"github.com/svm-project/svm/internal/managedfields"
 	"github.com/svm-project/svm/internal/migrator"
 	"github.com/svm-project/svm/internal/resources"
 )
@@ -108,10 +110,38 @@ type Counts struct {
 	NothingToRewrite int64
 	// ManagedFieldsRewritten counts the objects whose managedFields
 	// entries were moved off the versions given up (CRD, Retire); each is
-	// also counted in Restored. ManagedFieldsDropped counts the owned
-	// fields that the version kept does not have, which no manager owns
-	// any longer.
-	ManagedFieldsRewritten, ManagedFieldsDropped int64
+	// also counted in Restored.
+	ManagedFieldsRewritten int64
+	// ManagedFieldsLeft counts, by reason, the entries left naming a
+	// version given up because their fields could not be placed in the
+	// version kept. No manager loses a field: such an entry stays as it
+	// was (Result.LeftEntries names them).
+	ManagedFieldsLeft LeftCounts
+}
+
+// LeftCounts counts managedFields entries left naming a version given up,
+// by reason (see LeftEntry.Reason).
+type LeftCounts struct {
+	NotInVersion, NotServed, NotConverted, Refused, Unplaced int64
+}
+
+// Total is the number of entries left, whatever the reason.
+func (l LeftCounts) Total() int64 {
+	return l.NotInVersion + l.NotServed + l.NotConverted + l.Refused + l.Unplaced
+}
+
+// String says how many were left for each reason that left any.
+func (l LeftCounts) String() string {
+	var parts []string
+	for _, r := range []struct {
+		name string
+		n    int64
+	}{{"NotInVersion", l.NotInVersion}, {"NotServed", l.NotServed}, {"NotConverted", l.NotConverted}, {"Refused", l.Refused}, {"Unplaced", l.Unplaced}} {
+		if r.n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", r.name, r.n))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Migrated counts the objects now in the current form because the
@@ -139,6 +169,21 @@ type FailedObject struct {
 	Namespace, Name, Reason string
 }
 
+// LeftEntry is a managedFields entry left naming a version given up: whose
+// it is, on which object, and why; never the object's contents.
+type LeftEntry struct {
+	Namespace, Name string
+	// Manager, Operation, Subresource and APIVersion are the entry's.
+	Manager, Operation, Subresource, APIVersion string
+	// Reason is one word: NotInVersion (the version kept has no such
+	// field), NotServed (the API server cannot convert from the version),
+	// NotConverted (the conversion does not carry the fields one to one),
+	// Refused (the API server refused the dry run that converts them), or
+	// Unplaced (no change to the object shows where a field is). Message
+	// says which field, or what the API server answered.
+	Reason, Message string
+}
+
 // Result is what a migration did. When it stopped early (see Resource's
 // errors), the counts are those of its last completed chunk.
 type Result struct {
@@ -147,6 +192,9 @@ type Result struct {
 	Counts
 	// FailedObjects names the objects counted in Failed, the first 100.
 	FailedObjects []FailedObject
+	// LeftEntries names the entries counted in Counts.ManagedFieldsLeft,
+	// the first 100.
+	LeftEntries []LeftEntry
 }
 
 // Resource rewrites every object of gvr, through the API server cfg
@@ -190,6 +238,12 @@ func migrateWith(ctx context.Context, m *migrator.Migrator, gvr schema.GroupVers
 	for _, f := range res.FailedObjects {
 		out.FailedObjects = append(out.FailedObjects, FailedObject{Namespace: f.Namespace, Name: f.Name, Reason: f.Reason})
 	}
+	for _, l := range res.LeftEntries {
+		out.LeftEntries = append(out.LeftEntries, LeftEntry{
+			Namespace: l.Namespace, Name: l.Name, Manager: l.Manager, Operation: string(l.Operation), Subresource: l.Subresource,
+			APIVersion: l.APIVersion, Reason: string(l.Reason), Message: l.Message,
+		})
+	}
 	return out, res.StorageVersionHash, publicError(resources.DisplayName(gvr.GroupResource()), err)
 }
 
@@ -216,7 +270,14 @@ func countsOf(p migrator.Progress) Counts {
 		NothingToRewrite:  p.NothingToRewrite,
 
 		ManagedFieldsRewritten: p.ManagedFieldsRewritten,
-		ManagedFieldsDropped:   p.ManagedFieldsDropped,
+		ManagedFieldsLeft:      leftOf(p.ManagedFieldsLeft),
+	}
+}
+
+func leftOf(left map[managedfields.Reason]int64) LeftCounts {
+	return LeftCounts{
+		NotInVersion: left[managedfields.NotInVersion], NotServed: left[managedfields.NotServed],
+		NotConverted: left[managedfields.NotConverted], Refused: left[managedfields.Refused], Unplaced: left[managedfields.Unplaced],
 	}
 }
 
@@ -228,8 +289,12 @@ func (c Counts) Outcomes() string {
 	if c.NothingToRewrite > 0 {
 		s += fmt.Sprintf(", nothing to rewrite %d", c.NothingToRewrite)
 	}
-	if c.ManagedFieldsRewritten > 0 || c.ManagedFieldsDropped > 0 {
-		s += fmt.Sprintf("; managedFields moved on %d objects (owned fields dropped %d)", c.ManagedFieldsRewritten, c.ManagedFieldsDropped)
+	left := c.ManagedFieldsLeft.Total()
+	if c.ManagedFieldsRewritten > 0 || left > 0 {
+		s += fmt.Sprintf("; managedFields moved on %d objects", c.ManagedFieldsRewritten)
+	}
+	if left > 0 {
+		s += fmt.Sprintf(", entries left naming a version given up %d (%s)", left, c.ManagedFieldsLeft)
 	}
 	return s
 }

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/svm-project/svm/internal/managedfields"
 	"github.com/svm-project/svm/internal/migrator"
 )
 
@@ -145,8 +148,8 @@ func TestIsTransient(t *testing.T) {
 func TestCountsOf(t *testing.T) {
 	p := migrator.Progress{Listed: 21, Restored: 10, AlreadyCurrent: 5, WrittenSinceStart: 3, Gone: 2, Failed: 1, SkippedWithoutWrite: 4}
 	want := Counts{Listed: 21, Restored: 10, AlreadyCurrent: 5, WrittenSinceStart: 3, Gone: 2, Failed: 1}
-	if got := countsOf(p); got != want {
-		t.Errorf("countsOf = %+v, want %+v", got, want)
+	if diff := cmp.Diff(want, countsOf(p)); diff != "" {
+		t.Errorf("countsOf (-want +got):\n%s", diff)
 	}
 	if got := want.Migrated(); got != 15 {
 		t.Errorf("Migrated = %d, want 15", got)
@@ -156,5 +159,15 @@ func TestCountsOf(t *testing.T) {
 	}
 	if got, want := want.Outcomes(), "listed 21: migrated 15 (re-stored 10, already current 5), written since the start 3, gone 2, failed 1"; got != want {
 		t.Errorf("Outcomes = %q, want %q", got, want)
+	}
+	// Entries left are counted by reason, and said so.
+	p.ManagedFieldsRewritten = 4
+	p.ManagedFieldsLeft = map[managedfields.Reason]int64{managedfields.Refused: 1, managedfields.NotConverted: 2}
+	got := countsOf(p)
+	if diff := cmp.Diff(LeftCounts{Refused: 1, NotConverted: 2}, got.ManagedFieldsLeft); diff != "" {
+		t.Errorf("ManagedFieldsLeft (-want +got):\n%s", diff)
+	}
+	if !strings.HasSuffix(got.Outcomes(), "; managedFields moved on 4 objects, entries left naming a version given up 3 (NotConverted 2, Refused 1)") {
+		t.Errorf("Outcomes = %q, does not say what was left", got.Outcomes())
 	}
 }

@@ -46,6 +46,14 @@ const (
 // says which servers.
 var ErrVersionInUse = errors.New("clients still use the version")
 
+// ErrManagedFieldsLeft means that managedFields entries still name the
+// version retired: their fields could not be placed in the version kept,
+// so they were left as they were, and no manager lost a field. Removing
+// the version would make server-side apply fail on their objects.
+// RetireResult.Migration.LeftEntries says which and why; serving the
+// version was not stopped.
+var ErrManagedFieldsLeft = errors.New("managedFields entries still name the version")
+
 // ErrUsageUnknown means that whether clients still use the version could
 // not be told (an API server's metrics could not be read, or it restarted
 // during the quiet window): serving it was not stopped.
@@ -144,10 +152,10 @@ type RetireResult struct {
 // Every write is the engine's: paced, and guarded by uid and
 // resourceVersion, so that no other client's write is lost; an object
 // another client writes meanwhile is read again and its entries rewritten
-// as they are then. Without a conversion webhook a CRD's versions have the
-// same fields and every owned field is kept; otherwise each object is read
-// in the version kept, and fields it lacks there are dropped from the
-// entries and counted (Counts.ManagedFieldsDropped).
+// as they are then. A field is kept wherever the version kept has it (see
+// the package doc); an entry whose fields cannot be placed there is left
+// as it is, and Retire then returns ErrManagedFieldsLeft after the prune,
+// without Unserve's step (Result.LeftEntries says which and why).
 //
 // Retire keeps no state: call it again after any error, and it goes on
 // from what the cluster holds. When nothing is left to do it writes
@@ -187,6 +195,9 @@ func Retire(ctx context.Context, cfg *rest.Config, gvr schema.GroupVersionResour
 		if err := r.rewrite(ctx, &res); err != nil {
 			return res, err
 		}
+	}
+	if m := res.Migration; m != nil && m.ManagedFieldsLeft.Total() > 0 {
+		return res, fmt.Errorf("%s: %w: %d entries could not be moved (%s)", r.name(), ErrManagedFieldsLeft, m.ManagedFieldsLeft.Total(), m.ManagedFieldsLeft)
 	}
 	if opts.Unserve && res.Served {
 		return res, r.unserve(ctx, &res)
@@ -453,8 +464,8 @@ func (r *retirement) rewrite(ctx context.Context, res *RetireResult) error {
 		}
 		return err
 	}
-	mf, err := crdManagedFields(r.cfg, r.crd, r.target, []string{r.gvr.Version})
-	if err != nil {
+	mf, err := moverFor(ctx, r.cfg, m, r.crd, r.target, r.kind, []string{r.gvr.Version})
+	if err != nil || mf == nil {
 		return err
 	}
 	mf.Only = !res.MayBeStored
@@ -463,36 +474,24 @@ func (r *retirement) rewrite(ctx context.Context, res *RetireResult) error {
 	return err
 }
 
-// crdManagedFields is what the engine needs to move managedFields entries
-// off the versions of gvr's group named in retired, to gvr's version. A
-// CRD without a conversion webhook converts nothing but apiVersion, so its
-// versions have the same fields and every owned field is kept; otherwise
-// (and for a built-in resource, crd nil) each object is read in gvr's
-// version, and fields it lacks there are dropped. nil when no version is
-// left to move entries off.
-func crdManagedFields(cfg *rest.Config, crd *apiextensionsv1.CustomResourceDefinition, gvr schema.GroupVersionResource, retired []string) (*migrator.ManagedFields, error) {
-	// Entries naming the version written through name a served version
-	// already (a CRD whose storage version is not served is written
-	// through another).
-	rt, ok := managedfields.Between(gvr.Group, retired, gvr.Version)
-	if !ok {
-		return nil, nil
-	}
-	mf := &migrator.ManagedFields{Retarget: rt}
-	if crd != nil && (crd.Spec.Conversion == nil || crd.Spec.Conversion.Strategy == apiextensionsv1.NoneConverter) {
-		return mf, nil
-	}
+// moverFor is how the engine moves managedFields entries off the versions
+// of kept's group named in retired, to kept's version: managedfields.For,
+// the one rule svm has (the API server converts through a CRD's webhook;
+// otherwise a field stays where the kept version's schema has it). crd is
+// nil for a built-in resource. nil when no version is left to move
+// entries off.
+func moverFor(ctx context.Context, cfg *rest.Config, m *migrator.Migrator, crd *apiextensionsv1.CustomResourceDefinition,
+	kept schema.GroupVersionResource, kind string, retired []string) (*migrator.ManagedFields, error) {
 	client, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, terminal(ReasonInvalidOptions, "build dynamic client: %w", err)
 	}
-	mf.Read = func(ctx context.Context, namespace, name string) (*unstructured.Unstructured, error) {
-		if namespace == "" {
-			return client.Resource(gvr).Get(ctx, name, metav1.GetOptions{})
-		}
-		return client.Resource(gvr).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	r := managedfields.Resource{Kept: kept, Kind: kind, Retired: retired, CRD: crd}
+	mover, ok, err := managedfields.For(ctx, r, managedfields.Clients{Dynamic: client, OpenAPI: m.OpenAPI(), FieldManager: m.FieldManager()})
+	if err != nil || !ok {
+		return nil, err
 	}
-	return mf, nil
+	return &migrator.ManagedFields{Mover: mover}, nil
 }
 
 // unserve stops serving the version retired, once no API server answered a

@@ -14,7 +14,6 @@ import (
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/retry"
@@ -76,7 +75,7 @@ type EngineExecutor struct {
 func (e EngineExecutor) Execute(ctx context.Context, run Run) (res migrator.Result, err error) {
 	req := migrator.Request{Resource: run.Resource, Resume: run.Resume, OnChunk: run.OnChunk, StoredSince: run.StoredSince}
 	if e.CRDs != nil {
-		if req.ManagedFields, err = e.CRDs.RetiredFields(ctx, run.Resource); err != nil {
+		if req.ManagedFields, err = e.CRDs.RetiredFields(ctx, run.Resource, e.Migrator); err != nil {
 			return res, err
 		}
 		if merr := e.CRDs.Mark(ctx, run.Resource.GroupResource(), run.Migration.Name); merr != nil {
@@ -92,9 +91,11 @@ func (e EngineExecutor) Execute(ctx context.Context, run Run) (res migrator.Resu
 // besides the storage version, the versions the trigger prunes once the
 // migration succeeds, to the storage version. Left naming a version that
 // is then removed from the CRD, they would make every server-side apply
-// on their objects fail. nil when gvr has no CRD, nothing is to be
-// pruned, or the storage version is not served (no entry may name it).
-func (c *CRDMarker) RetiredFields(ctx context.Context, gvr schema.GroupVersionResource) (*migrator.ManagedFields, error) {
+// on their objects fail. How their fields move is managedfields.For's
+// rule, the one svm retire and pkg/migrate use too; m's clients read the
+// versions' schemas. nil when gvr has no CRD, nothing is to be pruned, or
+// the storage version is not served (no entry may name it).
+func (c *CRDMarker) RetiredFields(ctx context.Context, gvr schema.GroupVersionResource, m *migrator.Migrator) (*migrator.ManagedFields, error) {
 	crd, err := c.read(ctx, gvr.GroupResource())
 	if err != nil || crd == nil {
 		return nil, err
@@ -108,29 +109,12 @@ func (c *CRDMarker) RetiredFields(ctx context.Context, gvr schema.GroupVersionRe
 	if target == "" {
 		return nil, nil
 	}
-	rt, ok := managedfields.Between(gvr.Group, crd.Status.StoredVersions, target)
-	if !ok {
-		return nil, nil
+	r := managedfields.Resource{Kept: gvr.GroupResource().WithVersion(target), Kind: crd.Spec.Names.Kind, Retired: crd.Status.StoredVersions, CRD: crd}
+	mover, ok, err := managedfields.For(ctx, r, managedfields.Clients{Dynamic: c.Objects, OpenAPI: m.OpenAPI(), FieldManager: m.FieldManager()})
+	if err != nil || !ok {
+		return nil, err
 	}
-	mf := &migrator.ManagedFields{Retarget: rt}
-	if crd.Spec.Conversion != nil && crd.Spec.Conversion.Strategy == apiextensionsv1.WebhookConverter && c.Objects != nil {
-		// A webhook may rename fields between versions: owned fields the
-		// object lacks in the storage version are dropped, not kept.
-		kept := gvr.GroupResource().WithVersion(target)
-		mf.Read = func(ctx context.Context, namespace, name string) (*unstructured.Unstructured, error) {
-			// Listed by name: the controller may list objects, not get
-			// them, and list reveals no more.
-			list, err := c.Objects.Resource(kept).Namespace(namespace).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
-			if err != nil {
-				return nil, err
-			}
-			if len(list.Items) == 0 {
-				return nil, apierrors.NewNotFound(kept.GroupResource(), name)
-			}
-			return &list.Items[0], nil
-		}
-	}
-	return mf, nil
+	return &migrator.ManagedFields{Mover: mover}, nil
 }
 
 // read reads gr's CRD, nil when it has none.
@@ -160,9 +144,9 @@ type CRDMarker struct {
 	// CRDs writes the condition with server-side apply, as
 	// kube-controller-manager does, carrying the resourceVersion read.
 	CRDs apiextensionsclient.CustomResourceDefinitionInterface
-	// Objects, if set, reads objects of a CRD with a conversion webhook in
-	// its storage version, so that owned fields the version lacks are not
-	// kept in managedFields (see RetiredFields).
+	// Objects reads the objects of a CRD with a conversion webhook, and
+	// sends the dry runs by which the API server converts their
+	// managedFields entries' fields (see RetiredFields).
 	Objects dynamic.Interface
 
 	saidNoGeneration sync.Once
@@ -323,7 +307,7 @@ func (e InTreeExecutor) moveFields(ctx context.Context, gvr schema.GroupVersionR
 	fields.Only = true
 	res, err := e.Engine.Run(ctx, migrator.Request{Resource: gvr, ManagedFields: fields})
 	klog.FromContext(ctx).Info("Moved managedFields off the versions the in-tree migration pruned", "resource", gvr.GroupResource(),
-		"retired", fields.Retired, "objects", res.Progress.ManagedFieldsRewritten, "fieldsDropped", res.Progress.ManagedFieldsDropped, "failed", res.Progress.Failed)
+		"retired", fields.Retired, "objects", res.Progress.ManagedFieldsRewritten, "entriesLeft", res.Progress.ManagedFieldsLeft, "failed", res.Progress.Failed)
 	return err
 }
 
@@ -344,7 +328,7 @@ func (e InTreeExecutor) Execute(ctx context.Context, run Run) (migrator.Result, 
 	// Read before kube-controller-manager prunes storedVersions.
 	var fields *migrator.ManagedFields
 	if e.Engine != nil && e.CRDs != nil {
-		if fields, err = e.CRDs.RetiredFields(ctx, run.Resource); err != nil {
+		if fields, err = e.CRDs.RetiredFields(ctx, run.Resource, e.Engine); err != nil {
 			return res, err
 		}
 	}

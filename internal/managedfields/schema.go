@@ -1,0 +1,179 @@
+package managedfields
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	apimanagedfields "k8s.io/apimachinery/pkg/util/managedfields"
+	"k8s.io/client-go/openapi"
+	"k8s.io/client-go/openapi3"
+	"k8s.io/kube-openapi/pkg/schemaconv"
+	"k8s.io/kube-openapi/pkg/validation/spec"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	smdschema "sigs.k8s.io/structured-merge-diff/v6/schema"
+	"sigs.k8s.io/structured-merge-diff/v6/typed"
+)
+
+// versionSchema is one version of a kind as the field manager reads it,
+// from the API server's OpenAPI v3 document of its group-version.
+type versionSchema struct {
+	gvk       schema.GroupVersionKind
+	converter apimanagedfields.TypeConverter
+	types     *smdschema.Schema
+	root      smdschema.TypeRef
+}
+
+// loadSchema reads gvk's schema; nil, with no error, when the API server
+// does not serve its group-version.
+func loadSchema(ctx context.Context, client openapi.Client, gvk schema.GroupVersionKind) (*versionSchema, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	doc, err := openapi3.NewRoot(client).GVSpec(gvk.GroupVersion())
+	var notFound *openapi3.GroupVersionNotFoundError
+	switch {
+	case errors.As(err, &notFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case doc.Components == nil:
+		return nil, fmt.Errorf("its OpenAPI document has no schemas")
+	}
+	return newVersionSchema(doc.Components.Schemas, gvk)
+}
+
+// newVersionSchema is gvk's schema among models, the schemas of its
+// group-version's OpenAPI document; nil when they have none for gvk.
+func newVersionSchema(models map[string]*spec.Schema, gvk schema.GroupVersionKind) (*versionSchema, error) {
+	name, ok := modelOf(models, gvk)
+	if !ok {
+		return nil, nil
+	}
+	types, err := schemaconv.ToSchemaFromOpenAPI(models, false)
+	if err != nil {
+		return nil, fmt.Errorf("convert its OpenAPI schemas: %w", err)
+	}
+	converter, err := apimanagedfields.NewTypeConverter(models, false)
+	if err != nil {
+		return nil, err
+	}
+	return &versionSchema{gvk: gvk, converter: converter, types: types, root: smdschema.TypeRef{NamedType: &name}}, nil
+}
+
+// modelOf finds the schema of gvk by the extension Kubernetes marks every
+// top-level schema with.
+func modelOf(models map[string]*spec.Schema, gvk schema.GroupVersionKind) (string, bool) {
+	for name, s := range models {
+		if s == nil {
+			continue
+		}
+		list, _ := s.Extensions["x-kubernetes-group-version-kind"].([]any)
+		if slices.ContainsFunc(list, func(x any) bool {
+			m, _ := x.(map[string]any)
+			return m["group"] == gvk.Group && m["version"] == gvk.Version && m["kind"] == gvk.Kind
+		}) {
+			return name, true
+		}
+	}
+	return "", false
+}
+
+// has reports whether the schema has a field at p, whether or not an
+// object has a value there: a zero value that JSON omits is still a field.
+func (vs *versionSchema) has(p fieldpath.Path) bool {
+	tr := vs.root
+	for _, pe := range p {
+		atom, ok := vs.types.Resolve(tr)
+		if !ok {
+			return false
+		}
+		if tr, ok = step(atom, pe); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// step is the type of pe's node in a node of type atom.
+func step(atom smdschema.Atom, pe fieldpath.PathElement) (smdschema.TypeRef, bool) {
+	switch {
+	case pe.FieldName != nil:
+		if atom.Map == nil {
+			return smdschema.TypeRef{}, false
+		}
+		if f, ok := atom.Map.FindField(*pe.FieldName); ok {
+			return f.Type, true
+		}
+		// A map's values, or the fields an object preserves unknown.
+		e := atom.Map.ElementType
+		return e, e.NamedType != nil || e.Inlined != (smdschema.Atom{})
+	case pe.Key != nil:
+		l := atom.List
+		if l == nil || l.ElementRelationship != smdschema.Associative || len(l.Keys) != len(*pe.Key) {
+			return smdschema.TypeRef{}, false
+		}
+		for _, f := range *pe.Key {
+			if !slices.Contains(l.Keys, f.Name) {
+				return smdschema.TypeRef{}, false
+			}
+		}
+		return l.ElementType, true
+	case pe.Value != nil:
+		l := atom.List
+		return smdschema.TypeRef{}, l != nil && l.ElementRelationship == smdschema.Associative && len(l.Keys) == 0
+	case pe.Index != nil:
+		l := atom.List
+		if l == nil {
+			return smdschema.TypeRef{}, false
+		}
+		return l.ElementType, true
+	}
+	return smdschema.TypeRef{}, false
+}
+
+// fields is what the field manager sees of u, an object of this version.
+func (vs *versionSchema) fields(u *unstructured.Unstructured) (fieldsOf, error) {
+	c := u.DeepCopy()
+	c.SetManagedFields(nil)
+	tv, err := vs.converter.ObjectToTyped(c, typed.AllowDuplicates)
+	if err != nil {
+		return fieldsOf{}, err
+	}
+	set, err := tv.ToFieldSet()
+	if err != nil {
+		return fieldsOf{}, err
+	}
+	return newFieldsOf(set), nil
+}
+
+// schemaMapper places a field where it is, if the version kept has it:
+// right for versions whose conversion keeps paths (a CRD without a
+// webhook, whose objects only change apiVersion; Kubernetes' own
+// versions). It needs nothing but the object's metadata.
+type schemaMapper struct {
+	kept *versionSchema
+}
+
+func (schemaMapper) Read(_ context.Context, _ Do, listed *metav1.PartialObjectMetadata) (*Object, error) {
+	return ObjectOf(listed), nil
+}
+
+func (schemaMapper) ReadsObjects() bool { return false }
+
+func (m schemaMapper) Place(_ context.Context, _ Do, _ *Object, _ metav1.ManagedFieldsEntry, fields *fieldpath.Set) (*fieldpath.Set, error) {
+	var missing fieldpath.Path
+	fields.Iterate(func(p fieldpath.Path) {
+		if missing == nil && !m.kept.has(p) {
+			missing = p.Copy()
+		}
+	})
+	if missing != nil {
+		return nil, unmapped(NotInVersion, "%s has no field %s", m.kept.gvk.GroupVersion(), missing)
+	}
+	return fields, nil
+}

@@ -1,0 +1,214 @@
+package migrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/openapi"
+
+	"github.com/svm-project/svm/internal/managedfields"
+)
+
+// ManagedFields asks a migration to move the managedFields entries that
+// name a retired version to the target version, each manager keeping its
+// fields where the target version has them (see internal/managedfields:
+// the Mover says where, and its rule is the one svm has). The object's
+// patch then carries its whole new managedFields list beside the uid and
+// resourceVersion preconditions; an entry whose fields cannot be placed
+// is left as it is, and counted by why (Progress.ManagedFieldsLeft).
+//
+// Unlike re-encoding, which any write does, only svm's write fixes an
+// object's managedFields: an object written by another client since the
+// migration started is not skipped when its entries still name a retired
+// version. A conflict is answered by reading the object again and moving
+// what it holds then, up to maxRetargetAttempts times.
+type ManagedFields struct {
+	*managedfields.Mover
+	// Only limits the writes to the objects whose entries name a retired
+	// version; the others are counted as Progress.NothingToRewrite, and so
+	// are those none of whose entries could be moved. Use it when their
+	// bytes need no rewrite. Off, every object is written, as without
+	// ManagedFields.
+	Only bool
+}
+
+// LeftEntry is a managedFields entry a migration left naming a retired
+// version, on the object it names, and why.
+type LeftEntry struct {
+	Namespace, Name string
+	managedfields.Left
+}
+
+// maxRetargetAttempts bounds the writes of one object's managedFields that
+// may meet a conflict: an object others keep changing is recorded as
+// failed rather than retried forever.
+const maxRetargetAttempts = 5
+
+// OpenAPI reads the API server's OpenAPI v3 documents, which a
+// managedfields.Mover reads the versions' schemas from.
+func (m *Migrator) OpenAPI() openapi.Client { return m.discovery.OpenAPIV3() }
+
+// FieldManager is the field manager the Migrator's requests name.
+func (m *Migrator) FieldManager() string { return m.opts.FieldManager }
+
+// retarget moves the managedFields of an object whose entries name a
+// retired version (Request.ManagedFields). A conflict means another
+// client wrote the object since it was read, which does not fix its
+// managedFields: the object is read again and its entries as they are then
+// moved. done is false when none of its entries could be moved and the
+// object is to be rewritten as any other; the error is set only when the
+// whole migration must stop.
+func (r *run) retarget(ctx context.Context, obj *metav1.PartialObjectMetadata) (done bool, err error) {
+	mf := r.req.ManagedFields
+	cur := obj
+	fresh := false // cur was read just now, not listed
+	for range maxRetargetAttempts {
+		if fresh && !mf.Mapper.ReadsObjects() {
+			if cur, err = r.readMetadata(ctx, obj); err != nil {
+				return true, r.settle(ctx, obj, err)
+			}
+		}
+		o, err := mf.Mapper.Read(ctx, r.retry, cur)
+		if err != nil {
+			return true, r.settle(ctx, obj, err)
+		}
+		fresh = fresh || mf.Mapper.ReadsObjects()
+		if fresh && !mf.Names(o.Entries) {
+			// Another client's write has already moved them (or the
+			// object was deleted and created again without them).
+			r.counters.writtenSinceStart.Add(1)
+			r.observer.ObjectSkipped(r.gr, SkipWrittenSinceStart, nil)
+			return true, nil
+		}
+		res, err := mf.Move(ctx, r.retry, o)
+		if err == nil && res.Changed() {
+			err = r.patchEntries(ctx, o, res)
+		}
+		switch {
+		case err == nil:
+			r.left(o, res.Left)
+			if res.Changed() || !mf.Only {
+				return res.Changed(), nil
+			}
+			r.counters.nothingToRewrite.Add(1)
+			return true, nil
+		case apierrors.IsConflict(err):
+			r.watchOthers()
+			fresh = true
+		case errors.Is(err, managedfields.ErrNoEntries) || !isRequestError(err):
+			r.recordFailure(obj, err)
+			return true, nil
+		default:
+			return true, r.settle(ctx, obj, err)
+		}
+	}
+	r.recordFailure(obj, fmt.Errorf("written by others %d times in a row while svm moved its managedFields", maxRetargetAttempts))
+	return true, nil
+}
+
+// patchEntries writes o's entries as res has them, guarded by the uid and
+// resourceVersion they were read at.
+func (r *run) patchEntries(ctx context.Context, o *managedfields.Object, res managedfields.Result) error {
+	patch, err := managedfields.Patch(o.UID, o.ResourceVersion, res.Entries)
+	if err != nil {
+		return err
+	}
+	opts := metav1.PatchOptions{FieldManager: r.m.opts.FieldManager, FieldValidation: metav1.FieldValidationIgnore}
+	var written *metav1.PartialObjectMetadata
+	err = r.retry(ctx, "patch", func(ctx context.Context) error {
+		var err error
+		written, err = r.metadataClient(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, patch, opts)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	r.written(&metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{ResourceVersion: o.ResourceVersion}}, written)
+	r.counters.managedFieldsRewritten.Add(1)
+	return nil
+}
+
+// readMetadata reads obj's metadata again, listing its one name: svm's
+// controller may list objects, not get them, and a list by name reveals no
+// more.
+func (r *run) readMetadata(ctx context.Context, obj *metav1.PartialObjectMetadata) (*metav1.PartialObjectMetadata, error) {
+	var list *metav1.PartialObjectMetadataList
+	err := r.retry(ctx, "get", func(ctx context.Context) error {
+		var err error
+		list, err = r.metadataClient(obj.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + obj.Name})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(list.Items) == 0 {
+		return nil, apierrors.NewNotFound(r.gr, obj.Name)
+	}
+	return &list.Items[0], nil
+}
+
+func (r *run) metadataClient(namespace string) metadata.ResourceInterface {
+	if r.namespaced {
+		return r.m.metadata.Resource(r.req.Resource).Namespace(namespace)
+	}
+	return r.m.metadata.Resource(r.req.Resource)
+}
+
+// left counts the entries left on o, and names the first ones.
+func (r *run) left(o *managedfields.Object, left []managedfields.Left) {
+	if len(left) == 0 {
+		return
+	}
+	r.counters.leftMu.Lock()
+	if r.counters.left == nil {
+		r.counters.left = map[managedfields.Reason]int64{}
+	}
+	for _, l := range left {
+		r.counters.left[l.Reason]++
+	}
+	r.counters.leftMu.Unlock()
+	r.failedMu.Lock()
+	defer r.failedMu.Unlock()
+	for _, l := range left {
+		if len(r.res.LeftEntries) < r.m.opts.MaxFailedObjects {
+			r.res.LeftEntries = append(r.res.LeftEntries, LeftEntry{Namespace: o.Namespace, Name: o.Name, Left: l})
+		}
+	}
+}
+
+// isRequestError reports whether err came from a request (the API server's
+// answer, or trouble reaching it) rather than from svm's own reading of
+// the object: the former is classified, the latter fails the object.
+func isRequestError(err error) bool {
+	var status apierrors.APIStatus
+	return errors.As(err, &status) || IsTransient(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// leftCounts copies the entries left, by reason; nil when there are none.
+func leftCounts(m map[managedfields.Reason]int64) map[managedfields.Reason]int64 {
+	if len(m) == 0 {
+		return nil
+	}
+	return maps.Clone(m)
+}
+
+// LeftOutcomes says how many managedFields entries were left naming a
+// retired version, and why, in the words svm uses for them everywhere.
+func LeftOutcomes(left map[managedfields.Reason]int64) string {
+	reasons := slices.Sorted(maps.Keys(left))
+	total := int64(0)
+	parts := make([]string, 0, len(reasons))
+	for _, r := range reasons {
+		total += left[r]
+		parts = append(parts, fmt.Sprintf("%s %d", r, left[r]))
+	}
+	return fmt.Sprintf("entries left naming a retired version %d (%s)", total, strings.Join(parts, ", "))
+}
