@@ -71,12 +71,18 @@ func subtract(a, b map[Direction]int) map[Direction]int {
 
 // ConversionWebhook is a real CRD conversion webhook served by the test on
 // loopback: it converts between versions whose schemas are the same (as
-// every test resource's v1 and v2 are) by changing apiVersion alone, and
-// counts what the API server asks of it.
+// every test resource's v1 and v2 are) by changing apiVersion alone, or
+// between versions whose fields differ by moving them too
+// (StartRenamingConversionWebhook), and counts what the API server asks
+// of it.
 type ConversionWebhook struct {
 	mu      sync.Mutex
 	reviews map[Direction]int
 	objects map[Direction]int
+	// reshape, if set, converts the rest of an object from one apiVersion
+	// to another, for versions whose fields differ (see
+	// StartRenamingConversionWebhook).
+	reshape func(obj map[string]any, from, to string)
 }
 
 // Conversions is what the webhook was asked so far.
@@ -106,6 +112,9 @@ func (w *ConversionWebhook) convert(req *apiextensionsv1.ConversionRequest) (*ap
 			from = "mixed"
 		}
 		obj["apiVersion"] = req.DesiredAPIVersion
+		if w.reshape != nil {
+			w.reshape(obj, apiVersion, req.DesiredAPIVersion)
+		}
 		out, err := json.Marshal(obj)
 		if err != nil {
 			return nil, err
@@ -132,7 +141,12 @@ const conversionProbe = "conversion-probe"
 // ends.
 func (e *Env) StartConversionWebhook(t testing.TB, r Resource) *ConversionWebhook {
 	t.Helper()
-	w := &ConversionWebhook{reviews: map[Direction]int{}, objects: map[Direction]int{}}
+	return e.startConversionWebhook(t, r, nil)
+}
+
+func (e *Env) startConversionWebhook(t testing.TB, r Resource, reshape func(obj map[string]any, from, to string)) *ConversionWebhook {
+	t.Helper()
+	w := &ConversionWebhook{reviews: map[Direction]int{}, objects: map[Direction]int{}, reshape: reshape}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/convert", func(rw http.ResponseWriter, req *http.Request) {
 		var review apiextensionsv1.ConversionReview
