@@ -53,22 +53,44 @@ type StorageStateStatus struct {
 	// +kubebuilder:validation:MaxLength=64
 	CurrentStorageVersionHash string `json:"currentStorageVersionHash,omitempty"`
 
-	// CurrentStorageVersionSince is when svm first saw the current storage
-	// version hash. For a custom resource, svm waits a settle delay after
-	// it before migrating, so that every API server has seen the CRD's
-	// storage version change.
+	// CurrentStorageVersionSince is when svm first saw the resource's
+	// storage as it is now: the current storage version hash, the storage
+	// StorageFingerprint names, and for a custom resource the versions its
+	// CRD's status.storedVersions list. For a custom resource, svm waits
+	// after it before migrating: the settle delay, for every API server to
+	// see the CRD's change, and the drain margin, for the writes an API
+	// server accepted under the old storage version to land.
 	// +optional
 	CurrentStorageVersionSince *metav1.Time `json:"currentStorageVersionSince,omitempty"`
 
+	// StorageFingerprint is what decided the resource's storage version
+	// when svm last looked: its CRD's UID, generation and storage version,
+	// and the resourceVersion of its StorageVersion object where the
+	// StorageVersion API is served (the migrations' status.storageFingerprint
+	// says the same of their start). A change of it (another CRD or
+	// generation, another storage version, another StorageVersion object),
+	// like a version the CRD's status.storedVersions gain, restarts
+	// CurrentStorageVersionSince and drops CurrentStorageVersionRevision,
+	// even when the storage version hash is the same: a CRD whose storage
+	// version went away and came back may hold objects written in the
+	// other version in between.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	StorageFingerprint string `json:"storageFingerprint,omitempty"`
+
 	// CurrentStorageVersionRevision is an etcd revision (a resourceVersion
 	// of the resource) read once every API server was known to store the
-	// resource in the current storage version: the StorageVersion API
-	// reported it as their common encoding version, or, for a custom
-	// resource, the settle delay had passed. An object with a newer
-	// resourceVersion is stored in the current version, and migrations to
-	// it skip such objects without a request. Empty where that cannot be
-	// known: discovery alone (one API server's view), while API servers
-	// disagree, and after a reset.
+	// resource in the current storage version and no write they accepted
+	// in another could still land: the StorageVersion API reported it as
+	// their common encoding version, or, for a custom resource, the settle
+	// delay and the drain margin had passed since
+	// CurrentStorageVersionSince. An object with a newer resourceVersion
+	// is stored in the current version, and the trigger's migrations to it
+	// skip such objects without a request, as long as the storage is the
+	// one StorageFingerprint names. Empty where that cannot be known:
+	// discovery alone (one API server's view), while API servers disagree,
+	// after a reset, and after any change of storage until svm's next
+	// migration for it.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	CurrentStorageVersionRevision string `json:"currentStorageVersionRevision,omitempty"`

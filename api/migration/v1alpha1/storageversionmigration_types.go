@@ -205,11 +205,12 @@ type StorageVersionMigrationStatus struct {
 	StorageVersionHash string `json:"storageVersionHash,omitempty"`
 
 	// StorageFingerprint records what decided the resource's storage
-	// version when the migration started: its CRD's generation and storage
-	// version, and the resourceVersion of its StorageVersion object where
-	// the StorageVersion API is served. If it differs when the migration
-	// ends, the storage version may have changed while objects were being
-	// rewritten, and the migration starts over instead of succeeding.
+	// version when the migration started: its CRD's UID, generation and
+	// storage version, and the resourceVersion of its StorageVersion
+	// object where the StorageVersion API is served. If it differs when
+	// the migration ends, the storage version may have changed while
+	// objects were being rewritten, and the migration starts over instead
+	// of succeeding.
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	StorageFingerprint string `json:"storageFingerprint,omitempty"`

@@ -122,7 +122,7 @@ func (e *execution) guardBefore(ctx context.Context, fp Fingerprint) bool {
 	// may be made to re-encrypt under a new key, which objects written
 	// since the change may not be under yet.
 	if trigger.IsOwned(e.m) {
-		e.storedSince = e.r.Guard.StoredSince(ctx, e.gvr.GroupResource())
+		e.storedSince = e.r.Guard.StoredSince(ctx, e.gvr.GroupResource(), fp)
 	}
 	return true
 }

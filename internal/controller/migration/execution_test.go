@@ -28,7 +28,7 @@ type fingerprints struct {
 	sinceReads int
 }
 
-func (f *fingerprints) StoredSince(context.Context, schema.GroupResource) *migrator.StoredSince {
+func (f *fingerprints) StoredSince(context.Context, schema.GroupResource, Fingerprint) *migrator.StoredSince {
 	f.sinceReads++
 	return f.since
 }

@@ -1,5 +1,7 @@
 package migration
 
+import "github.com/svm-project/svm/internal/fingerprint"
+
 // GuardInput is everything Judge decides from.
 type GuardInput struct {
 	// After says the objects have been rewritten: the guard is read to
@@ -54,7 +56,7 @@ func Judge(in GuardInput) GuardVerdict {
 		switch {
 		case in.Now.Disagreement != "":
 			return GuardVerdict{Action: GuardStartOver, Why: in.Now.Disagreement}
-		case !sameStorage(in.Saved, in.Now):
+		case !fingerprint.SameStorage(in.Saved, in.Now.Value):
 			return GuardVerdict{Action: GuardStartOver, Why: "the storage version may have changed while the migration ran"}
 		}
 		return GuardVerdict{Action: GuardGoOn, Fingerprint: in.Saved}
@@ -64,7 +66,7 @@ func Judge(in GuardInput) GuardVerdict {
 		return GuardVerdict{Action: GuardWait, Fingerprint: in.Saved, Why: in.Now.Disagreement}
 	case in.Saved == "":
 		return GuardVerdict{Action: GuardGoOn, Fingerprint: in.Now.Value}
-	case !sameStorage(in.Saved, in.Now):
+	case !fingerprint.SameStorage(in.Saved, in.Now.Value):
 		return GuardVerdict{Action: GuardStartOver, Fingerprint: in.Now.Value, Why: "The storage version may have changed since the migration started"}
 	}
 	return GuardVerdict{Action: GuardGoOn, Fingerprint: in.Saved}
