@@ -5,7 +5,10 @@ import (
 	"strconv"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/fingerprint"
 	"github.com/svm-project/svm/internal/followup"
 )
 
@@ -54,11 +57,19 @@ type Input struct {
 	// what the API servers encode it in. It takes precedence over
 	// Observed: discovery is one API server's view.
 	Encoding *Encoding
-	// SettleDelay applies to custom resources: a migration starts only
-	// once the current storage version hash has been seen for this long,
-	// so that every API server has seen the CRD change. There is no
-	// StorageVersion object for a CRD's resource to say when they have.
-	SettleDelay time.Duration
+	// Fingerprint is what decides the resource's storage version now
+	// (internal/fingerprint): its CRD, its StorageVersion object; "" when
+	// neither exists (discovery alone).
+	Fingerprint string
+	// SettleDelay and DrainMargin apply to custom resources: a migration
+	// starts only once the storage has been as it is now for their sum.
+	// SettleDelay is how long an API server may take to see a CRD change
+	// (there is no StorageVersion object for a CRD's resource to say when
+	// every one has); DrainMargin how long after that a write it accepted
+	// under the old storage version may still land in etcd (the API
+	// server keeps the old storage for the requests in flight, up to
+	// twice its request timeout).
+	SettleDelay, DrainMargin time.Duration
 }
 
 // Encoding is what the StorageVersion API says about one resource.
@@ -76,6 +87,10 @@ type Encoding struct {
 // even about changes svm did not see.
 type CRDStorage struct {
 	Generation int64
+	// StorageHash is the hash of the CRD's storage version: what
+	// discovery reports once the API server has taken the CRD up, known
+	// from the CRD at once.
+	StorageHash string
 	// StoredHashes are the hashes of status.storedVersions other than the
 	// storage version: versions objects may still be stored in.
 	StoredHashes []string
@@ -166,53 +181,95 @@ func reason(in Input, d Decision) string {
 
 // decide takes the life-cycle's steps in order: what the StorageVersion
 // API says of the encoding (servers that disagree stop everything), then
-// first sight, a storage version change, and else following up on the
-// current hash.
+// first sight, a storage version change, a change of storage under the
+// same hash, and else following up on the current hash.
 func decide(in Input) Decision {
-	if in.Encoding != nil {
-		if in.Encoding.Common == "" {
-			return disagree(in)
-		}
-		common := in.Encoding.Common
-		in.Observed = &common
+	if in.Encoding != nil && in.Encoding.Common == "" {
+		return disagree(in)
 	}
+	current := in.current()
 	if in.State == nil {
-		return firstSight(in)
+		return firstSight(in, current)
 	}
 	status := recordedStatus(in.State)
 	var d Decision
+	gained := false
 	if crdBehind(in.CRD) {
 		before := len(status.PersistedStorageVersionHashes)
 		status.PersistedStorageVersionHashes = union(status.PersistedStorageVersionHashes, in.CRD.StoredHashes...)
-		if len(status.PersistedStorageVersionHashes) > before {
+		if gained = len(status.PersistedStorageVersionHashes) > before; gained {
 			d.Status = status
 		}
 	}
-	if in.Observed != nil {
+	if in.Observed != nil || in.Encoding != nil {
 		status.LastHeartbeatTime = metaTime(in.Now)
 		d.Status = status
-		if hash := *in.Observed; hash != status.CurrentStorageVersionHash {
-			return storageChanged(in, d, status, hash)
-		}
+	}
+	if current != nil && *current != status.CurrentStorageVersionHash {
+		return storageChanged(in, d, status, *current)
+	}
+	if gained || in.Fingerprint != status.StorageFingerprint {
+		d = storageMoved(in, d, status, gained)
 	}
 	return followUp(in, d, status)
+}
+
+// current is the resource's storage version hash as the best source says
+// it: the API servers' common encoding version (StorageVersion API), the
+// CRD's storage version (what every API server stores once it has seen
+// the CRD), discovery (one API server's view); nil when none says.
+func (in Input) current() *string {
+	switch {
+	case in.Encoding != nil:
+		return &in.Encoding.Common
+	case in.CRD != nil && in.CRD.StorageHash != "":
+		return &in.CRD.StorageHash
+	}
+	return in.Observed
+}
+
+// storageMoved is the decision when the storage hash is the one recorded
+// but the storage behind it may not be, status being the state's status as
+// d leaves it: its fingerprint changed (a CRD whose storage version went
+// and came back, a CRD deleted and created again, a StorageVersion object
+// rewritten), or the CRD's storedVersions gained a version svm had not
+// recorded as possibly stored (gained). Objects written meanwhile may be
+// in another version, so the revision since which they are known current
+// no longer holds, svm's migrations made for the storage before stop
+// (their list may be older than writes still landing) and cannot vouch
+// for it (madeSince), and the wait for API servers to settle and writes to
+// drain starts again. A fingerprint seen for the first time (a state svm
+// recorded none on) is adopted the same way, but stops nothing: those
+// migrations' own fingerprints catch a change.
+func storageMoved(in Input, d Decision, status *migrationv1alpha1.StorageStateStatus, gained bool) Decision {
+	if moved := !fingerprint.SameStorage(status.StorageFingerprint, in.Fingerprint); gained || moved {
+		if gained || status.StorageFingerprint != "" {
+			d.DeleteMigrations = unfinishedOwned(in.Migrations, "")
+		}
+		status.CurrentStorageVersionSince = ptrTime(in.Now)
+		status.CurrentStorageVersionRevision = ""
+	}
+	status.StorageFingerprint = in.Fingerprint
+	d.Status = status
+	return d
 }
 
 // firstSight is the decision for a resource without a StorageState: one
 // that says nothing is known about what is stored, and a migration to the
 // observed hash. svm's migrations of the resource, left from a state that
 // is gone, stop.
-func firstSight(in Input) Decision {
-	if in.Observed == nil {
+func firstSight(in Input, current *string) Decision {
+	if current == nil {
 		return Decision{}
 	}
-	hash := *in.Observed
+	hash := *current
 	d := Decision{
 		DeleteMigrations: unfinishedOwned(in.Migrations, ""),
 		CreateState:      true,
 		Status: &migrationv1alpha1.StorageStateStatus{
 			PersistedStorageVersionHashes: []string{migrationv1alpha1.UnknownStorageVersionHash},
 			CurrentStorageVersionHash:     hash, CurrentStorageVersionSince: ptrTime(in.Now), LastHeartbeatTime: metaTime(in.Now),
+			StorageFingerprint: in.Fingerprint,
 		},
 	}
 	return in.start(d, hash)
@@ -226,7 +283,9 @@ func storageChanged(in Input, d Decision, status *migrationv1alpha1.StorageState
 	status.CurrentStorageVersionHash = hash
 	status.CurrentStorageVersionSince = ptrTime(in.Now)
 	status.CurrentStorageVersionRevision = ""
+	status.StorageFingerprint = in.Fingerprint
 	status.PersistedStorageVersionHashes = union(status.PersistedStorageVersionHashes, hash)
+	d.Status = status
 	d.DeleteMigrations = unfinishedOwned(in.Migrations, hash)
 	if hasUnfinishedOwned(in.Migrations, hash) {
 		return d
@@ -244,7 +303,7 @@ func followUp(in Input, d Decision, status *migrationv1alpha1.StorageStateStatus
 		return d
 	}
 	live := countable(in)
-	if succeededFor(live, current) {
+	if succeededFor(madeSince(live, status.CurrentStorageVersionSince), current) {
 		status.PersistedStorageVersionHashes = []string{current}
 		d.Status = status
 		d.PruneStoredVersions = crdBehind(in.CRD)
@@ -253,7 +312,7 @@ func followUp(in Input, d Decision, status *migrationv1alpha1.StorageStateStatus
 	if followup.FirstActive(live) != nil || hasUnfinishedOwned(in.Migrations, current) {
 		return d
 	}
-	if wait := in.startWait(live, current); wait > 0 {
+	if wait := in.startWait(status, live, current); wait > 0 {
 		d.RequeueAfter = wait
 		return d
 	}
@@ -280,12 +339,28 @@ func countable(in Input) []migrationv1alpha1.StorageVersionMigration {
 	return live
 }
 
+// madeSince is the migrations among ms made since the storage was first
+// seen as it is now: only they can vouch for it. A CRD's storedVersions
+// that gained an entry, with no new generation, say objects may be in that
+// version whatever a migration made before found. nil since keeps them all
+// (a state from before svm recorded it).
+func madeSince(ms []migrationv1alpha1.StorageVersionMigration, since *metav1.Time) []migrationv1alpha1.StorageVersionMigration {
+	if since == nil {
+		return ms
+	}
+	return slices.DeleteFunc(slices.Clone(ms), func(m migrationv1alpha1.StorageVersionMigration) bool {
+		return m.CreationTimestamp.Before(since)
+	})
+}
+
 // startWait is how long a new migration to current must still wait, 0 for
-// none: until every API server has had time to see a CRD's change, then
-// out a growing delay if svm's earlier ones among live failed.
-func (in Input) startWait(live []migrationv1alpha1.StorageVersionMigration, current string) time.Duration {
+// none: until every API server has had time to see a CRD's change and the
+// writes under the storage before have drained (since the storage status,
+// as this decision leaves it, was first seen), then out a growing delay if
+// svm's earlier ones among live failed.
+func (in Input) startWait(status *migrationv1alpha1.StorageStateStatus, live []migrationv1alpha1.StorageVersionMigration, current string) time.Duration {
 	// A hash seen before svm recorded when is long settled.
-	if since := in.State.Status.CurrentStorageVersionSince; since != nil {
+	if since := status.CurrentStorageVersionSince; since != nil {
 		if wait := in.settling(since.Time); wait > 0 {
 			return wait
 		}
@@ -326,6 +401,7 @@ func disagree(in Input) Decision {
 		status.CurrentStorageVersionSince = ptrTime(in.Now)
 	}
 	status.CurrentStorageVersionRevision = ""
+	status.StorageFingerprint = in.Fingerprint
 	status.LastHeartbeatTime = metaTime(in.Now)
 	d.Status = status
 	d.DeleteMigrations = unfinishedOwned(in.Migrations, "")
@@ -361,13 +437,16 @@ func union(persisted []string, hashes ...string) []string {
 }
 
 // settling is how long a custom resource's migration must still wait for
-// API servers to settle on a storage version first seen at since, 0 for
-// none.
+// API servers to settle on storage first seen as it is at since, and for
+// the writes they accepted under the storage before to drain; 0 for none.
+// Until then a write in flight under the old storage version may land
+// after the migration's list and be taken for a write in the new one.
 func (in Input) settling(since time.Time) time.Duration {
-	if in.CRD == nil || in.SettleDelay <= 0 {
+	wait := in.SettleDelay + in.DrainMargin
+	if in.CRD == nil || wait <= 0 {
 		return 0
 	}
-	return max(metaTime(since).Add(in.SettleDelay).Sub(in.Now), 0)
+	return max(metaTime(since).Add(wait).Sub(in.Now), 0)
 }
 
 // IsStale reports whether a StorageState's heartbeat is older than window:

@@ -331,15 +331,15 @@ func TestDecideCRDStoredVersions(t *testing.T) {
 	crd := &CRDStorage{Generation: 3, StoredHashes: []string{"A"}}
 	checkDecide(t, []decideTest{
 		{
-			name: "stored versions svm never saw join the persisted list, and a migration starts",
+			name: "stored versions svm never saw join the persisted list, the storage counts as new since now, and a migration starts",
 			in:   Input{Now: now, State: state(t0, "B", "B"), CRD: crd},
-			want: Decision{Status: status(t0, "B", "B", "A"), CreateMigrationFor: ptr("B"), RecordRevision: true},
+			want: Decision{Status: changed(status(t0, "B", "B", "A"), now), CreateMigrationFor: ptr("B"), RecordRevision: true},
 		},
 		{
 			name: "an old success does not prove the stored versions gone",
 			in: Input{Now: now, State: state(t0, "B", "B"), CRD: crd,
 				Migrations: []migrationv1alpha1.StorageVersionMigration{atGeneration(owned("old", "B", t0, "ok"), "2")}},
-			want: Decision{Status: status(t0, "B", "B", "A"), CreateMigrationFor: ptr("B"), RecordRevision: true},
+			want: Decision{Status: changed(status(t0, "B", "B", "A"), now), CreateMigrationFor: ptr("B"), RecordRevision: true},
 		},
 		{
 			name: "a success at the current generation refines and prunes",
@@ -385,4 +385,104 @@ func TestStaleness(t *testing.T) {
 	if diff := cmp.Diff(want, ResetStatus(s, t0.Add(time.Hour))); diff != "" {
 		t.Errorf("ResetStatus of a state with an encryption record (-want +got):\n%s", diff)
 	}
+}
+
+// withFingerprint is s with the storage it was recorded for.
+func withFingerprint(s *migrationv1alpha1.StorageState, fingerprint string) *migrationv1alpha1.StorageState {
+	s.Status.StorageFingerprint = fingerprint
+	return s
+}
+
+// recorded is st recording fingerprint, since and revision.
+func recorded(st *migrationv1alpha1.StorageStateStatus, fingerprint string, since time.Time, revision string) *migrationv1alpha1.StorageStateStatus {
+	st.StorageFingerprint = fingerprint
+	st.CurrentStorageVersionRevision = revision
+	return changed(st, since)
+}
+
+// TestDecideStorageMoved: the hash svm recorded can come back with other
+// storage behind it. The CRD's storage version went from v2 ("B") to v1
+// ("A") and back between two looks: the hash is B again, but the CRD's
+// generation is not the one the revision was recorded at, and objects
+// written in between are stored in v1 (its storedVersions list v1 again).
+func TestDecideStorageMoved(t *testing.T) {
+	const (
+		at3    = "crd=u1/3/v2"
+		at5    = "crd=u1/5/v2"
+		settle = 30 * time.Second
+		drain  = 60 * time.Second
+		wait   = settle + drain
+	)
+	now := t0.Add(time.Hour)
+	back := &CRDStorage{Generation: 5, StorageHash: "B", StoredHashes: []string{"A"}}
+	migrated := func() *migrationv1alpha1.StorageState {
+		return withFingerprint(withRevision(seen(state(t0, "B", "B"), t0), "100"), at3)
+	}
+	checkDecide(t, []decideTest{
+		{
+			name: "flipped and flipped back unseen: the revision is dropped, the wait starts again, and a migration follows it",
+			in:   Input{Now: now, State: migrated(), CRD: back, Fingerprint: at5, SettleDelay: settle, DrainMargin: drain},
+			want: Decision{Status: recorded(status(t0, "B", "B", "A"), at5, now, ""), RequeueAfter: wait},
+		},
+		{
+			name: "a migration made for the storage before stops",
+			in: Input{Now: now, State: migrated(), CRD: back, Fingerprint: at5, SettleDelay: settle, DrainMargin: drain,
+				Migrations: []migrationv1alpha1.StorageVersionMigration{atGeneration(owned("at-3", "B", t0, ""), "3"), user("mine", t0, "", "")}},
+			want: Decision{DeleteMigrations: []string{"at-3"}, Status: recorded(status(t0, "B", "B", "A"), at5, now, "")},
+		},
+		{
+			name: "a generation change alone (a flip and a flip back within one look, storedVersions not yet pruned): the same",
+			in: Input{Now: now, State: withFingerprint(withRevision(seen(state(t0, "B", "B", "A"), t0), "100"), at3), CRD: back, Fingerprint: at5,
+				SettleDelay: settle, DrainMargin: drain},
+			want: Decision{Status: recorded(status(t0, "B", "B", "A"), at5, now, ""), RequeueAfter: wait},
+		},
+		{
+			name: "the new storage settled and drained: migrate, and record a revision for it",
+			in: Input{Now: now.Add(wait), State: withFingerprint(seen(state(t0, "B", "B", "A"), now), at5), CRD: back, Fingerprint: at5,
+				SettleDelay: settle, DrainMargin: drain},
+			want: Decision{CreateMigrationFor: ptr("B"), RecordRevision: true},
+		},
+		{
+			name: "not drained yet: wait out the rest",
+			in: Input{Now: now.Add(settle), State: withFingerprint(seen(state(t0, "B", "B", "A"), now), at5), CRD: back, Fingerprint: at5,
+				SettleDelay: settle, DrainMargin: drain},
+			want: Decision{RequeueAfter: drain},
+		},
+		{
+			name: "a storedVersions entry added by hand, at the same generation: a success from before cannot vouch, nothing is pruned",
+			in: Input{Now: now, State: migrated(), CRD: &CRDStorage{Generation: 3, StorageHash: "B", StoredHashes: []string{"A"}}, Fingerprint: at3,
+				SettleDelay: settle, DrainMargin: drain, Migrations: []migrationv1alpha1.StorageVersionMigration{atGeneration(owned("at-3", "B", t0, "ok"), "3")}},
+			want: Decision{Status: recorded(status(t0, "B", "B", "A"), at3, now, ""), RequeueAfter: wait},
+		},
+		{
+			name: "storedVersions pruned: the same storage, the revision stays",
+			in: Input{Now: now, State: withFingerprint(withRevision(seen(state(t0, "B", "B"), t0), "100"), at3),
+				CRD: &CRDStorage{Generation: 3, StorageHash: "B"}, Fingerprint: at3},
+			want: Decision{},
+		},
+		{
+			name: "a state svm recorded no fingerprint on adopts one, with a new wait, and stops nothing",
+			in: Input{Now: now, State: withRevision(seen(state(t0, "B", "B", "A"), t0), "100"), CRD: &CRDStorage{Generation: 3, StorageHash: "B", StoredHashes: []string{"A"}},
+				Fingerprint: at3, SettleDelay: settle, DrainMargin: drain,
+				Migrations: []migrationv1alpha1.StorageVersionMigration{atGeneration(owned("at-3", "B", t0, ""), "3")}},
+			want: Decision{Status: recorded(status(t0, "B", "B", "A"), at3, now, "")},
+		},
+		{
+			name: "first sight records the storage seen",
+			in:   Input{Now: now, Observed: ptr("B"), CRD: &CRDStorage{Generation: 3, StorageHash: "B"}, Fingerprint: at3, SettleDelay: settle, DrainMargin: drain},
+			want: Decision{CreateState: true, Status: recorded(status(now, "B", unknown), at3, now, ""), RequeueAfter: wait},
+		},
+		{
+			name: "a storage version change records the storage seen, and waits for it to settle and drain",
+			in: Input{Now: now, State: migrated(), CRD: &CRDStorage{Generation: 4, StorageHash: "A", StoredHashes: []string{"B"}},
+				Fingerprint: "crd=u1/4/v1", SettleDelay: settle, DrainMargin: drain},
+			want: Decision{Status: recorded(status(t0, "A", "B", "A"), "crd=u1/4/v1", now, ""), RequeueAfter: wait},
+		},
+		{
+			name: "the CRD's storage version prevails over a discovery that has not taken it up",
+			in: Input{Now: now, Observed: ptr("B"), State: withFingerprint(seen(state(t0, "A", "A"), t0), "crd=u1/6/v1"),
+				CRD: &CRDStorage{Generation: 6, StorageHash: "A"}, Fingerprint: "crd=u1/6/v1"},
+			want: Decision{Status: recorded(status(now, "A", "A"), "crd=u1/6/v1", t0, "")},
+		},
+	})
 }

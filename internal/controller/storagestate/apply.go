@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/fingerprint"
 	"github.com/svm-project/svm/internal/intree"
 	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/internal/trigger"
@@ -184,8 +185,11 @@ func crdStorage(crd *apiextensionsv1.CustomResourceDefinition) *trigger.CRDStora
 	if crd == nil {
 		return nil
 	}
+	storage := fingerprint.StorageVersionOf(crd)
 	out := &trigger.CRDStorage{Generation: crd.Generation}
-	storage := storageVersion(crd)
+	if storage != "" {
+		out.StorageHash = resources.StorageVersionHash(crd.Spec.Group, storage, crd.Spec.Names.Kind)
+	}
 	for _, v := range crd.Status.StoredVersions {
 		if v != storage {
 			out.StoredHashes = append(out.StoredHashes, resources.StorageVersionHash(crd.Spec.Group, v, crd.Spec.Names.Kind))
@@ -194,22 +198,13 @@ func crdStorage(crd *apiextensionsv1.CustomResourceDefinition) *trigger.CRDStora
 	return out
 }
 
-func storageVersion(crd *apiextensionsv1.CustomResourceDefinition) string {
-	for _, v := range crd.Spec.Versions {
-		if v.Storage {
-			return v.Name
-		}
-	}
-	return ""
-}
-
 // pruneStoredVersions cuts status.storedVersions to the storage version.
 // The update carries the resourceVersion read with the decision, so a CRD
 // changed since (its storage version, say) is left alone: the next round
 // decides again.
 func (c *Controller) pruneStoredVersions(ctx context.Context, gr schema.GroupResource, state *migrationv1alpha1.StorageState, crd *apiextensionsv1.CustomResourceDefinition) error {
 	pruned := crd.DeepCopy()
-	pruned.Status.StoredVersions = []string{storageVersion(crd)}
+	pruned.Status.StoredVersions = []string{fingerprint.StorageVersionOf(crd)}
 	if err := c.Client.Status().Update(ctx, pruned, client.FieldOwner(FieldManager)); err != nil {
 		return fmt.Errorf("prune storedVersions of %s: %w", crd.Name, err)
 	}

@@ -6,17 +6,22 @@
 //
 // It is a round controller (internal/controller/round): every Reconcile
 // looks at every resource. A round discovers storage versions when the
-// next discovery is due, every Interval; the rounds in between, after a
-// migration or a StorageVersion changed or when a retry falls due, decide
-// from what the cluster records.
+// next discovery is due, every Interval, or when a CRD or an APIService
+// came, went or changed its spec; the rounds in between, after a
+// migration, a CRD or a StorageVersion changed or when a retry falls due,
+// decide from what the cluster records: a custom resource's storage
+// version is its CRD's, read every round.
 package storagestate
 
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
@@ -26,6 +31,8 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
@@ -49,7 +56,8 @@ const FieldManager = "svm-trigger"
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storagestates,verbs=list;create;delete
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storagestates/status,verbs=update
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations,verbs=list;watch;create;delete
-// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=list
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=list;watch
+// +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,verbs=list;watch
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions/status,verbs=update
 // +kubebuilder:rbac:groups=internal.apiserver.k8s.io,resources=storageversions,verbs=list;watch
 
@@ -95,13 +103,17 @@ type Controller struct {
 	// decides on every change, and trusts their common encoding version
 	// over discovery (one API server's view).
 	StorageVersions kubernetes.Interface
-	// SettleDelay: a custom resource is migrated only once its current
-	// storage version has been seen for this long (trigger.Input).
-	SettleDelay time.Duration
+	// SettleDelay and DrainMargin: a custom resource is migrated only
+	// once its storage has been as it is now for their sum
+	// (trigger.Input).
+	SettleDelay, DrainMargin time.Duration
 
 	// kicks asks for rounds on changes of StorageVersion objects, whose
 	// informer is not the manager's.
 	kicks round.Kicks
+	// rediscover asks the next round to run discovery, whenever it would
+	// otherwise be due: a CRD or an APIService came, went or changed.
+	rediscover atomic.Bool
 	// started is set once the first round has reset stale StorageStates
 	// and read the StorageVersion objects.
 	started bool
@@ -129,8 +141,50 @@ func (c *Controller) SetupWithManager(_ context.Context, mgr ctrl.Manager) error
 		// a retry: re-decide, without discovery. Migrations change after
 		// every chunk; the delay gathers a burst into one round.
 		Watches(&migrationv1alpha1.StorageVersionMigration{}, round.After(time.Second)).
+		WatchesMetadata(&apiextensionsv1.CustomResourceDefinition{}, c.onChange(crdNeedsDiscovery)).
+		WatchesMetadata(apiServices(), c.onChange(func(old, new client.Object) bool { return true })).
 		WatchesRawSource(&c.kicks).
 		Complete(c)
+}
+
+// onChange is the event handler of the CRD and APIService watches: every
+// change asks for a round a second later (a burst makes one), so that a
+// CRD's storage version flip, a flip back or a new storedVersions entry is
+// decided on within seconds, whatever Interval is; the trigger never waits
+// for discovery to see them. A change rediscover accepts (creations and
+// deletions always) asks that round to run discovery too: the resources,
+// their versions and, for aggregated APIs, their hashes come from it.
+func (c *Controller) onChange(rediscover func(old, new client.Object) bool) handler.EventHandler {
+	kick := func(q round.Queue, discover bool) {
+		if discover {
+			c.rediscover.Store(true)
+		}
+		q.AddAfter(round.Request, time.Second)
+	}
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, _ event.CreateEvent, q round.Queue) { kick(q, true) },
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q round.Queue) {
+			kick(q, rediscover(e.ObjectOld, e.ObjectNew))
+		},
+		DeleteFunc:  func(_ context.Context, _ event.DeleteEvent, q round.Queue) { kick(q, true) },
+		GenericFunc: func(_ context.Context, _ event.GenericEvent, q round.Queue) { kick(q, false) },
+	}
+}
+
+// crdNeedsDiscovery: a CRD whose spec changed (its generation) may serve
+// other versions, and the version its migrations are written through
+// comes from discovery. A status change (storedVersions, conditions) needs
+// none: the round reads the CRD itself.
+func crdNeedsDiscovery(old, new client.Object) bool {
+	return old.GetGeneration() != new.GetGeneration()
+}
+
+// apiServices is the object the APIService watch is of: metadata only, so
+// that svm needs no types of the aggregator's API.
+func apiServices() *metav1.PartialObjectMetadata {
+	o := &metav1.PartialObjectMetadata{}
+	o.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiregistration.k8s.io", Version: "v1", Kind: "APIService"})
+	return o
 }
 
 func (c *Controller) setDefaults() {
@@ -163,7 +217,7 @@ func (c *Controller) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		}
 		c.started = true
 	}
-	discover := !c.Clock.Now().Before(c.discoverAt)
+	discover := c.rediscover.Swap(false) || !c.Clock.Now().Before(c.discoverAt)
 	if discover {
 		c.discoverAt = c.Clock.Now().Add(c.Interval)
 	}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/fingerprint"
 	"github.com/svm-project/svm/internal/metrics"
 )
 
@@ -19,11 +20,15 @@ const (
 	ReasonCreated               = "Created"
 	ReasonReset                 = "Reset"
 	ReasonStorageVersionChanged = "StorageVersionChanged"
-	ReasonMigrated              = "Migrated"
-	ReasonStoredVersionsPruned  = "StoredVersionsPruned"
-	ReasonMigrationCreated      = "MigrationCreated"
-	ReasonRetryScheduled        = "RetryScheduled"
-	ReasonSuperseded            = "Superseded"
+	// ReasonStorageChanged: the storage changed under the same storage
+	// version hash (a CRD's storage version went away and came back, its
+	// spec changed, a storedVersions entry was added, it was re-created).
+	ReasonStorageChanged       = "StorageChanged"
+	ReasonMigrated             = "Migrated"
+	ReasonStoredVersionsPruned = "StoredVersionsPruned"
+	ReasonMigrationCreated     = "MigrationCreated"
+	ReasonRetryScheduled       = "RetryScheduled"
+	ReasonSuperseded           = "Superseded"
 )
 
 // transition is a change of a StorageState worth an event and a metric.
@@ -50,6 +55,9 @@ func statusTransitions(old, updated *migrationv1alpha1.StorageStateStatus) []tra
 			note: fmt.Sprintf("Storage version hash changed from %s to %s; persisted hashes now %s", old.CurrentStorageVersionHash, updated.CurrentStorageVersionHash, list(updated.PersistedStorageVersionHashes)),
 		})
 	}
+	if t, ok := storageChangedTransition(old, updated); ok {
+		out = append(out, t)
+	}
 	current := updated.CurrentStorageVersionHash
 	if isOnly(updated.PersistedStorageVersionHashes, current) && !isOnly(old.PersistedStorageVersionHashes, current) {
 		out = append(out, transition{
@@ -58,6 +66,22 @@ func statusTransitions(old, updated *migrationv1alpha1.StorageStateStatus) []tra
 		})
 	}
 	return out
+}
+
+// storageChangedTransition is the transition of a status whose storage
+// changed under the same hash (trigger's storageMoved): what was recorded
+// of it is dropped, and svm waits again before migrating. A fingerprint
+// recorded for the first time is no such change.
+func storageChangedTransition(old, updated *migrationv1alpha1.StorageStateStatus) (transition, bool) {
+	if old.StorageFingerprint == "" || old.CurrentStorageVersionHash != updated.CurrentStorageVersionHash ||
+		fingerprint.SameStorage(old.StorageFingerprint, updated.StorageFingerprint) {
+		return transition{}, false
+	}
+	return transition{
+		reason: ReasonStorageChanged, action: "Update",
+		note: fmt.Sprintf("Storage changed under storage version hash %s (was %s, now %s): objects written meanwhile may be in another version, so no object is skipped as written since the change until svm's next migration records when; persisted hashes now %s",
+			updated.CurrentStorageVersionHash, old.StorageFingerprint, updated.StorageFingerprint, list(updated.PersistedStorageVersionHashes)),
+	}, true
 }
 
 func createdTransition(status *migrationv1alpha1.StorageStateStatus) transition {

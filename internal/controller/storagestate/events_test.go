@@ -43,3 +43,31 @@ func TestStatusTransitions(t *testing.T) {
 		})
 	}
 }
+
+func TestStorageChangedTransition(t *testing.T) {
+	status := func(current, fp string) *migrationv1alpha1.StorageStateStatus {
+		return &migrationv1alpha1.StorageStateStatus{CurrentStorageVersionHash: current, PersistedStorageVersionHashes: []string{current}, StorageFingerprint: fp}
+	}
+	tests := []struct {
+		name         string
+		old, updated *migrationv1alpha1.StorageStateStatus
+		want         bool
+	}{
+		{"a flip and a flip back: another generation", status("B", "crd=u/3/v2"), status("B", "crd=u/5/v2"), true},
+		{"the CRD re-created", status("B", "crd=u/3/v2"), status("B", "crd=w/1/v2"), true},
+		{"the same storage", status("B", "crd=u/3/v2"), status("B", "crd=u/3/v2"), false},
+		{"a fingerprint recorded for the first time", status("B", ""), status("B", "crd=u/3/v2"), false},
+		{"the hash changed too: StorageVersionChanged says it", status("A", "crd=u/3/v1"), status("B", "crd=u/4/v2"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr, ok := storageChangedTransition(tt.old, tt.updated)
+			if ok != tt.want {
+				t.Fatalf("storageChangedTransition = %+v, %v; want %v", tr, ok, tt.want)
+			}
+			if ok && (tr.reason != ReasonStorageChanged || tr.note == "") {
+				t.Errorf("transition %+v: want reason %s and a note", tr, ReasonStorageChanged)
+			}
+		})
+	}
+}

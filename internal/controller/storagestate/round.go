@@ -14,6 +14,7 @@ import (
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controller/round"
+	"github.com/svm-project/svm/internal/fingerprint"
 	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/internal/trigger"
 )
@@ -143,10 +144,12 @@ func (c *Controller) readCluster(ctx context.Context) (*snapshot, error) {
 func (c *Controller) decide(ctx context.Context, gr schema.GroupResource, observed *string, snap *snapshot) time.Duration {
 	now := c.Clock.Now()
 	state, crd, migrations := snap.states[gr], snap.crds[gr], snap.migrations[gr]
+	sv := c.storageVersion(gr)
 	d := trigger.Decide(trigger.Input{
 		Now: now, Observed: observed, State: state, Migrations: migrations,
 		RetryBase: c.RetryBase, RetryMax: c.RetryMax, CRD: crdStorage(crd),
-		Encoding: c.encoding(gr), SettleDelay: c.SettleDelay,
+		Encoding: c.encoding(gr, sv), Fingerprint: fingerprint.Of(crd, sv).Value,
+		SettleDelay: c.SettleDelay, DrainMargin: c.DrainMargin,
 	})
 	requeue, err := c.apply(ctx, gr, state, crd, migrations, d)
 	if err != nil {

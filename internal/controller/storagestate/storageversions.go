@@ -79,11 +79,10 @@ func (c *Controller) storageVersionsServed() (bool, error) {
 	return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == "storageversions" }), nil
 }
 
-// encoding is what the StorageVersion API says about gr, nil when it says
-// nothing (not served, no object for gr, or gr not yet discovered).
-func (c *Controller) encoding(gr schema.GroupResource) *trigger.Encoding {
-	kind, ok := c.kinds[gr]
-	if c.storageVersions == nil || !ok {
+// storageVersion is gr's StorageVersion object, nil when there is none
+// (the API not served or not asked for, no object for gr).
+func (c *Controller) storageVersion(gr schema.GroupResource) *apiserverinternalv1alpha1.StorageVersion {
+	if c.storageVersions == nil {
 		return nil
 	}
 	obj, exists, err := c.storageVersions.GetByKey(trigger.StorageVersionName(gr))
@@ -91,5 +90,15 @@ func (c *Controller) encoding(gr schema.GroupResource) *trigger.Encoding {
 		return nil
 	}
 	sv, _ := obj.(*apiserverinternalv1alpha1.StorageVersion)
+	return sv
+}
+
+// encoding is what gr's StorageVersion object sv says about gr, nil when
+// it says nothing (no object, or gr not yet discovered).
+func (c *Controller) encoding(gr schema.GroupResource, sv *apiserverinternalv1alpha1.StorageVersion) *trigger.Encoding {
+	kind, ok := c.kinds[gr]
+	if sv == nil || !ok {
+		return nil
+	}
 	return trigger.EncodingOf(sv, kind)
 }
