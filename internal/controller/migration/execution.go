@@ -244,8 +244,15 @@ func (e *execution) succeeded(res migrator.Result) {
 	e.r.forget(e.m)
 	e.r.Metrics.MigrationFinished(e.gvr.GroupResource(), metrics.StatusSucceeded, took(e.status))
 	e.r.event(e.m, corev1.EventTypeNormal, ReasonAllObjectsRewritten, condition(e.status, migrationv1alpha1.MigrationSucceeded).Message)
-	e.log.Info("Migration succeeded", "restored", res.Progress.Restored, "alreadyCurrent", res.Progress.AlreadyCurrent,
-		"writtenSinceStart", res.Progress.WrittenSinceStart, "gone", res.Progress.Gone, "inTreeMigration", e.status.InTreeMigration)
+	e.log.Info("Migration succeeded", append(outcomeValues(res.Progress), "inTreeMigration", e.status.InTreeMigration)...)
+}
+
+// outcomeValues are the log's key/value pairs of where the listed objects
+// went: every one of them under exactly one outcome, so that they add up
+// to listed as the migration's status and objects_total do.
+func outcomeValues(p migrator.Progress) []any {
+	return []any{"listed", p.Listed, "restored", p.Restored, "alreadyCurrent", p.AlreadyCurrent,
+		"writtenSinceStart", p.WrittenSinceStart, "writtenSinceChange", p.WrittenSinceChange, "gone", p.Gone, "failed", p.Failed}
 }
 
 // failed reports a migration that ended with Failed=True because of err.
@@ -254,5 +261,5 @@ func (e *execution) failed(err error) {
 	e.r.Metrics.MigrationFinished(e.gvr.GroupResource(), metrics.StatusFailed, took(e.status))
 	failed := condition(e.status, migrationv1alpha1.MigrationFailed)
 	e.r.event(e.m, corev1.EventTypeWarning, ReasonFailed, truncate(failed.Reason+": "+failed.Message, 1024))
-	e.log.Info("Migration failed", "reason", failed.Reason, "err", err)
+	e.log.Info("Migration failed", append(outcomeValues(progressFrom(e.status.Progress)), "reason", failed.Reason, "err", err)...)
 }
