@@ -16,10 +16,21 @@ import (
 // ControllerArgs are the arguments of `svm controller` in a test: the
 // lease in default, and no metrics or health endpoints, so that tests
 // running side by side never fight over a port. extra follow them.
+//
+// The drain margin is TestDrainMargin: a test control plane holds no
+// write across a CRD change, but for the tests of the margin itself,
+// which start their API server with a request timeout to match and set
+// the margin that timeout calls for.
 func ControllerArgs(extra ...string) []string {
 	return append([]string{"controller", "--leader-election-namespace", "default",
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, extra...)
+		"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--crd-drain-margin", TestDrainMargin}, extra...)
 }
+
+// TestDrainMargin is svm controller's --crd-drain-margin in tests that
+// hold no write across a CRD change (see ControllerArgs): the default,
+// twice kube-apiserver's default request timeout, would add two minutes
+// to every CRD migration the trigger starts.
+const TestDrainMargin = "1s"
 
 // CreateMigration creates a StorageVersionMigration of gvr named name, as
 // a user would, and returns it.

@@ -157,6 +157,24 @@ func (p *Process) Stop(timeout time.Duration) bool {
 	}
 }
 
+// Pause stops the process (SIGSTOP) until Resume: svm then sees nothing
+// of what happens meanwhile, as when it is down or between two of its
+// looks, but keeps its state.
+func (p *Process) Pause(t testing.TB) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("pause svm: %v", err)
+	}
+}
+
+// Resume continues a paused process (SIGCONT).
+func (p *Process) Resume(t testing.TB) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatalf("resume svm: %v", err)
+	}
+}
+
 // ExitCode is the process's exit code once it has exited.
 func (p *Process) ExitCode() int {
 	<-p.exited

@@ -35,7 +35,8 @@ func TestSecondMigrationOfAChangeWritesOnlyWhatNeedsIt(t *testing.T) {
 	env := framework.StartWithWidgets(t, controlplane.Options{}, nil, 0)
 	env.CreateWidgets(t, "v2", []string{"default"}, n)
 	// The retry waits long enough for the writers below.
-	env.StartSVM(t, append(args("10m"), "--trigger-retry-delay", "20s")...)
+	metricsAddr := framework.FreeAddress(t)
+	svm := env.StartSVM(t, append(args("10m"), "--trigger-retry-delay", "20s", "--metrics-bind-address", metricsAddr)...)
 	waitState(t, env, "first sight migrated", persisted(hashV1))
 
 	// Widgets with an even index are denied any write that leaves them
@@ -94,6 +95,8 @@ func TestSecondMigrationOfAChangeWritesOnlyWhatNeedsIt(t *testing.T) {
 	env.ExpectStored(t, framework.EtcdPrefix(framework.Widgets.GroupResource()), map[string]int{"example.com/v2": n})
 	env.ExpectUnchanged(t, framework.Widgets, before)
 	waitState(t, env, "only v2 persisted", persisted(hashV2))
+	// The skipped widgets are counted like the others.
+	expectCountsAddUp(t, env, svm, metricsAddr, framework.WidgetResource)
 }
 
 // waitOwnedMigration waits for a trigger migration of widgets to v2 with
