@@ -41,9 +41,15 @@ const (
 	namespace = "demo"
 	// etcdPrefix is where the API server stores widgets.
 	etcdPrefix = "/registry/demo.svm.io/widgets/"
-	// triggerInterval is how often svm reads discovery in the demo; the
-	// default, 10 minutes, is too patient for a demo.
-	triggerInterval = 2 * time.Second
+	// requestTimeout is the demo API server's --request-timeout, and
+	// drainMargin svm's --crd-drain-margin for it: twice it. Writes an API
+	// server accepted under a CRD's old storage version may land that long
+	// after the change; the defaults (1 minute, and 2 minutes) would make
+	// the demo wait two minutes for writes nobody sends here.
+	requestTimeout = 5 * time.Second
+	drainMargin    = 2 * requestTimeout
+	// settleDelay is svm's --crd-settle-delay: one API server here.
+	settleDelay = 2 * time.Second
 )
 
 // demo holds the clients of one run.
@@ -59,7 +65,7 @@ type demo struct {
 func run(ctx context.Context, o options) error {
 	d := &demo{o: o}
 	d.step("starting a local control plane (etcd + kube-apiserver)")
-	cp, err := controlplane.Start(ctx, controlplane.Options{BinDir: o.BinDir})
+	cp, err := controlplane.Start(ctx, controlplane.Options{BinDir: o.BinDir, APIServerFlags: []string{"--request-timeout=" + requestTimeout.String()}})
 	if err != nil {
 		return err
 	}
@@ -108,6 +114,7 @@ func run(ctx context.Context, o options) error {
 	if err := d.flipStorage(ctx); err != nil {
 		return err
 	}
+	flipped := time.Now()
 	v2Hash, err := d.waitHashChange(ctx, v1Hash)
 	if err != nil {
 		return err
@@ -118,7 +125,12 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
-	d.step(fmt.Sprintf("svm notices (it reads discovery every %s here, every 10m by default)", triggerInterval))
+	d.step("svm notices (it watches CRDs: seconds, whatever --trigger-interval is)")
+	if err := d.waitNoticed(ctx, svm, v2Hash, flipped); err != nil {
+		return err
+	}
+	d.say("it migrates once every API server has seen the change (--crd-settle-delay, %s here) and any write", settleDelay)
+	d.say("they accepted under v1 has landed (--crd-drain-margin, %s here: twice this API server's --request-timeout)", drainMargin)
 	m, err := d.waitMigrationFor(ctx, svm, v2Hash)
 	if err != nil {
 		return err
@@ -491,6 +503,26 @@ func (d *demo) waitMigrated(ctx context.Context, svm *svmProcess) (string, error
 	return st.Status.CurrentStorageVersionHash, nil
 }
 
+// waitNoticed waits for svm to record hash, the storage version the CRD
+// was flipped to at flipped, on its StorageState.
+func (d *demo) waitNoticed(ctx context.Context, svm *svmProcess, hash string, flipped time.Time) error {
+	err := poll(ctx, time.Minute, "StorageState "+stateName+" to record "+hash, func(ctx context.Context) (bool, error) {
+		if err := svm.exited(); err != nil {
+			return false, err
+		}
+		var st migrationv1alpha1.StorageState
+		if err := d.c.Get(ctx, client.ObjectKey{Name: stateName}, &st); err != nil {
+			return false, err
+		}
+		return st.Status.CurrentStorageVersionHash == hash, nil
+	})
+	if err != nil {
+		return err
+	}
+	d.say("StorageState %s records storage version hash %s %s after the flip", stateName, hash, time.Since(flipped).Round(100*time.Millisecond))
+	return nil
+}
+
 // waitMigrationFor waits for the migration svm creates for the hash.
 func (d *demo) waitMigrationFor(ctx context.Context, svm *svmProcess, hash string) (*migrationv1alpha1.StorageVersionMigration, error) {
 	var found *migrationv1alpha1.StorageVersionMigration
@@ -569,7 +601,7 @@ func (d *demo) startSVM(ctx context.Context) (*svmProcess, error) {
 	}
 	args := []string{"controller", "--kubeconfig", kubeconfig,
 		"--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0",
-		"--trigger-interval", triggerInterval.String(), "--max-parallel=4", "--crd-settle-delay=2s",
+		"--max-parallel=4", "--crd-settle-delay", settleDelay.String(), "--crd-drain-margin", drainMargin.String(),
 		"--qps", fmt.Sprint(d.o.QPS), "--chunk-size=100"}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile

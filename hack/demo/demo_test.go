@@ -27,6 +27,8 @@ func TestDemo(t *testing.T) {
 	text := out.String()
 	for _, want := range []string{
 		"demo.svm.io/v1: 600 objects",
+		"svm notices (it watches CRDs",
+		"after the flip",
 		"svm created StorageVersionMigration widgets.demo.svm.io-",
 		"600/600 migrated 600 (re-stored 600)",
 		"demo.svm.io/v2: 600 objects",
