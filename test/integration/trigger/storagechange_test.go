@@ -2,6 +2,7 @@ package trigger_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"slices"
@@ -21,6 +22,7 @@ import (
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/resources"
+	"github.com/svm-project/svm/internal/status"
 	"github.com/svm-project/svm/internal/trigger"
 	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/framework"
@@ -297,6 +299,28 @@ func expectCountsAddUp(t *testing.T, env *framework.Env, svm *framework.Process,
 	}
 	if logged != listed {
 		t.Errorf("svm logged %d objects listed by the migrations of %s that ended, their statuses say %d", logged, r.Plural, listed)
+	}
+	code, out, errOut := framework.RunSVM(t, env.KubeconfigFile(t), time.Minute, "status", "-o", "json")
+	if code != 0 {
+		t.Fatalf("svm status -o json: exit %d: %s", code, errOut)
+	}
+	var report status.Report
+	if err := json.Unmarshal([]byte(out), &report); err != nil {
+		t.Fatalf("svm status -o json: %v", err)
+	}
+	var shown int64
+	for _, m := range report.Migrations {
+		if m.Resource != r.Plural || m.Group != r.Group || m.Progress == nil {
+			continue
+		}
+		p := m.Progress
+		if sum := p.Migrated + p.WrittenSinceStart + p.WrittenSinceChange + p.Gone + p.Failed; sum != p.Listed {
+			t.Errorf("svm status shows migration %s's outcomes adding up to %d, not the %d listed: %+v", m.Name, sum, p.Listed, *p)
+		}
+		shown += p.Listed
+	}
+	if shown != listed {
+		t.Errorf("svm status shows %d objects listed by the migrations of %s, their statuses say %d", shown, r.Plural, listed)
 	}
 	m := framework.Scrape(t, metricsAddr)
 	label := resources.DisplayName(schema.GroupResource{Group: r.Group, Resource: r.Plural})
