@@ -102,18 +102,20 @@ func (m *serverMapper) in(ctx context.Context, do Do, obj *Object, version strin
 
 // Place converts e's fields (see serverMapper).
 func (m *serverMapper) Place(ctx context.Context, do Do, obj *Object, e metav1.ManagedFieldsEntry, fields *fieldpath.Set) (*fieldpath.Set, error) {
+	identity, rest := splitIdentity(fields)
+	if rest.Empty() {
+		return identity, nil
+	}
 	from, ok := m.types[e.APIVersion]
 	if !ok {
 		return nil, unmapped(NotServed, "%s is not served: the API server cannot convert from it", e.APIVersion)
 	}
-	p, err := m.plan(ctx, do, obj, from, fields)
+	p, err := m.plan(ctx, do, obj, from, rest)
 	switch {
 	case err != nil:
 		return nil, err
-	case p.leaves.Empty() && !p.nodes.Empty():
-		return nil, unmapped(Unplaced, "it owns %s and no field under it", first(p.nodes))
 	case p.leaves.Empty():
-		return p.identity, nil
+		return nil, unmapped(Unplaced, "it owns %s and no field under it", first(p.nodes))
 	}
 	image, err := m.convert(ctx, do, obj, p)
 	if err != nil {
@@ -122,35 +124,39 @@ func (m *serverMapper) Place(ctx context.Context, do Do, obj *Object, e metav1.M
 	if err := p.placeNodes(image); err != nil {
 		return nil, err
 	}
-	return p.identity.Union(image).Union(p.nodes), nil
+	return identity.Union(image).Union(p.nodes), nil
+}
+
+// splitIdentity parts fields into those no conversion moves (see
+// isIdentity) and the rest.
+func splitIdentity(fields *fieldpath.Set) (identity, rest *fieldpath.Set) {
+	identity, rest = fieldpath.NewSet(), fieldpath.NewSet()
+	fields.Iterate(func(f fieldpath.Path) {
+		if isIdentity(f) {
+			identity.Insert(f)
+		} else {
+			rest.Insert(f)
+		}
+	})
+	return identity, rest
 }
 
 // plan is one entry's fields, sorted by how they are placed.
 type plan struct {
 	from, to *versionSchema
-	// inFrom and inTo are the object in the entry's version and in the
-	// version kept, as the field manager sees them.
+	// uFrom and uTo are the object in the entry's version and in the
+	// version kept; inFrom and inTo what the field manager sees of them.
 	uFrom, uTo   *unstructured.Unstructured
 	inFrom, inTo fieldsOf
-	// identity are the fields no conversion moves (see isIdentity);
 	// leaves are the values the dry run changes; nodes are list items,
 	// maps and keys, placed by the leaves under them.
-	identity, leaves, nodes *fieldpath.Set
+	leaves, nodes *fieldpath.Set
 }
 
-func (m *serverMapper) plan(ctx context.Context, do Do, obj *Object, from *versionSchema, fields *fieldpath.Set) (plan, error) {
-	p := plan{from: from, to: m.types[m.kept.GroupVersion().String()], identity: fieldpath.NewSet(), leaves: fieldpath.NewSet(), nodes: fieldpath.NewSet()}
-	rest := fieldpath.NewSet()
-	fields.Iterate(func(f fieldpath.Path) {
-		if isIdentity(f) {
-			p.identity.Insert(f)
-		} else {
-			rest.Insert(f)
-		}
-	})
-	if rest.Empty() {
-		return p, nil
-	}
+// plan reads the object in the entry's version and sorts rest, the
+// entry's fields a conversion may move.
+func (m *serverMapper) plan(ctx context.Context, do Do, obj *Object, from *versionSchema, rest *fieldpath.Set) (plan, error) {
+	p := plan{from: from, to: m.types[m.kept.GroupVersion().String()], leaves: fieldpath.NewSet(), nodes: fieldpath.NewSet()}
 	if err := p.read(ctx, m, do, obj); err != nil {
 		return p, err
 	}

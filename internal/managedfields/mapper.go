@@ -3,6 +3,7 @@ package managedfields
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -107,12 +108,9 @@ func For(ctx context.Context, r Resource, c Clients) (m *Mover, ok bool, err err
 	if !ok {
 		return nil, false, nil
 	}
-	kept, err := loadSchema(ctx, c.OpenAPI, r.Kept.GroupVersion().WithKind(r.Kind))
+	kept, err := awaitSchema(ctx, c.OpenAPI, r.Kept.GroupVersion().WithKind(r.Kind))
 	if err != nil {
 		return nil, false, fmt.Errorf("read the schema of %s: %w", r.Kept.GroupVersion(), err)
-	}
-	if kept == nil {
-		return nil, false, fmt.Errorf("read the schema of %s: the API server does not serve it", r.Kept.GroupVersion())
 	}
 	if !converts(r.CRD) {
 		return &Mover{Retarget: rt, Mapper: schemaMapper{kept: kept}}, true, nil
@@ -122,18 +120,18 @@ func For(ctx context.Context, r Resource, c Clients) (m *Mover, ok bool, err err
 	}
 	s := &serverMapper{kept: r.Kept, client: c.Dynamic, fieldManager: c.FieldManager,
 		types: map[string]*versionSchema{rt.Target: kept}}
-	for _, v := range r.Retired {
-		gv := schema.GroupVersion{Group: r.Kept.Group, Version: v}
-		if gv.Version == r.Kept.Version {
+	for _, v := range r.CRD.Spec.Versions {
+		gv := schema.GroupVersion{Group: r.Kept.Group, Version: v.Name}
+		if !v.Served || !slices.Contains(rt.Retired, gv.String()) {
+			// Not served: the API server cannot convert from it, and
+			// its entries are left (NotServed).
 			continue
 		}
-		vs, err := loadSchema(ctx, c.OpenAPI, gv.WithKind(r.Kind))
+		vs, err := awaitSchema(ctx, c.OpenAPI, gv.WithKind(r.Kind))
 		if err != nil {
 			return nil, false, fmt.Errorf("read the schema of %s: %w", gv, err)
 		}
-		if vs != nil {
-			s.types[gv.String()] = vs
-		}
+		s.types[gv.String()] = vs
 	}
 	return &Mover{Retarget: rt, Mapper: s}, true, nil
 }

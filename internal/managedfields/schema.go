@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	apimanagedfields "k8s.io/apimachinery/pkg/util/managedfields"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/openapi"
 	"k8s.io/client-go/openapi3"
 	"k8s.io/kube-openapi/pkg/schemaconv"
@@ -45,6 +47,33 @@ func loadSchema(ctx context.Context, client openapi.Client, gvk schema.GroupVers
 		return nil, fmt.Errorf("its OpenAPI document has no schemas")
 	}
 	return newVersionSchema(doc.Components.Schemas, gvk)
+}
+
+// schemaWait bounds how long a served version's schema is waited for: the
+// API server publishes a CRD's OpenAPI document a moment after the CRD
+// changes, and a version it serves has one.
+const schemaWait = 30 * time.Second
+
+// awaitSchema is loadSchema for a version the API server serves: it asks
+// again, through trouble too, until the version's document has the kind,
+// for at most schemaWait.
+func awaitSchema(ctx context.Context, client openapi.Client, gvk schema.GroupVersionKind) (*versionSchema, error) {
+	var vs *versionSchema
+	var last error
+	// The poll ends with vs, or with ctx, or at schemaWait: said below.
+	_ = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, schemaWait, true, func(ctx context.Context) (bool, error) {
+		vs, last = loadSchema(ctx, client, gvk)
+		return vs != nil, nil
+	})
+	switch {
+	case vs != nil:
+		return vs, nil
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case last != nil:
+		return nil, last
+	}
+	return nil, fmt.Errorf("the API server published no schema of %s in %s", gvk.Kind, schemaWait)
 }
 
 // newVersionSchema is gvk's schema among models, the schemas of its

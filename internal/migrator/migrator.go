@@ -774,10 +774,11 @@ func (r *run) retry(ctx context.Context, verb string, fn func(context.Context) e
 				return werr
 			}
 		}
-		// Writes wait for room in the pacer's window; lists are one at a
-		// time anyway. A write being retried may have kept its place (see
-		// pacer.release).
-		paced := verb == "patch" && r.pacer != nil
+		// Writes wait for room in the pacer's window, and so do the dry
+		// runs that convert managedFields, which cost the API server a
+		// write's work; lists are one at a time anyway. A write being
+		// retried may have kept its place (see pacer.release).
+		paced := (verb == "patch" || verb == "dryrun") && r.pacer != nil
 		if paced && !held {
 			var perr error
 			if tk, perr = r.pacer.acquire(ctx); perr != nil {

@@ -34,7 +34,7 @@ func TestRetireBuiltInKeepsAZeroValueAnApplyOwns(t *testing.T) {
 		obj := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": gvr.GroupVersion().String(), "kind": "LeaseCandidate",
 			"metadata": map[string]any{"name": fmt.Sprintf("candidate-%d", i), "namespace": "default"},
-			"spec": map[string]any{"leaseName": "example", "binaryVersion": "1.37.0", "emulationVersion": "", "strategy": "example.com/custom"},
+			"spec":     map[string]any{"leaseName": "example", "binaryVersion": "1.37.0", "emulationVersion": "", "strategy": "example.com/custom"},
 		}}
 		_, err := env.Dynamic.Resource(gvr).Namespace("default").Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: alice})
 		return err
