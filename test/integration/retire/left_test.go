@@ -104,8 +104,10 @@ func TestRetireNeverClearsManagedFields(t *testing.T) {
 		t.Error("no write reached the API server through the proxy: the check proves nothing")
 	}
 
-	// In etcd: the two objects keep their entries as they were, naming
-	// v1; the third's moved, its field where v2 has it.
+	// In etcd: every object is stored anew in v2, those whose entries
+	// stayed too; the two keep their entries as they were, naming v1; the
+	// third's moved, its field where v2 has it.
+	env.ExpectStored(t, r.EtcdPrefix(), map[string]int{r.Group + "/v2": 3})
 	after := ownedByObject(t, env, r, "v2")
 	for _, name := range []string{"refused", "unplaced"} {
 		if diff := cmp.Diff(before[ns+"/"+name], after[ns+"/"+name]); diff != "" {
