@@ -245,7 +245,7 @@ func (p plan) placeNodes(image *fieldpath.Set) error {
 // returns what the observer lost.
 func (m *serverMapper) probe(ctx context.Context, do Do, obj *Object, via *versionSchema, u *unstructured.Unstructured,
 	changed *fieldpath.Set, obs *versionSchema, observed *fieldpath.Set) (*fieldpath.Set, error) {
-	body, err := probeBody(u, changed, obs, observed)
+	body, err := probeBody(u, via, changed, obs, observed)
 	if err != nil {
 		return nil, err
 	}
@@ -273,14 +273,15 @@ func (m *serverMapper) probe(ctx context.Context, do Do, obj *Object, via *versi
 	return nil, unmapped(NotConverted, "the API server did not convert the object to %s", e2v(obs))
 }
 
-// probeBody is u with the fields at change changed, whose only
-// managedFields entry is the observer.
-func probeBody(u *unstructured.Unstructured, changed *fieldpath.Set, obs *versionSchema, observed *fieldpath.Set) (*unstructured.Unstructured, error) {
+// probeBody is u, an object of version via, with the fields at changed
+// changed (to values via's schema allows), whose only managedFields entry
+// is the observer.
+func probeBody(u *unstructured.Unstructured, via *versionSchema, changed *fieldpath.Set, obs *versionSchema, observed *fieldpath.Set) (*unstructured.Unstructured, error) {
 	body := u.DeepCopy()
 	var failed error
 	changed.Iterate(func(p fieldpath.Path) {
 		if failed == nil {
-			failed = change(body.Object, p)
+			failed = change(body.Object, p, via.enum(p))
 		}
 	})
 	if failed != nil {

@@ -1,6 +1,7 @@
 package managedfields
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -75,9 +76,10 @@ func isKey(p fieldpath.Path) bool {
 
 // change sets the leaf at p in object to another value of the same JSON
 // type, so that a conversion of the object shows where the leaf goes; set
-// items change their value. It fails when there is no such leaf or no
-// other value to give it.
-func change(object map[string]any, p fieldpath.Path) error {
+// items change their value. allowed, if not empty, are the values the
+// schema allows there (its enum), one of which it then takes. It fails
+// when there is no such leaf or no other value to give it.
+func change(object map[string]any, p fieldpath.Path, allowed []any) error {
 	if len(p) == 0 {
 		return fmt.Errorf("empty path")
 	}
@@ -96,21 +98,21 @@ func change(object map[string]any, p fieldpath.Path) error {
 		if !ok {
 			return fmt.Errorf("%s: not in the object", p)
 		}
-		nv, err := another(v)
+		nv, err := pick(v, allowed, nil)
 		if err != nil {
 			return fmt.Errorf("%s: %w", p, err)
 		}
 		m[*last.FieldName] = nv
 		return nil
 	case last.Value != nil, last.Index != nil:
-		return changeItem(parent, p)
+		return changeItem(parent, p, allowed)
 	}
 	return fmt.Errorf("%s: a list item is not a leaf", p)
 }
 
 // changeItem changes the list item p ends in: a set's value (to one the
 // set does not hold) or an item found by its index.
-func changeItem(parent any, p fieldpath.Path) error {
+func changeItem(parent any, p fieldpath.Path, allowed []any) error {
 	l, ok := parent.([]any)
 	if !ok {
 		return fmt.Errorf("%s: not in the object", p)
@@ -119,17 +121,43 @@ func changeItem(parent any, p fieldpath.Path) error {
 	if i < 0 {
 		return fmt.Errorf("%s: not in the object", p)
 	}
-	nv, err := another(l[i])
-	for err == nil && p[len(p)-1].Value != nil && slices.ContainsFunc(l, func(v any) bool {
-		return value.Equals(value.NewValueInterface(v), value.NewValueInterface(nv))
-	}) {
-		nv, err = another(nv)
+	var taken func(any) bool
+	if p[len(p)-1].Value != nil {
+		taken = func(nv any) bool { return slices.ContainsFunc(l, func(v any) bool { return same(v, nv) }) }
 	}
+	nv, err := pick(l[i], allowed, taken)
 	if err != nil {
 		return fmt.Errorf("%s: %w", p, err)
 	}
 	l[i] = nv
 	return nil
+}
+
+// pick is another value for v: the first of allowed that is not v, when
+// the schema names allowed values, else another; taken, if set, rules
+// values out (a set's items).
+func pick(v any, allowed []any, taken func(any) bool) (any, error) {
+	if len(allowed) > 0 {
+		for _, a := range allowed {
+			if !same(a, v) && (taken == nil || !taken(a)) {
+				return a, nil
+			}
+		}
+		return nil, fmt.Errorf("its schema allows no other value")
+	}
+	nv, err := another(v)
+	for err == nil && taken != nil && taken(nv) {
+		nv, err = another(nv)
+	}
+	return nv, err
+}
+
+// same reports whether a and b are the same JSON value: an enum read from
+// an OpenAPI document holds numbers as float64, an object as int64.
+func same(a, b any) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && string(ja) == string(jb)
 }
 
 // another is a value of the same JSON type as v, other than v; for a list

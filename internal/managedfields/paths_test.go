@@ -60,6 +60,7 @@ func TestChange(t *testing.T) {
 		// list holding it.
 		want    any
 		at      string
+		allowed []any // the schema's enum
 		wantErr bool
 	}{
 		{name: "a string keeps its length and kinds of characters", fields: `{"f:spec":{"f:color":{}}}`, at: `{"f:spec":{"f:color":{}}}`, want: "red-8"},
@@ -69,6 +70,13 @@ func TestChange(t *testing.T) {
 		{name: "an atomic map changes its first value", fields: `{"f:spec":{"f:selector":{}}}`, at: `{"f:spec":{"f:selector":{}}}`, want: map[string]any{"a": "c"}},
 		{name: "an atomic list changes its first item", fields: `{"f:spec":{"f:args":{}}}`, at: `{"f:spec":{"f:args":{}}}`, want: []any{"b", "b"}},
 		{name: "a set item takes a value the set does not hold", fields: `{"f:spec":{"f:tags":{"v:\"x\"":{}}}}`, at: `{"f:spec":{"f:tags":{}}}`, want: []any{"z", "y"}},
+		{name: "an enum's value takes another the schema allows", fields: `{"f:spec":{"f:color":{}}}`, at: `{"f:spec":{"f:color":{}}}`,
+			allowed: []any{"red-9", "blue"}, want: "blue"},
+		{name: "an enum of numbers, as an OpenAPI document holds them", fields: `{"f:spec":{"f:ports":{"k:{\"name\":\"http\"}":{"f:port":{}}}}}`,
+			at: `{"f:spec":{"f:ports":{"k:{\"name\":\"http\"}":{"f:port":{}}}}}`, allowed: []any{float64(80), float64(443)}, want: float64(443)},
+		{name: "a set item takes an allowed value the set does not hold", fields: `{"f:spec":{"f:tags":{"v:\"x\"":{}}}}`, at: `{"f:spec":{"f:tags":{}}}`,
+			allowed: []any{"x", "y", "w"}, want: []any{"w", "y"}},
+		{name: "an enum of one value has no other", fields: `{"f:spec":{"f:color":{}}}`, allowed: []any{"red-9"}, wantErr: true},
 		{name: "an empty list has nothing to change", fields: `{"f:spec":{"f:empty":{}}}`, wantErr: true},
 		{name: "a field the object lacks", fields: `{"f:spec":{"f:size":{}}}`, wantErr: true},
 		{name: "an item the object lacks", fields: `{"f:spec":{"f:ports":{"k:{\"name\":\"https\"}":{"f:port":{}}}}}`, wantErr: true},
@@ -76,7 +84,7 @@ func TestChange(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			o := object(t)
-			err := change(o, path(t, tt.fields))
+			err := change(o, path(t, tt.fields), tt.allowed)
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("change = %v, want error %v", err, tt.wantErr)
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,6 +29,9 @@ type versionSchema struct {
 	converter apimanagedfields.TypeConverter
 	types     *smdschema.Schema
 	root      smdschema.TypeRef
+	// models are the document's schemas, which say what values a field
+	// allows (its enum); the kind's is named by root.
+	models map[string]*spec.Schema
 }
 
 // loadSchema reads gvk's schema; nil, with no error, when the API server
@@ -91,7 +95,7 @@ func newVersionSchema(models map[string]*spec.Schema, gvk schema.GroupVersionKin
 	if err != nil {
 		return nil, err
 	}
-	return &versionSchema{gvk: gvk, converter: converter, types: types, root: smdschema.TypeRef{NamedType: &name}}, nil
+	return &versionSchema{gvk: gvk, converter: converter, types: types, root: smdschema.TypeRef{NamedType: &name}, models: models}, nil
 }
 
 // modelOf finds the schema of gvk by the extension Kubernetes marks every
@@ -163,6 +167,53 @@ func step(atom smdschema.Atom, pe fieldpath.PathElement) (smdschema.TypeRef, boo
 		return l.ElementType, true
 	}
 	return smdschema.TypeRef{}, false
+}
+
+// enum is the values the schema allows at p, nil when it names none.
+func (vs *versionSchema) enum(p fieldpath.Path) []any {
+	s := vs.models[*vs.root.NamedType]
+	for _, pe := range p {
+		if s = vs.deref(s); s == nil {
+			return nil
+		}
+		switch {
+		case pe.FieldName != nil:
+			if prop, ok := s.Properties[*pe.FieldName]; ok {
+				s = &prop
+			} else if s.AdditionalProperties != nil && s.AdditionalProperties.Schema != nil {
+				s = s.AdditionalProperties.Schema
+			} else {
+				return nil
+			}
+		case s.Items != nil && s.Items.Schema != nil:
+			s = s.Items.Schema
+		default:
+			return nil
+		}
+	}
+	if s = vs.deref(s); s == nil {
+		return nil
+	}
+	return s.Enum
+}
+
+// deref follows s's reference to another schema of the document, as
+// schemaconv does (by the reference's last segment, or a lone allOf's).
+func (vs *versionSchema) deref(s *spec.Schema) *spec.Schema {
+	for range 16 {
+		if s == nil {
+			return nil
+		}
+		ref := s.Ref.String()
+		if ref == "" && len(s.AllOf) == 1 {
+			ref = s.AllOf[0].Ref.String()
+		}
+		if ref == "" {
+			return s
+		}
+		s = vs.models[ref[strings.LastIndex(ref, "/")+1:]]
+	}
+	return nil
 }
 
 // fields is what the field manager sees of u, an object of this version.

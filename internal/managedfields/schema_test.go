@@ -27,6 +27,7 @@ const widgetModels = `{
       "metadata": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"},
       "spec": {"type": "object", "properties": {
         "paused": {"type": "boolean"},
+        "mode": {"type": "string", "enum": ["Fast", "Slow"]},
         "scale": {"type": "object", "properties": {"replicas": {"type": "integer"}}},
         "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
                   "items": {"type": "object", "properties": {"name": {"type": "string"}, "port": {"type": "integer"}}}},
@@ -85,6 +86,26 @@ func TestSchemaHas(t *testing.T) {
 				t.Errorf("has(%s) = %v, want %v", p, got, tt.want)
 			}
 		})
+	}
+}
+
+func TestSchemaEnum(t *testing.T) {
+	vs := widgetSchema(t)
+	tests := []struct {
+		fields string
+		want   []any
+	}{
+		{`{"f:spec":{"f:mode":{}}}`, []any{"Fast", "Slow"}},
+		{`{"f:spec":{"f:paused":{}}}`, nil},
+		{`{"f:spec":{"f:ports":{"k:{\"name\":\"http\"}":{"f:port":{}}}}}`, nil},
+		{`{"f:metadata":{"f:labels":{"f:team":{}}}}`, nil},
+		{`{"f:spec":{"f:nothing":{}}}`, nil},
+	}
+	for _, tt := range tests {
+		p := path(t, tt.fields)
+		if diff := cmp.Diff(tt.want, vs.enum(p)); diff != "" {
+			t.Errorf("enum(%s) (-want +got):\n%s", p, diff)
+		}
 	}
 }
 

@@ -14,9 +14,10 @@ import (
 // spec.scale.replicas. Both versions have the status subresource and the
 // scale subresource, each version's scale reading its own path. Its
 // objects convert only through StartRenamingConversionWebhook, which the
-// caller starts next. Besides replicas, spec holds paused (a bool), color
-// and ports (a list keyed by name), and keeps unknown fields, as data
-// does, so that Resource.Object's widgets fit it too.
+// caller starts next. Besides replicas, spec holds paused (a bool), color,
+// mode (Fast or Slow, an enum) and ports (a list keyed by name), and keeps
+// unknown fields, as data does, so that Resource.Object's widgets fit it
+// too.
 func (e *Env) CreateRenamingResource(t testing.TB, r Resource) {
 	t.Helper()
 	crd := &apiextensionsv1.CustomResourceDefinition{
@@ -45,6 +46,7 @@ func renamingVersion(name string, storage bool, replicasPath string, replicas ma
 	spec := map[string]apiextensionsv1.JSONSchemaProps{
 		"paused": {Type: "boolean"},
 		"color":  {Type: "string"},
+		"mode":   {Type: "string", Enum: []apiextensionsv1.JSON{{Raw: []byte(`"Fast"`)}, {Raw: []byte(`"Slow"`)}}},
 		"ports": {
 			Type: "array", XListType: ptr("map"), XListMapKeys: []string{"name"},
 			Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{

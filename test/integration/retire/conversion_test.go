@@ -34,7 +34,7 @@ const (
 // managedObjects creates n objects of r, a renaming resource, in ns
 // through v1, as a cluster's managers write them: alice applies
 // spec.replicas, spec.paused: false (a zero value) and a port, bob applies
-// spec.color, carol updates a label, scaler scales the odd objects through
+// spec.color and spec.mode (an enum), carol updates a label, scaler scales the odd objects through
 // /scale (taking their replicas from alice), and ctrl updates status
 // through /status. Every entry names v1.
 func managedObjects(t *testing.T, env *framework.Env, r framework.Resource, ns string, n int) {
@@ -46,7 +46,7 @@ func managedObjects(t *testing.T, env *framework.Env, r framework.Resource, ns s
 		name := fmt.Sprintf("obj-%03d", i)
 		for manager, spec := range map[string]map[string]any{
 			alice: {"replicas": int64(3), "paused": false, "ports": []any{map[string]any{"name": "http", "port": int64(80)}}},
-			bob:   {"color": "red"},
+			bob:   {"color": "red", "mode": "Fast"},
 		} {
 			obj := &unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": r.Group + "/v1", "kind": r.Kind, "metadata": map[string]any{"name": name, "namespace": ns}, "spec": spec,
@@ -176,7 +176,7 @@ func ownApply(r framework.Resource, manager, version, ns string, i int) (*unstru
 		}
 		body = map[string]any{"spec": spec}
 	case bob:
-		body = map[string]any{"spec": map[string]any{"color": "blue"}}
+		body = map[string]any{"spec": map[string]any{"color": "blue", "mode": "Slow"}}
 	case carol:
 		body = map[string]any{"metadata": map[string]any{"labels": map[string]any{"carol": fmt.Sprintf("c2-%d", i)}}}
 	case scaler:
