@@ -117,6 +117,9 @@ type Counts struct {
 	// version kept. No manager loses a field: such an entry stays as it
 	// was (Result.LeftEntries names them).
 	ManagedFieldsLeft LeftCounts
+	// Deprecated: svm drops no owned field, so this is always 0; an entry
+	// whose fields cannot be placed is left whole (ManagedFieldsLeft).
+	ManagedFieldsDropped int64
 }
 
 // LeftCounts counts managedFields entries left naming a version given up,
