@@ -254,6 +254,43 @@ func (c *CRDMarker) applyCondition(ctx context.Context, gr schema.GroupResource,
 	})
 }
 
+// KeepStoredVersions makes svm a co-owner of the status.storedVersions of
+// gr's CRD, as they are, before kube-controller-manager migrates gr.
+//
+// kube-controller-manager (1.37) writes a CRD's status with server-side
+// apply: once its migration succeeds it applies storedVersions, the
+// storage version alone, and so owns them; when it starts its next
+// migration of the resource it applies the StorageMigrating condition
+// alone, and the API server removes what it no longer applies: the
+// storedVersions are cut to the storage version before a single object is
+// rewritten. Were that migration to fail, or kube-controller-manager to
+// stop, they would say nothing is stored in a version that still is. A
+// second owner keeps them: they are removed only when no manager applies
+// them, and kube-controller-manager's own prune at the end of its
+// migration (forced) still takes them over. Nothing when gr has no CRD.
+func (c *CRDMarker) KeepStoredVersions(ctx context.Context, gr schema.GroupResource) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		crd, err := c.read(ctx, gr)
+		if err != nil || crd == nil {
+			return err
+		}
+		// The resourceVersion makes it conditional: what is applied is
+		// exactly what the CRD says now.
+		cfg := apiextensionsapply.CustomResourceDefinition(crd.Name).
+			WithResourceVersion(crd.ResourceVersion).
+			WithStatus(apiextensionsapply.CustomResourceDefinitionStatus().WithStoredVersions(crd.Status.StoredVersions...))
+		_, err = c.CRDs.ApplyStatus(ctx, cfg, metav1.ApplyOptions{FieldManager: FieldManager})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("keep the storedVersions of the CRD of %s before handing it over: %w", gr, err)
+	}
+	return nil
+}
+
 // unknownObservedGeneration tells the API server's refusal of a CRD
 // condition's observedGeneration, a field its schema lacks.
 func unknownObservedGeneration(err error) bool {
@@ -365,6 +402,11 @@ func (e InTreeExecutor) handOver(ctx context.Context, run Run) (*storagemigratio
 		}
 		fallthrough
 	case apierrors.IsNotFound(err):
+		if e.CRDs != nil {
+			if err := e.CRDs.KeepStoredVersions(ctx, run.Resource.GroupResource()); err != nil {
+				return nil, err
+			}
+		}
 		it = newInTreeMigration(m, run.Resource.GroupResource())
 		if err := e.Client.Create(ctx, it, client.FieldOwner(FieldManager)); err != nil {
 			return nil, fmt.Errorf("create the in-tree migration %s: %w", m.Name, err)

@@ -104,6 +104,11 @@ func TestTriggerHandsMigrationsToKubeControllerManager(t *testing.T) {
 	})
 	env.SetStorage(t, framework.WidgetResource, "v2")
 	flipped := time.Now()
+	// kube-controller-manager pruned storedVersions when its first
+	// migration of widgets succeeded, and owns them since: it must not cut
+	// them when it starts the next one, before it has rewritten anything
+	// (svm keeps them, see CRDMarker.KeepStoredVersions).
+	env.WaitPrunedSafely(t, framework.WidgetResource, "v1", 5*time.Minute)
 	env.WaitStorageState(t, widgetsGR, 5*time.Minute, "migrated to v2 after the flip", func(s *migrationv1alpha1.StorageState) bool {
 		return s.Status.CurrentStorageVersionHash == hashV2 && slices.Equal(s.Status.PersistedStorageVersionHashes, []string{hashV2})
 	})
