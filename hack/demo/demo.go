@@ -170,7 +170,7 @@ func run(ctx context.Context, o options) error {
 
 	d.step("svm retire widgets.v1.demo.svm.io --unserve --quiet-for 5s")
 	d.say("one last check before v1 goes: no API server may have answered a request for it for 5s")
-	if err := d.retire(ctx, "widgets.v1.demo.svm.io", "--unserve", "--quiet-for", "5s"); err != nil {
+	if err := d.retire(ctx, "widgets.v1.demo.svm.io", "--unserve", "--quiet-for", "5s", "--crd-drain-margin", drainMargin.String()); err != nil {
 		return err
 	}
 	if err := d.dropV1(ctx); err != nil {

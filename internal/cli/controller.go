@@ -31,6 +31,7 @@ import (
 	"github.com/svm-project/svm/internal/migrator"
 	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/internal/scheme"
+	"github.com/svm-project/svm/pkg/migrate"
 )
 
 // ControllerOptions are the options of `svm controller`.
@@ -93,7 +94,7 @@ func newControllerCommand(configFlags *genericclioptions.ConfigFlags) *cobra.Com
 	fs.BoolVar(&o.MigrateUnhashed, "migrate-unhashed", true, "migrate once, when first seen, every resource whose discovery reports no storage version hash (some aggregated APIs), since the trigger cannot see its storage version change")
 	fs.DurationVar(&o.TriggerRetryDelay, "trigger-retry-delay", time.Minute, "delay before a failed triggered migration is followed by a new one; doubles per failure up to an hour")
 	fs.DurationVar(&o.CRDSettleDelay, "crd-settle-delay", 15*time.Second, "after a custom resource's storage version changes, wait this long before migrating it, so that every API server has seen the change (CRDs have no StorageVersion object to tell); 0 does not wait")
-	fs.DurationVar(&o.CRDDrainMargin, "crd-drain-margin", 2*time.Minute, "after the settle delay, wait this long more before migrating a custom resource whose storage changed: how long a write an API server accepted under the old storage version may still land in etcd (twice kube-apiserver's --request-timeout, which is 1m by default); until then svm cannot tell such a write from one in the new version")
+	fs.DurationVar(&o.CRDDrainMargin, "crd-drain-margin", migrate.DefaultCRDDrainMargin, "after the settle delay, wait this long more before migrating a custom resource whose storage changed: how long a write an API server accepted under the old storage version may still land in etcd (twice kube-apiserver's --request-timeout, which is 1m by default); until then svm cannot tell such a write from one in the new version")
 	fs.BoolVar(&o.StorageVersionAPI, "storage-version-api", true, "where the cluster serves the StorageVersion API (internal.apiserver.k8s.io/v1alpha1), watch it and trust its common encoding version over discovery; while API servers disagree, migrations of the resource wait")
 	fs.StringSliceVar(&o.EncryptedResources, "encrypted-resources", []string{"secrets"}, "resources whose objects are re-encrypted when every API server has loaded a new encryption configuration (keep in step with the resources of your EncryptionConfiguration); empty turns re-encryption off. Needs --trigger")
 	fs.StringSliceVar(&o.APIServerEndpoints, "apiserver-endpoints", nil, "URLs of every API server (https://host:port), to read each one's encryption configuration from its /metrics; default: the kubeconfig's server and the addresses the API servers' identity leases publish")

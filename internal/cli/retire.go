@@ -32,6 +32,8 @@ type RetireOptions struct {
 	DryRun      bool
 	Unserve     bool
 	QuietFor    time.Duration
+	// CRDDrainMargin is migrate.Options.CRDDrainMargin.
+	CRDDrainMargin time.Duration
 	// APIServerEndpoints are the API servers whose requests are counted.
 	APIServerEndpoints []string
 	Output             string
@@ -85,6 +87,7 @@ func newRetireCommand(configFlags *genericclioptions.ConfigFlags, out, errOut io
 	fs.BoolVar(&o.DryRun, "dry-run", false, "show what may be stored in the version, which objects' managedFields name it and the requests for it each API server saw; write nothing")
 	fs.BoolVar(&o.Unserve, "unserve", false, "once done, stop serving the version (CRDs only), if no API server saw a request for it during --quiet-for")
 	fs.DurationVar(&o.QuietFor, "quiet-for", migrate.DefaultQuietFor, "how long every API server must answer no request for the version before --unserve stops serving it")
+	fs.DurationVar(&o.CRDDrainMargin, "crd-drain-margin", migrate.DefaultCRDDrainMargin, "before a CRD's objects are rewritten for a prune of its storedVersions, wait until this long has passed since its spec last changed: how long a write an API server accepted under the previous storage version may still land in etcd (twice kube-apiserver's --request-timeout, which is 1m by default); negative does not wait")
 	fs.StringSliceVar(&o.APIServerEndpoints, "apiserver-endpoints", nil, "URLs of every API server, whose /metrics count the requests for the version (default: the kubeconfig's server and the addresses the API servers' identity leases publish)")
 	fs.StringVarP(&o.Output, "output", "o", "table", "output format: "+strings.Join(retireOutputs, ", ")+" (json and yaml have a stable, versioned structure)")
 	return cmd
@@ -137,7 +140,11 @@ func (o *RetireOptions) Run(ctx context.Context) error {
 	opts := migrate.RetireOptions{
 		Options: migrate.Options{
 			Workers: o.Engine.Workers, QPS: o.Engine.QPS, Burst: o.Engine.Burst, ChunkSize: o.Engine.ChunkSize,
-			DisableAdaptivePacing: !o.Engine.AdaptivePacing,
+			DisableAdaptivePacing: !o.Engine.AdaptivePacing, CRDDrainMargin: o.CRDDrainMargin,
+			OnDrainWait: func(until time.Time) {
+				fmt.Fprintf(o.ErrOut, "waiting until %s (%s) for writes the API servers accepted under the previous storage version to land (--crd-drain-margin %s)\n",
+					until.Format(time.TimeOnly), time.Until(until).Round(time.Second), o.CRDDrainMargin)
+			},
 		},
 		DryRun: o.DryRun, Unserve: o.Unserve, QuietFor: o.QuietFor, APIServers: o.APIServerEndpoints,
 	}

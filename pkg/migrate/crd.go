@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
@@ -130,6 +131,10 @@ func migrateAndPrune(ctx context.Context, cfg *rest.Config, m *migrator.Migrator
 	crd *apiextensionsv1.CustomResourceDefinition, gvr schema.GroupVersionResource, opts Options, out CRDResult) (CRDResult, error) {
 	start := storageOf(crd)
 	want := resources.StorageVersionHash(crd.Spec.Group, start.StorageVersion, crd.Spec.Names.Kind)
+	if err := waitForDrain(ctx, crd, opts, time.Now()); err != nil {
+		out.NotPrunedReason = "stopped while waiting for writes under the previous storage version to land"
+		return out, err
+	}
 	// The API server takes up a CRD's new storage version a moment after
 	// the CRD changes; objects rewritten before then would be stored in
 	// the old one again. Discovery reports which it stores.
@@ -220,6 +225,57 @@ func prune(ctx context.Context, crds apiextensionsv1client.CustomResourceDefinit
 	}
 	out.NotPrunedReason = "the CRD kept changing"
 	return out, fmt.Errorf("prune storedVersions of customresourcedefinition %s: %d conflicts in a row", out.Name, maxPruneAttempts)
+}
+
+// waitForDrain waits until opts.CRDDrainMargin has passed since crd's spec
+// last changed (drainedAt), telling opts.OnDrainWait first; now is the
+// time now.
+func waitForDrain(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition, opts Options, now time.Time) error {
+	until, ok := drainedAt(crd, opts.CRDDrainMargin, now)
+	if !ok {
+		return nil
+	}
+	if opts.OnDrainWait != nil {
+		opts.OnDrainWait(until)
+	}
+	timer := time.NewTimer(until.Sub(now))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}
+
+// drainedAt is when no write accepted under a storage version crd had
+// before its last spec change can still land: margin (0 for
+// DefaultCRDDrainMargin) after that change. ok is false when that is not
+// after now, or margin is negative. The change is dated by the latest
+// managedFields entry of the CRD itself (not its status), a second later
+// for the API server's rounding; a CRD without one is taken to have
+// changed now. The time is the API server's, compared with this
+// machine's clock.
+func drainedAt(crd *apiextensionsv1.CustomResourceDefinition, margin time.Duration, now time.Time) (until time.Time, ok bool) {
+	switch {
+	case margin < 0:
+		return time.Time{}, false
+	case margin == 0:
+		margin = DefaultCRDDrainMargin
+	}
+	changed := time.Time{}
+	for _, e := range crd.ManagedFields {
+		if e.Subresource == "" && e.Time != nil && e.Time.After(changed) {
+			changed = e.Time.Time
+		}
+	}
+	if changed.IsZero() {
+		changed = now
+	} else {
+		changed = changed.Add(time.Second)
+	}
+	until = changed.Add(margin)
+	return until, until.After(now)
 }
 
 // storageTakenUp returns a transient error unless discovery's hash, got,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -202,6 +203,41 @@ func TestCRDError(t *testing.T) {
 			}
 			if gotReason != tt.wantReason || IsTransient(err) != tt.wantTransient {
 				t.Errorf("crdError(%v): reason %q, transient %v; want %q, %v", tt.err, gotReason, IsTransient(err), tt.wantReason, tt.wantTransient)
+			}
+		})
+	}
+}
+
+func TestDrainedAt(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	entry := func(sub string, at time.Time) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: "m", Subresource: sub, Time: &metav1.Time{Time: at}}
+	}
+	crd := func(entries ...metav1.ManagedFieldsEntry) *apiextensionsv1.CustomResourceDefinition {
+		c := &apiextensionsv1.CustomResourceDefinition{}
+		c.ManagedFields = entries
+		return c
+	}
+	for _, tc := range []struct {
+		name   string
+		crd    *apiextensionsv1.CustomResourceDefinition
+		margin time.Duration
+		until  time.Time
+		ok     bool
+	}{
+		{name: "changed a minute ago, the default margin", crd: crd(entry("", now.Add(-time.Minute))),
+			until: now.Add(-time.Minute + time.Second + DefaultCRDDrainMargin), ok: true},
+		{name: "the latest change counts", crd: crd(entry("", now.Add(-time.Hour)), entry("", now.Add(-10*time.Second))), margin: time.Minute,
+			until: now.Add(-10*time.Second + time.Second + time.Minute), ok: true},
+		{name: "a status write is no change of the spec", crd: crd(entry("", now.Add(-time.Hour)), entry("status", now)), margin: time.Minute},
+		{name: "changed long ago", crd: crd(entry("", now.Add(-time.Hour))), margin: time.Minute},
+		{name: "no managedFields: taken to have changed now", crd: crd(), margin: time.Minute, until: now.Add(time.Minute), ok: true},
+		{name: "a negative margin does not wait", crd: crd(entry("", now)), margin: -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			until, ok := drainedAt(tc.crd, tc.margin, now)
+			if ok != tc.ok || ok && !until.Equal(tc.until) {
+				t.Errorf("drainedAt = %s, %v; want %s, %v", until, ok, tc.until, tc.ok)
 			}
 		})
 	}

@@ -63,7 +63,10 @@
 // changed in between is read and judged again, and storedVersions are
 // never pruned across a change of storage version (ErrCRDChanged). It
 // also checks, through discovery, that the API server it talks to stores
-// the CRD's storage version before it writes anything.
+// the CRD's storage version before it writes anything, and lists nothing
+// before Options.CRDDrainMargin has passed since the CRD last changed: a
+// write accepted under the previous storage version may land that long
+// after the change, after the list, and would be left behind.
 //
 // managedFields. Every entry of an object's metadata.managedFields names
 // the apiVersion its manager wrote with, and rewriting the object keeps

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -47,7 +48,25 @@ type Options struct {
 	// about every second while a chunk is being written. It is called
 	// from one goroutine at a time and must return quickly.
 	OnProgress func(Progress)
+	// CRDDrainMargin is how long after a CRD's spec changed a write the
+	// API servers accepted under its previous storage version may still
+	// land in etcd: a server keeps the old storage for the requests in
+	// flight, up to twice its --request-timeout. CRD and Retire, which
+	// prune storedVersions, list no object before this long has passed
+	// since the CRD's spec last changed (as its managedFields date it):
+	// such a write, landing after their list, would be left in a version
+	// they prune. 0 means DefaultCRDDrainMargin; a negative margin does
+	// not wait.
+	CRDDrainMargin time.Duration
+	// OnDrainWait, if set, is told when CRD or Retire waits for
+	// CRDDrainMargin to pass, and until when.
+	OnDrainWait func(until time.Time)
 }
+
+// DefaultCRDDrainMargin is twice kube-apiserver's default --request-timeout
+// (1 minute): how long a write accepted under a CRD's previous storage
+// version may land after the change (Options.CRDDrainMargin).
+const DefaultCRDDrainMargin = 2 * time.Minute
 
 func (o Options) validate() error {
 	switch {

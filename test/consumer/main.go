@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/clientcmd"
@@ -30,18 +31,19 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", "", "path to a kubeconfig (default: in-cluster)")
 	crd := flag.String("crd", "", "name of the CustomResourceDefinition to migrate, such as widgets.example.com")
 	retire := flag.String("retire", "", "a version of the CRD to retire, such as v1")
+	drain := flag.Duration("crd-drain-margin", 0, "how long after the CRD last changed writes under its previous storage version may still land (0: the default)")
 	flag.Parse()
 	if *crd == "" || flag.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "usage: consumer --crd NAME [--retire VERSION] [--kubeconfig PATH]")
 		os.Exit(2)
 	}
-	if err := run(*kubeconfig, *crd, *retire); err != nil {
+	if err := run(*kubeconfig, *crd, *retire, *drain); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, crd, retire string) error {
+func run(kubeconfig, crd, retire string, drain time.Duration) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
@@ -49,7 +51,8 @@ func run(kubeconfig, crd, retire string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	opts := migrate.Options{
-		FieldManager: "consumer",
+		FieldManager:   "consumer",
+		CRDDrainMargin: drain,
 		OnProgress: func(p migrate.Progress) {
 			fmt.Fprintf(os.Stderr, "%s: %s\n", p.Resource.Resource, p.Outcomes())
 		},

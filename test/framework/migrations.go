@@ -23,14 +23,16 @@ import (
 // the margin that timeout calls for.
 func ControllerArgs(extra ...string) []string {
 	return append([]string{"controller", "--leader-election-namespace", "default",
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--crd-drain-margin", TestDrainMargin}, extra...)
+		"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--crd-drain-margin", TestDrainMargin.String()}, extra...)
 }
 
-// TestDrainMargin is svm controller's --crd-drain-margin in tests that
-// hold no write across a CRD change (see ControllerArgs): the default,
-// twice kube-apiserver's default request timeout, would add two minutes
-// to every CRD migration the trigger starts.
-const TestDrainMargin = "1s"
+// TestDrainMargin is the drain margin (svm controller's and svm retire's
+// --crd-drain-margin, migrate.Options.CRDDrainMargin) of tests that hold
+// no write across a CRD change (see ControllerArgs): the default, twice
+// kube-apiserver's default request timeout, would add two minutes to every
+// CRD migration the trigger starts and every retirement right after a
+// flip.
+const TestDrainMargin = time.Second
 
 // CreateMigration creates a StorageVersionMigration of gvr named name, as
 // a user would, and returns it.

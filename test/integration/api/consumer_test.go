@@ -160,7 +160,7 @@ func buildConsumer(t *testing.T) string {
 // the result it printed.
 func runConsumer(t *testing.T, bin, kubeconfig, crd string) migrate.CRDResult {
 	t.Helper()
-	cmd := exec.CommandContext(framework.Context(t, 2*time.Minute), bin, "--kubeconfig", kubeconfig, "--crd", crd)
+	cmd := exec.CommandContext(framework.Context(t, 2*time.Minute), bin, "--kubeconfig", kubeconfig, "--crd", crd, "--crd-drain-margin", framework.TestDrainMargin.String())
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -200,7 +200,7 @@ func TestConsumerRetiresAnOldVersion(t *testing.T) {
 	}
 	env.SetStorage(t, r, "v2")
 
-	cmd := exec.CommandContext(framework.Context(t, 2*time.Minute), bin, "--kubeconfig", env.KubeconfigFile(t), "--crd", r.CRDName(), "--retire", "v1")
+	cmd := exec.CommandContext(framework.Context(t, 2*time.Minute), bin, "--kubeconfig", env.KubeconfigFile(t), "--crd", r.CRDName(), "--retire", "v1", "--crd-drain-margin", framework.TestDrainMargin.String())
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -253,7 +253,7 @@ func TestCRDNotPrunedWhenObjectsFail(t *testing.T) {
 	denied := ns + "/obj-00007"
 	framework.StartDenyingWebhook(t, env, r, map[string]bool{denied: true})
 
-	res, err := migrate.CRD(framework.Context(t, 2*time.Minute), env.Config, r.CRDName(), migrate.Options{})
+	res, err := migrate.CRD(framework.Context(t, 2*time.Minute), env.Config, r.CRDName(), migrate.Options{CRDDrainMargin: framework.TestDrainMargin})
 	var failed *migrate.ObjectsFailedError
 	if !errors.As(err, &failed) || failed.Count != 1 || migrate.IsTransient(err) {
 		t.Fatalf("CRD = %v, want an *ObjectsFailedError for 1 object", err)
@@ -283,7 +283,7 @@ func TestCRDNotPrunedAcrossAStorageChange(t *testing.T) {
 	// Halfway through the migration to v2, v1 becomes the storage version
 	// again: what the migration wrote proves nothing about v1.
 	var flip sync.Once
-	opts := migrate.Options{ChunkSize: 5, OnProgress: func(migrate.Progress) {
+	opts := migrate.Options{ChunkSize: 5, CRDDrainMargin: framework.TestDrainMargin, OnProgress: func(migrate.Progress) {
 		flip.Do(func() { env.SetCRDStorageVersion(t, r.CRDName(), "v1") })
 	}}
 	res, err := migrate.CRD(ctx, env.Config, r.CRDName(), opts)
@@ -300,7 +300,7 @@ func TestCRDNotPrunedAcrossAStorageChange(t *testing.T) {
 	// Called again, it migrates to v1 and prunes to v1, once the API
 	// server has taken up v1 (until then it says so, transiently).
 	framework.Eventually(t, "migrate to v1", time.Minute, func(ctx context.Context) (bool, error) {
-		res, err = migrate.CRD(ctx, env.Config, r.CRDName(), migrate.Options{})
+		res, err = migrate.CRD(ctx, env.Config, r.CRDName(), migrate.Options{CRDDrainMargin: framework.TestDrainMargin})
 		if migrate.IsTransient(err) {
 			t.Logf("not yet: %v", err)
 			return false, nil
@@ -356,7 +356,7 @@ func TestCRDWithTheDocumentedRBAC(t *testing.T) {
 	var err error
 	var terminal *migrate.TerminalError
 	framework.Eventually(t, "RBAC allows the migration", time.Minute, func(ctx context.Context) (bool, error) {
-		res, err = migrate.CRD(ctx, cfg, r.CRDName(), migrate.Options{})
+		res, err = migrate.CRD(ctx, cfg, r.CRDName(), migrate.Options{CRDDrainMargin: framework.TestDrainMargin})
 		return res.Migration != nil && res.Migration.Listed > 0, nil
 	})
 	if !errors.As(err, &terminal) || terminal.Reason != migrate.ReasonForbidden || res.Pruned ||
@@ -379,7 +379,7 @@ func TestCRDWithTheDocumentedRBAC(t *testing.T) {
 	}
 	revisions := env.ModRevisions(t, r.EtcdPrefix())
 	framework.Eventually(t, "prune with the documented RBAC", time.Minute, func(ctx context.Context) (bool, error) {
-		res, err = migrate.CRD(ctx, cfg, r.CRDName(), migrate.Options{})
+		res, err = migrate.CRD(ctx, cfg, r.CRDName(), migrate.Options{CRDDrainMargin: framework.TestDrainMargin})
 		return !errors.As(err, &terminal) || terminal.Reason != migrate.ReasonForbidden, nil
 	})
 	if err != nil || !res.Pruned || res.Migration == nil {
@@ -438,7 +438,7 @@ func TestStartupMigratorInAManager(t *testing.T) {
 	}
 	results := make(chan outcome, 2)
 	sm := migrate.NewStartupMigrator(env.Config, []string{missing, r.CRDName()}, migrate.StartupOptions{
-		Options:  migrate.Options{FieldManager: "widgets-operator"},
+		Options:  migrate.Options{FieldManager: "widgets-operator", CRDDrainMargin: framework.TestDrainMargin},
 		OnResult: func(res migrate.CRDResult, err error) { results <- outcome{res, err} },
 	})
 	if err := mgr.Add(sm); err != nil {

@@ -82,7 +82,7 @@ func TestCRDSettleDelay(t *testing.T) {
 	env := framework.StartWithWidgets(t, controlplane.Options{}, []string{"ns-a"}, 20)
 	const settle = 8 * time.Second
 	env.StartSVM(t, "controller", "--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
-		"--crd-drain-margin", framework.TestDrainMargin, "--trigger-interval", "1s", "--crd-settle-delay", settle.String())
+		"--crd-drain-margin", framework.TestDrainMargin.String(), "--trigger-interval", "1s", "--crd-settle-delay", settle.String())
 	env.WaitStorageState(t, framework.Widgets.GroupResource(), 2*time.Minute, "first migration", func(s *migrationv1alpha1.StorageState) bool {
 		return slices.Equal(s.Status.PersistedStorageVersionHashes, []string{hashV1})
 	})

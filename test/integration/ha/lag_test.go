@@ -38,7 +38,7 @@ func TestCRDFlipSeenLateByOneServer(t *testing.T) {
 		_ = peer.Stop()
 	})
 	env.StartSVM(t, "controller", "--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
-		"--crd-drain-margin", framework.TestDrainMargin, "--trigger-interval", "1s", "--crd-settle-delay", "10s")
+		"--crd-drain-margin", framework.TestDrainMargin.String(), "--trigger-interval", "1s", "--crd-settle-delay", "10s")
 	env.WaitStorageState(t, framework.Widgets.GroupResource(), 2*time.Minute, "first migration", func(s *migrationv1alpha1.StorageState) bool {
 		return slices.Equal(s.Status.PersistedStorageVersionHashes, []string{hashV1})
 	})

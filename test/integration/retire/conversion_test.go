@@ -316,7 +316,7 @@ func TestRetireConvertsManagedFieldsThroughTheWebhook(t *testing.T) {
 	}
 	before, dryBefore := c.hook.Quiet(t), dryRuns()
 
-	code, out, errOut := framework.RunSVM(t, env.KubeconfigFile(t), 3*time.Minute, "retire", "widgets.v1."+c.r.Group)
+	code, out, errOut := framework.RunSVM(t, env.KubeconfigFile(t), 3*time.Minute, "retire", "widgets.v1."+c.r.Group, "--crd-drain-margin", framework.TestDrainMargin.String())
 	if code != 0 {
 		t.Fatalf("svm retire: exit %d\n%s\n%s", code, out, errOut)
 	}

@@ -90,7 +90,7 @@ func TestRetireNeverClearsManagedFields(t *testing.T) {
 	proxy := env.StartProxy(t)
 	var writes bodies
 	proxy.Intercept(writes.record)
-	res, err := migrate.Retire(framework.Context(t, 3*time.Minute), proxy.Config, r.GVR("v1"), migrate.RetireOptions{})
+	res, err := migrate.Retire(framework.Context(t, 3*time.Minute), proxy.Config, r.GVR("v1"), migrate.RetireOptions{Options: migrate.Options{CRDDrainMargin: framework.TestDrainMargin}})
 	if !errors.Is(err, migrate.ErrManagedFieldsLeft) {
 		t.Fatalf("Retire = %v, want ErrManagedFieldsLeft", err)
 	}
@@ -122,7 +122,7 @@ func TestRetireNeverClearsManagedFields(t *testing.T) {
 	}
 
 	// svm retire says the same, and fails.
-	code, out, errOut := framework.RunSVM(t, env.KubeconfigFile(t), 3*time.Minute, "retire", "widgets.v1."+r.Group)
+	code, out, errOut := framework.RunSVM(t, env.KubeconfigFile(t), 3*time.Minute, "retire", "widgets.v1."+r.Group, "--crd-drain-margin", framework.TestDrainMargin.String())
 	if code != 1 {
 		t.Errorf("svm retire with entries it cannot move: exit %d, want 1\n%s\n%s", code, out, errOut)
 	}

@@ -191,7 +191,7 @@ func TestRetireKeepsServerSideApplyWorking(t *testing.T) {
 
 	t.Run("dry run writes nothing", func(t *testing.T) {
 		writes := serverWrites(t, env, r.Group) + serverWrites(t, env, "apiextensions.k8s.io")
-		code, out, errOut := framework.RunSVM(t, kubeconfig, 2*time.Minute, "retire", name, "--dry-run")
+		code, out, errOut := framework.RunSVM(t, kubeconfig, 2*time.Minute, "retire", name, "--dry-run", "--crd-drain-margin", framework.TestDrainMargin.String())
 		if code != 0 {
 			t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 		}
@@ -210,7 +210,7 @@ func TestRetireKeepsServerSideApplyWorking(t *testing.T) {
 		}
 	})
 
-	code, out, errOut := framework.RunSVM(t, kubeconfig, 3*time.Minute, "retire", name)
+	code, out, errOut := framework.RunSVM(t, kubeconfig, 3*time.Minute, "retire", name, "--crd-drain-margin", framework.TestDrainMargin.String())
 	if code != 0 {
 		t.Fatalf("svm retire: exit %d\n%s\n%s", code, out, errOut)
 	}
@@ -243,7 +243,7 @@ func TestRetireKeepsServerSideApplyWorking(t *testing.T) {
 
 	t.Run("a second run writes nothing", func(t *testing.T) {
 		writes := serverWrites(t, env, r.Group) + serverWrites(t, env, "apiextensions.k8s.io")
-		code, out, errOut := framework.RunSVM(t, kubeconfig, 2*time.Minute, "retire", name)
+		code, out, errOut := framework.RunSVM(t, kubeconfig, 2*time.Minute, "retire", name, "--crd-drain-margin", framework.TestDrainMargin.String())
 		if code != 0 || !strings.Contains(out, "nothing to do:") {
 			t.Errorf("exit %d, want 0 and \"nothing to do\"\n%s\n%s", code, out, errOut)
 		}
@@ -338,7 +338,7 @@ func TestRetireUnservesOnlyAfterAQuietWindow(t *testing.T) {
 			}
 		}
 	}()
-	code, out, errOut := framework.RunSVM(t, kubeconfig, 3*time.Minute, "retire", name, "--unserve", "--quiet-for", "3s")
+	code, out, errOut := framework.RunSVM(t, kubeconfig, 3*time.Minute, "retire", name, "--unserve", "--quiet-for", "3s", "--crd-drain-margin", framework.TestDrainMargin.String())
 	stop()
 	<-reading
 	if code != 3 {
@@ -353,7 +353,7 @@ func TestRetireUnservesOnlyAfterAQuietWindow(t *testing.T) {
 		t.Fatal("v1 was unserved while a client read it")
 	}
 
-	code, out, errOut = framework.RunSVM(t, kubeconfig, 3*time.Minute, "retire", name, "--unserve", "--quiet-for", "3s", "-o", "json")
+	code, out, errOut = framework.RunSVM(t, kubeconfig, 3*time.Minute, "retire", name, "--unserve", "--quiet-for", "3s", "-o", "json", "--crd-drain-margin", framework.TestDrainMargin.String())
 	if code != 0 {
 		t.Fatalf("exit %d after the client stopped, want 0\n%s\n%s", code, out, errOut)
 	}
@@ -421,7 +421,7 @@ func TestRetireLosesNoConcurrentWrite(t *testing.T) {
 	var once sync.Once
 	go func() {
 		res, err := migrate.Retire(ctx, env.Config, r.GVR("v1"), migrate.RetireOptions{Options: migrate.Options{
-			ChunkSize: n, Workers: 2, QPS: 150,
+			ChunkSize: n, Workers: 2, QPS: 150, CRDDrainMargin: framework.TestDrainMargin,
 			OnProgress: func(migrate.Progress) { once.Do(func() { close(started) }) },
 		}})
 		done <- outcome{res, err}
@@ -569,5 +569,36 @@ func TestRetireBuiltInVersionNoLongerServed(t *testing.T) {
 	}}
 	if _, err := env.Dynamic.Resource(v1).Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "dave"}); err != nil {
 		t.Errorf("server-side apply after the retirement: %v", err)
+	}
+}
+
+// TestRetireWaitsForWritesInFlight: a write held by a webhook across a
+// storage flip lands in v1 after it. svm retire, run at once, waits out
+// --crd-drain-margin (twice the API server's request timeout) since the
+// CRD changed before it lists, so it rewrites that object too before it
+// prunes v1.
+func TestRetireWaitsForWritesInFlight(t *testing.T) {
+	t.Parallel()
+	const n = 20
+	const requestTimeout, hold = 15 * time.Second, 5 * time.Second
+	env := framework.Start(t, controlplane.Options{APIServerFlags: []string{"--request-timeout=" + requestTimeout.String()}})
+	r := framework.Resource{Group: "inflight.example.com", Plural: "widgets", Kind: "Widget"}
+	env.CreateResource(t, r)
+	env.CreateObjects(t, r, []string{"retire"}, n)
+	write := framework.HoldWrite(t, env, r, "v1", "retire", "obj-00003", hold)
+	env.SetStorage(t, r, "v2")
+
+	margin := 2 * requestTimeout
+	code, out, errOut := framework.RunSVM(t, env.KubeconfigFile(t), 3*time.Minute, "retire", "widgets.v1."+r.Group, "--crd-drain-margin", margin.String())
+	write.Wait(t)
+	if code != 0 {
+		t.Fatalf("svm retire: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if !strings.Contains(errOut, "waiting until") || !strings.Contains(errOut, "--crd-drain-margin "+margin.String()) {
+		t.Errorf("svm retire does not say it waits for writes in flight:\n%s", errOut)
+	}
+	env.ExpectStored(t, r.EtcdPrefix(), map[string]int{r.Group + "/v2": n})
+	if got := env.CRDStoredVersions(t, r.CRDName()); !slices.Equal(got, []string{"v2"}) {
+		t.Errorf("storedVersions %v, want [v2]", got)
 	}
 }

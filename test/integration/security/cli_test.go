@@ -145,13 +145,13 @@ func TestCLIRoles(t *testing.T) {
 	})
 
 	t.Run("retire with svm-migrator only", func(t *testing.T) {
-		code, stdout, stderr := framework.RunSVM(t, migrator, time.Minute, "retire", "widgets.v1.example.com")
+		code, stdout, stderr := framework.RunSVM(t, migrator, time.Minute, "retire", "widgets.v1.example.com", "--crd-drain-margin", framework.TestDrainMargin.String())
 		if code == 0 || !refusal(stdout+stderr, "migrator", "customresourcedefinitions") {
 			t.Errorf("svm retire as svm-migrator: exit %d, want a refusal naming customresourcedefinitions\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 		}
 	})
 	t.Run("retire with svm-retirer", func(t *testing.T) {
-		code, stdout, stderr := framework.RunSVM(t, retirer, 2*time.Minute, "retire", "widgets.v1.example.com")
+		code, stdout, stderr := framework.RunSVM(t, retirer, 2*time.Minute, "retire", "widgets.v1.example.com", "--crd-drain-margin", framework.TestDrainMargin.String())
 		if code != 0 || stderr != "" || !strings.Contains(stdout, "storedVersions: pruned to [v2]") {
 			t.Fatalf("svm retire as svm-retirer: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 		}

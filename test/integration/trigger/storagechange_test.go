@@ -1,7 +1,6 @@
 package trigger_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -131,37 +129,11 @@ func TestWriteInFlightAcrossAFlipIsNeverPruned(t *testing.T) {
 	gr := gadgets.GVR("v1").GroupResource()
 	env.WaitStorageState(t, gr, 3*time.Minute, "first sight migrated", persisted(gadgetHash("v1")))
 
-	// Held: the write that adds the label, and nothing else (svm's own
-	// writes of the object after it carry the label already).
 	held := "obj-00007"
-	hook := framework.StartAdmissionWebhook(t, env, framework.AdmissionHook{
-		Resource: gadgets, TimeoutSeconds: 10,
-		Review: func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-			if req.Name == held && strings.Contains(string(req.Object.Raw), `"held":"yes"`) && !strings.Contains(string(req.OldObject.Raw), `"held":"yes"`) {
-				select {
-				case <-time.After(hold):
-				case <-ctx.Done():
-				}
-			}
-			return &admissionv1.AdmissionResponse{Allowed: true}
-		},
-	})
-	done := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_, err := env.Dynamic.Resource(gadgets.GVR("v1")).Namespace("qa").Patch(ctx, held, types.MergePatchType,
-			[]byte(`{"metadata":{"labels":{"held":"yes"}}}`), metav1.PatchOptions{FieldManager: "slow-writer"})
-		done <- err
-	}()
-	framework.Eventually(t, "the write reaches the webhook", 30*time.Second, func(context.Context) (bool, error) {
-		return hook.Calls("qa/"+held) > 0, nil
-	})
+	write := framework.HoldWrite(t, env, gadgets, "v1", "qa", held, hold)
 	env.SetCRDStorageVersion(t, gadgets.CRDName(), "v2")
 	flipped := time.Now()
-	if err := <-done; err != nil {
-		t.Fatalf("the held write: %v", err)
-	}
+	write.Wait(t)
 	t.Logf("the held write landed %s after the flip", time.Since(flipped).Round(time.Millisecond))
 	key := gadgets.EtcdPrefix() + "qa/" + held
 	if got := env.StoredVersions(t, key); got[gadgets.Group+"/v1"] != 1 {
