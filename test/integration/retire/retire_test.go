@@ -580,7 +580,9 @@ func TestRetireBuiltInVersionNoLongerServed(t *testing.T) {
 func TestRetireWaitsForWritesInFlight(t *testing.T) {
 	t.Parallel()
 	const n = 20
-	const requestTimeout, hold = 15 * time.Second, 5 * time.Second
+	// The write is held longer than svm takes to start and list, however
+	// loaded the machine.
+	const requestTimeout, hold = 30 * time.Second, 12 * time.Second
 	env := framework.Start(t, controlplane.Options{APIServerFlags: []string{"--request-timeout=" + requestTimeout.String()}})
 	r := framework.Resource{Group: "inflight.example.com", Plural: "widgets", Kind: "Widget"}
 	env.CreateResource(t, r)
