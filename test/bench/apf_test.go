@@ -92,7 +92,12 @@ func sharedServer(b *testing.B, name string, n int) (*framework.Env, *workload, 
 // svmShared is `svm migrate` with args as svm's ServiceAccount, in its own
 // priority level, as svm is installed.
 func svmShared(b *testing.B, env *framework.Env, name string, args ...string) strategy {
-	return svmProcessAs(name+", as svm-controller", env.ServiceAccountKubeconfig(b, "svm-system", "svm-controller"), args...)
+	return svmBuildShared(b, env, "", name, args...)
+}
+
+// svmBuildShared is svmShared with the svm binary at path (see svmBuildAs).
+func svmBuildShared(b *testing.B, env *framework.Env, binary, name string, args ...string) strategy {
+	return svmBuildAs(binary, name+", as svm-controller", env.ServiceAccountKubeconfig(b, "svm-system", "svm-controller"), args...)
 }
 
 // sharedPass runs s while the other client reads 20 times a second, and

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,6 +26,9 @@ import (
 // pass, its lists included. SVM_BENCH_AT_RATE_FLAGS adds flags to svm's
 // --qps, one pass of svm for each set (sets apart by ";"; an empty set is
 // svm's defaults at that rate), to tell apart what its price comes from.
+// A set whose first word is svm=PATH runs the svm binary at PATH (a build
+// of an earlier commit) with the rest: what a change bought, measured in
+// the same rounds as the change.
 func equalRatePrice(b *testing.B, n, rounds int) ([]result, string) {
 	env, w, probe := sharedServer(b, "custom resources, the price to another client at the in-tree migrator's rate", n)
 	var results []result
@@ -51,9 +55,14 @@ func equalRatePrice(b *testing.B, n, rounds int) ([]result, string) {
 
 		// svm at that rate.
 		qps := strconv.Itoa(int(math.Round(rate)))
-		for _, flags := range flagSets("SVM_BENCH_AT_RATE_FLAGS", [][]string{nil}) {
-			name := strings.Join(append([]string{"svm --qps " + qps}, flags...), " ")
-			s, svmIdle, reads := sharedPass(b, env, w, probe, svmShared(b, env, name+" (the in-tree migrator's rate)", append([]string{"--qps", qps}, flags...)...))
+		for _, set := range flagSets("SVM_BENCH_AT_RATE_FLAGS", [][]string{nil}) {
+			binary, flags := svmBuildOf(set)
+			build := "svm"
+			if binary != "" {
+				build = filepath.Base(binary)
+			}
+			name := strings.Join(append([]string{build + " --qps " + qps}, flags...), " ")
+			s, svmIdle, reads := sharedPass(b, env, w, probe, svmBuildShared(b, env, binary, name+" (the in-tree migrator's rate)", append([]string{"--qps", qps}, flags...)...))
 			row(round, name, s.rate(), svmIdle, latencies(reads, time.Time{}, time.Time{}))
 			results = append(results, s)
 		}
@@ -62,6 +71,17 @@ func equalRatePrice(b *testing.B, n, rounds int) ([]result, string) {
 		n, strings.Join(rows, "\n"))
 	b.Log(note)
 	return results, note
+}
+
+// svmBuildOf splits a flag set into the svm binary its first word names
+// (svm=PATH; "" for the run's build) and svm's flags.
+func svmBuildOf(set []string) (binary string, flags []string) {
+	if len(set) > 0 {
+		if path, ok := strings.CutPrefix(set[0], "svm="); ok {
+			return path, set[1:]
+		}
+	}
+	return "", set
 }
 
 // flagSets are the sets of svm's flags the environment variable name

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -544,8 +545,17 @@ func svmProcess(name string, args ...string) strategy { return svmProcessAs(name
 // svmProcessAs runs svm with the credentials of kubeconfig, the admin's
 // when empty.
 func svmProcessAs(name, kubeconfig string, args ...string) strategy {
+	return svmBuildAs("", name, kubeconfig, args...)
+}
+
+// svmBuildAs runs the svm binary at path (the one built for the run when
+// empty) with the credentials of kubeconfig, the admin's when empty: a
+// build of an earlier commit measures what a change bought, in the same
+// rounds as the change.
+func svmBuildAs(binary, name, kubeconfig string, args ...string) strategy {
 	s := strategy{name: name}
 	s.run = func(ctx context.Context, w *workload) (usage, error) {
+		binary := cmp.Or(binary, svmBinary)
 		path := kubeconfig
 		if path == "" {
 			path = filepath.Join(os.TempDir(), fmt.Sprintf("svm-bench-%d.kubeconfig", os.Getpid()))
@@ -554,7 +564,7 @@ func svmProcessAs(name, kubeconfig string, args ...string) strategy {
 			}
 			defer os.Remove(path)
 		}
-		cmd := exec.CommandContext(ctx, svmBinary, append([]string{"migrate", w.svmName, "--kubeconfig", path}, args...)...)
+		cmd := exec.CommandContext(ctx, binary, append([]string{"migrate", w.svmName, "--kubeconfig", path}, args...)...)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
