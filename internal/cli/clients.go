@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	"golang.org/x/time/rate"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -36,7 +35,7 @@ func (f *EngineFlags) addFlags(fs interface {
 }) {
 	fs.IntVar(&f.Workers, "workers", migrator.DefaultWorkers, "the most writes in flight per migration; with adaptive pacing, how many below it is decided by the API server's latency")
 	fs.Float64Var(&f.QPS, "qps", 0, "requests per second to the API server, shared by all migrations (0: unlimited)")
-	fs.IntVar(&f.Burst, "burst", 0, "requests allowed in a burst above --qps (default: --qps rounded up, at least 1)")
+	fs.IntVar(&f.Burst, "burst", migrator.DefaultBurst, "requests sent at once at most under --qps; 1 spaces them evenly, which costs other clients the least")
 	fs.Int64Var(&f.ChunkSize, "chunk-size", 500, "objects listed per request")
 	fs.BoolVar(&f.AdaptivePacing, "adaptive-pacing", true, "keep the writes in flight just past the knee of the API server's rate curve (the fewest that get 0.95 of the best rate measured, with a margin above), and halve them when it throttles or its rate collapses (--workers is the most; --qps stays a hard cap)")
 }
@@ -63,11 +62,7 @@ func (f *EngineFlags) newMigrator(cfg *rest.Config, observer migrator.Observer) 
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = -1, 0, nil
 	opts := migrator.Options{ChunkSize: f.ChunkSize, Workers: f.Workers, Observer: observer, DisablePacing: !f.AdaptivePacing}
 	if f.QPS > 0 {
-		burst := f.Burst
-		if burst == 0 {
-			burst = max(1, int(f.QPS+0.999))
-		}
-		opts.Limiter = rate.NewLimiter(rate.Limit(f.QPS), burst)
+		opts.Limiter = migrator.NewLimiter(f.QPS, f.Burst)
 	}
 	return migrator.New(cfg, opts)
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 
@@ -26,8 +25,8 @@ type Options struct {
 	// curve, and halves them when it throttles or its rate collapses.
 	// 0 means 64.
 	Workers int
-	// QPS caps the requests per second the migration sends, with bursts
-	// of QPS rounded up. 0 means no cap but the adaptive one above. It
+	// QPS caps the requests per second the migration sends, evenly spaced
+	// (see Burst). 0 means no cap but the adaptive one above. It
 	// replaces the rest.Config's own QPS, Burst and RateLimiter, which
 	// are ignored for the migration's requests.
 	QPS float64
@@ -37,8 +36,8 @@ type Options struct {
 	// FieldManager names the writes in the API server's audit log, and
 	// the update of a CRD's status. "" means DefaultFieldManager.
 	FieldManager string
-	// Burst is the requests allowed at once above QPS. 0 means QPS
-	// rounded up.
+	// Burst is the most requests sent at once under QPS. 0 means 1: the
+	// requests evenly spaced, which costs other clients the least.
 	Burst int
 	// DisableAdaptivePacing keeps Workers writes in flight whatever the
 	// API server's latency, for a maintenance window in which nothing
@@ -87,11 +86,7 @@ func (o Options) validate() error {
 func (o Options) engineOptions() migrator.Options {
 	opts := migrator.Options{Workers: o.Workers, ChunkSize: o.ChunkSize, FieldManager: o.FieldManager, DisablePacing: o.DisableAdaptivePacing}
 	if o.QPS > 0 {
-		burst := o.Burst
-		if burst <= 0 {
-			burst = max(1, int(math.Ceil(o.QPS)))
-		}
-		opts.Limiter = rate.NewLimiter(rate.Limit(o.QPS), burst)
+		opts.Limiter = migrator.NewLimiter(o.QPS, o.Burst)
 	}
 	return opts
 }

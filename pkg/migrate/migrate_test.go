@@ -45,19 +45,22 @@ func TestOptionsValidate(t *testing.T) {
 }
 
 func TestEngineOptions(t *testing.T) {
+	// Requests are evenly spaced unless a burst is asked for.
 	tests := []struct {
 		qps       float64
+		burst     int
 		wantLimit bool
 		wantBurst int
 	}{
-		{0, false, 0},
-		{0.5, true, 1},
-		{2.5, true, 3},
-		{50, true, 50},
+		{0, 0, false, 0},
+		{0.5, 0, true, 1},
+		{2.5, 0, true, 1},
+		{50, 0, true, 1},
+		{50, 20, true, 20},
 	}
 	for _, tt := range tests {
-		t.Run(fmt.Sprint(tt.qps), func(t *testing.T) {
-			got := Options{QPS: tt.qps, Workers: 3, ChunkSize: 7, FieldManager: "fm"}.engineOptions()
+		t.Run(fmt.Sprint(tt.qps, "/", tt.burst), func(t *testing.T) {
+			got := Options{QPS: tt.qps, Burst: tt.burst, Workers: 3, ChunkSize: 7, FieldManager: "fm"}.engineOptions()
 			if got.Workers != 3 || got.ChunkSize != 7 || got.FieldManager != "fm" {
 				t.Errorf("engineOptions = %+v, want workers 3, chunk size 7, field manager fm", got)
 			}
