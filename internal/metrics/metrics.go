@@ -147,7 +147,7 @@ func New() *Metrics {
 		pacerKnee: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("pacer_knee_writes",
 			"The fewest writes in flight of the running migration of a resource that got 0.95 of the best rate adaptive pacing measured; 0 while only the most writes tried get it.")), []string{"resource"}),
 		pacerDecisions: prometheus.NewCounterVec(prometheus.CounterOpts(engine("pacer_decisions_total",
-			"Decisions of adaptive pacing, by resource and decision: grow (only the most writes tried get the best rate, or a relief forgot the points; the window grows by half), knee (the window set around the measured knee), back-off (a 429, a surge or a failed write cut it).")), []string{"resource", "decision"}),
+			"Decisions of adaptive pacing, by resource and decision: grow (only the most writes tried get the best rate, or a relief forgot the points; the window grows by half), knee (the window set around the measured knee), back-off (a 429, a surge or a failed write cut it), hold (under --qps, the rate needed fewer writes in flight than the window: the epoch measured the cap, and the window holds).")), []string{"resource", "decision"}),
 
 		executor: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "executor",
 			Help: "1 for who executes svm's migrations in this process (svm or in-tree), once chosen."}, []string{"executor"}),

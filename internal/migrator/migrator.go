@@ -311,6 +311,7 @@ func (m *Migrator) migrate(ctx context.Context, req Request) (Result, error) {
 		run.pacer = newPacer(m.opts.Workers, time.Now)
 		gr := req.Resource.GroupResource()
 		run.pacer.observe = func(s PacerState) { m.opts.Observer.Paced(gr, s) }
+		run.capRate()
 	}
 	var info *metav1.APIResource
 	// Discovery requests are retried like the others but not observed:
@@ -746,6 +747,45 @@ func (r *run) waitLimiter(ctx context.Context) error {
 	return r.m.opts.Limiter.Wait(ctx)
 }
 
+// capRate hands the rate limiter to the pacer: a paced write waits for it
+// with its place in the window taken, and the window is held to what the
+// rate needs (see pacer).
+func (r *run) capRate() {
+	l := r.m.opts.Limiter
+	if l == nil {
+		return
+	}
+	if l.Limit() != rate.Inf {
+		r.pacer.qps = float64(l.Limit())
+	}
+	r.pacer.wait = func(ctx context.Context) error {
+		start := time.Now()
+		err := l.Wait(ctx)
+		r.observer.LimiterWaited(r.gr, time.Since(start))
+		return err
+	}
+}
+
+// turn waits until a request with verb may be sent. A paced write waits
+// for room in the pacer's window (unless it held its place for this
+// retry), then for the rate limiter; any other request for the limiter.
+func (r *run) turn(ctx context.Context, verb string, paced, held bool, tk ticket) (ticket, error) {
+	switch {
+	case paced && held:
+		return r.pacer.resend(ctx, tk)
+	case paced:
+		return r.pacer.acquire(ctx)
+	case r.m.opts.Limiter == nil:
+		return tk, nil
+	}
+	start := time.Now()
+	err := r.waitLimiter(ctx)
+	if verb != "" {
+		r.observer.LimiterWaited(r.gr, time.Since(start))
+	}
+	return tk, err
+}
+
 // retry calls fn, a request with verb, until it succeeds, fails with a
 // non-transient error, or the backoff is exhausted. Every attempt waits for
 // the rate limiter and has Options.RequestTimeout to complete. Throttling
@@ -764,26 +804,14 @@ func (r *run) retry(ctx context.Context, verb string, fn func(context.Context) e
 		}
 	}()
 	for attempt := 1; ; attempt++ {
-		if r.m.opts.Limiter != nil {
-			start := time.Now()
-			werr := r.waitLimiter(ctx)
-			if verb != "" {
-				r.observer.LimiterWaited(r.gr, time.Since(start))
-			}
-			if werr != nil {
-				return werr
-			}
-		}
 		// Writes wait for room in the pacer's window, and so do the dry
 		// runs that convert managedFields, which cost the API server a
 		// write's work; lists are one at a time anyway. A write being
 		// retried may have kept its place (see pacer.release).
 		paced := (verb == "patch" || verb == "dryrun") && r.pacer != nil
-		if paced && !held {
-			var perr error
-			if tk, perr = r.pacer.acquire(ctx); perr != nil {
-				return perr
-			}
+		var werr error
+		if tk, werr = r.turn(ctx, verb, paced, held, tk); werr != nil {
+			return werr
 		}
 		attemptCtx, cancel := context.WithTimeout(ctx, r.m.opts.RequestTimeout)
 		sent := time.Now()

@@ -72,15 +72,32 @@ import (
 // workers hold an object, an outage then costs the retries of the writes
 // the window holds (one, once it has dropped), each on its own backoff,
 // not a retry chain per worker.
+//
+// Under a rate cap (--qps), the writes in flight are also held to what
+// the rate needs at the smoothed latency (rateWindow): by Little's law
+// qps times the latency, with rateMargin above. A write waits for the cap
+// with its place in the window taken, so that one held up by a slow
+// answer does not come back with the tokens of the time it waited: the
+// server never gets more of svm's writes at once than the rate needs.
+// An epoch that the cap held under the window measured the cap, not the
+// server, whose curve is then flat by construction (the same rate at
+// every writes in flight): its point is left out and the window holds.
 type pacer struct {
 	max float64
 	now func() time.Time
 	// observe, if set, is told every decision.
 	observe func(PacerState)
+	// qps is the rate cap the writes are sent under, 0 for none; wait,
+	// if set, waits for the rate limiter before a write is sent.
+	qps  float64
+	wait func(context.Context) error
 
 	mu       sync.Mutex
 	limit    float64
 	inflight int
+	// waiting counts the places in the window whose writes wait for the
+	// rate limiter: taken, but not at the server yet.
+	waiting int
 	// waiters are the writes waiting for room, longest waiting first:
 	// room is handed to one at a time, so that a freed place wakes one
 	// worker, not all of them.
@@ -193,6 +210,9 @@ const (
 	// PacerBackOff: a 429 or a surge halved the window, or a failed write
 	// dropped it to one.
 	PacerBackOff PacerDecision = "back-off"
+	// PacerHold: the rate cap held the writes in flight under the window,
+	// and the epoch measured the cap, not the server; the window holds.
+	PacerHold PacerDecision = "hold"
 )
 
 // PacerState is the pacer's state after a decision, for metrics and
@@ -248,6 +268,10 @@ const (
 	// smoothing is how many answers the smoothed latency roughly
 	// averages, TCP's 8.
 	smoothing = 8
+	// rateMargin is how far above the writes in flight a rate cap needs
+	// (qps times the smoothed latency) it lets them go: answers slower
+	// than the average would otherwise hold svm under the cap.
+	rateMargin = 1.2
 	// initialWindow is the window before anything is measured.
 	initialWindow = 8
 )
@@ -272,10 +296,49 @@ func newPacer(maxInFlight int, now func() time.Time) *pacer {
 	}
 }
 
-// acquire waits until a write may be sent; release takes the ticket back.
+// acquire waits until a write may be sent: for room in the window, then
+// for the rate limiter (see pacer); release takes the ticket back.
 func (p *pacer) acquire(ctx context.Context) (ticket, error) {
+	t, err := p.admit(ctx)
+	if err != nil || p.wait == nil {
+		return t, err
+	}
+	if t, err = p.paced(ctx); err != nil {
+		p.drop()
+	}
+	return t, err
+}
+
+// resend waits for the rate limiter before the retry of t, a write that
+// kept its place in the window (see release), and returns the retry's
+// ticket: t when there is no limiter.
+func (p *pacer) resend(ctx context.Context, t ticket) (ticket, error) {
+	if p.wait == nil {
+		return t, nil
+	}
+	return p.paced(ctx)
+}
+
+// paced waits for the rate limiter with a place in the window taken, and
+// returns the ticket of the write then sent.
+func (p *pacer) paced(ctx context.Context) (ticket, error) {
 	p.mu.Lock()
-	if len(p.waiters) == 0 && p.inflight < int(p.limit) {
+	p.waiting++
+	p.mu.Unlock()
+	err := p.wait(ctx)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.waiting--
+	if err != nil {
+		return ticket{}, err
+	}
+	return ticket{inflight: p.inflight - p.waiting, generation: p.epoch.generation}, nil
+}
+
+// admit waits for room in the window and takes a place in it.
+func (p *pacer) admit(ctx context.Context) (ticket, error) {
+	p.mu.Lock()
+	if len(p.waiters) == 0 && p.inflight < p.roomLocked() {
 		t := p.admitLocked()
 		p.mu.Unlock()
 		return t, nil
@@ -307,9 +370,34 @@ func (p *pacer) admitLocked() ticket {
 	return ticket{inflight: p.inflight, generation: p.epoch.generation}
 }
 
+// roomLocked is the most writes that may be in flight now: the window,
+// and under a rate cap no more than the rate needs.
+func (p *pacer) roomLocked() int {
+	if p.qps <= 0 {
+		return int(p.limit)
+	}
+	return min(int(p.limit), p.rateWindowLocked())
+}
+
+// rateWindowLocked is the writes in flight the rate cap needs now: one
+// before any answer has been measured.
+func (p *pacer) rateWindowLocked() int {
+	if p.smoothed == 0 {
+		return 1
+	}
+	return rateWindow(p.qps, p.smoothed, p.max)
+}
+
+// rateWindow is the writes in flight that qps writes per second need when
+// each takes latency: qps times latency (Little's law) with rateMargin
+// above, rounded up, from one to most.
+func rateWindow(qps float64, latency time.Duration, most float64) int {
+	return int(min(most, max(1, math.Ceil(rateMargin*qps*latency.Seconds()))))
+}
+
 // wakeLocked hands the room in the window to the writes waiting longest.
 func (p *pacer) wakeLocked() {
-	for len(p.waiters) > 0 && p.inflight < int(p.limit) {
+	for len(p.waiters) > 0 && p.inflight < p.roomLocked() {
 		next := p.waiters[0]
 		p.waiters = p.waiters[1:]
 		next <- p.admitLocked()
@@ -341,7 +429,7 @@ func (p *pacer) release(t ticket, latency time.Duration, o outcome) (kept bool) 
 		if p.limit > 1 {
 			p.decide(PacerBackOff, 1)
 		}
-		return p.inflight <= int(p.limit)
+		return p.inflight <= p.roomLocked()
 	}
 	if t.generation == p.epoch.generation {
 		p.epoch.answers++
@@ -351,7 +439,7 @@ func (p *pacer) release(t ticket, latency time.Duration, o outcome) (kept bool) 
 	switch {
 	case o == throttled:
 		p.backOff(now, latency, false)
-		return p.inflight <= int(p.limit)
+		return p.inflight <= p.roomLocked()
 	case p.epoch.answers >= max(2*int(p.limit), 4) && now.Sub(p.epoch.start) >= minEpoch:
 		p.endEpoch(now, latency)
 	}
@@ -378,6 +466,13 @@ func (p *pacer) endEpoch(now time.Time, latency time.Duration) {
 	inflight := float64(p.epoch.inflight) / answers
 	point := curvePoint{inflight: inflight, rate: inflight / (p.epoch.latency.Seconds() / answers)}
 	p.newEpoch(now)
+	if p.qps > 0 && p.rateWindowLocked() <= int(p.limit) {
+		// The cap set the rate, at every writes in flight alike: the
+		// point would read as a knee at the fewest writes tried, and
+		// pull the window under what the cap needs.
+		p.decide(PacerHold, p.limit)
+		return
+	}
 	if p.overridden(now, latency, point) {
 		return
 	}
@@ -517,6 +612,13 @@ func (p *pacer) decide(d PacerDecision, limit float64) {
 	if p.observe != nil {
 		p.observe(p.stateLocked())
 	}
+}
+
+// room is the most writes that may be in flight now (see roomLocked).
+func (p *pacer) room() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.roomLocked()
 }
 
 // window is the current number of writes allowed in flight.

@@ -145,10 +145,12 @@ type MigrationPacing struct {
 	KneeWrites int32 `json:"kneeWrites,omitempty"`
 	// LastDecision is pacing's last decision: Grow (only the most writes
 	// tried get the best rate, so the window grows by half), Knee (the
-	// window is set around the measured knee) or BackOff (a 429, a surge
-	// of latency or a failed write cut it).
+	// window is set around the measured knee), BackOff (a 429, a surge
+	// of latency or a failed write cut it) or Hold (under a qps cap, the
+	// rate needed fewer writes in flight than the window, so the cap, not
+	// the server, set the rate, and the window holds).
 	// +optional
-	// +kubebuilder:validation:Enum=Grow;Knee;BackOff
+	// +kubebuilder:validation:Enum=Grow;Knee;BackOff;Hold
 	LastDecision string `json:"lastDecision,omitempty"`
 }
 

@@ -106,6 +106,7 @@ func pacingOf(p *migrator.PacerState) *migrationv1alpha1.MigrationPacing {
 	}
 	decision := map[migrator.PacerDecision]string{
 		migrator.PacerGrow: "Grow", migrator.PacerKnee: "Knee", migrator.PacerBackOff: "BackOff",
+		migrator.PacerHold: "Hold",
 	}
 	return &migrationv1alpha1.MigrationPacing{
 		WritesInFlight:  int32(p.InFlight),
