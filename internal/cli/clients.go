@@ -36,7 +36,7 @@ func (f *EngineFlags) addFlags(fs interface {
 	fs.IntVar(&f.Workers, "workers", migrator.DefaultWorkers, "the most writes in flight per migration; with adaptive pacing, how many below it is decided by the API server's latency")
 	fs.Float64Var(&f.QPS, "qps", 0, "requests per second to the API server, shared by all migrations (0: unlimited)")
 	fs.IntVar(&f.Burst, "burst", migrator.DefaultBurst, "requests sent at once at most under --qps; 1 spaces them evenly, which costs other clients the least")
-	fs.Int64Var(&f.ChunkSize, "chunk-size", 500, "objects listed per request")
+	fs.Int64Var(&f.ChunkSize, "chunk-size", 500, "the most objects listed per request; under --qps, a list brings about a second's writes at that rate at most")
 	fs.BoolVar(&f.AdaptivePacing, "adaptive-pacing", true, "keep the writes in flight just past the knee of the API server's rate curve (the fewest that get 0.95 of the best rate measured, with a margin above), and halve them when it throttles or its rate collapses (--workers is the most; --qps stays a hard cap)")
 }
 

@@ -37,6 +37,8 @@ const DefaultFieldManager = "storage-version-migrator"
 // Options tune a Migrator. Zero values mean the defaults.
 type Options struct {
 	// ChunkSize is the most objects listed per request. Default 500.
+	// Under a Limiter, a list brings about a second's writes at its rate
+	// at most (see chunkAtRate).
 	ChunkSize int64
 	// Workers is the most writes a migration has in flight; adaptive
 	// pacing decides how many below it. Default 64.
@@ -84,6 +86,7 @@ func (o Options) withDefaults() Options {
 	if o.ChunkSize <= 0 {
 		o.ChunkSize = 500
 	}
+	o.ChunkSize = chunkAtRate(o.ChunkSize, o.Limiter)
 	if o.Workers <= 0 {
 		o.Workers = DefaultWorkers
 	}

@@ -31,7 +31,8 @@ type Options struct {
 	// are ignored for the migration's requests.
 	QPS float64
 	// ChunkSize is the number of objects listed per request: memory
-	// grows with it, not with the number of objects. 0 means 500.
+	// grows with it, not with the number of objects. 0 means 500. Under
+	// QPS, a list brings about a second's writes at that rate at most.
 	ChunkSize int64
 	// FieldManager names the writes in the API server's audit log, and
 	// the update of a CRD's status. "" means DefaultFieldManager.
