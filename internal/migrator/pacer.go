@@ -125,6 +125,8 @@ type pacer struct {
 	// of the knee's rate since the last one that was not that slow.
 	slow int
 	last PacerDecision
+	// rate is the writes answered per second over the last epoch.
+	rate float64
 }
 
 // epoch accumulates the answers to writes sent since the last decision:
@@ -134,6 +136,9 @@ type epoch struct {
 	// generation numbers the epochs; a ticket carries its send's.
 	generation int
 	answers    int
+	// done counts every write answered in the epoch, whenever it was
+	// sent: the rate.
+	done int
 	// inflight sums the writes in flight at each answered write's send,
 	// latency their latencies.
 	inflight int
@@ -220,7 +225,7 @@ const (
 type PacerState struct {
 	// Window is the number of writes now allowed in flight.
 	Window int
-	// InFlight is the number of writes in flight.
+	// InFlight is the number of writes in flight: sent, not answered.
 	InFlight int
 	// SmoothedLatency is the recent average time a write took.
 	SmoothedLatency time.Duration
@@ -230,6 +235,14 @@ type PacerState struct {
 	Knee float64
 	// Decision is the last decision.
 	Decision PacerDecision
+	// Rate is the writes answered per second over the last epoch.
+	Rate float64
+	// QPS is the rate cap the writes are sent under, 0 for none.
+	QPS float64
+	// RateWindow is the most writes in flight the rate cap allows at the
+	// smoothed latency (QPS times it, a fifth above, rounded up); 0
+	// without a cap. No more are in flight than both it and Window allow.
+	RateWindow int
 }
 
 const (
@@ -431,6 +444,7 @@ func (p *pacer) release(t ticket, latency time.Duration, o outcome) (kept bool) 
 		}
 		return p.inflight <= p.roomLocked()
 	}
+	p.epoch.done++
 	if t.generation == p.epoch.generation {
 		p.epoch.answers++
 		p.epoch.inflight += t.inflight
@@ -465,6 +479,7 @@ func (p *pacer) endEpoch(now time.Time, latency time.Duration) {
 	answers := float64(p.epoch.answers)
 	inflight := float64(p.epoch.inflight) / answers
 	point := curvePoint{inflight: inflight, rate: inflight / (p.epoch.latency.Seconds() / answers)}
+	p.rate = float64(p.epoch.done) / now.Sub(p.epoch.start).Seconds()
 	p.newEpoch(now)
 	if p.qps > 0 && p.rateWindowLocked() <= int(p.limit) {
 		// The cap set the rate, at every writes in flight alike: the
@@ -636,7 +651,12 @@ func (p *pacer) state() PacerState {
 }
 
 func (p *pacer) stateLocked() PacerState {
-	return PacerState{
-		Window: int(p.limit), InFlight: p.inflight, SmoothedLatency: p.smoothed, Knee: p.knee, Decision: p.last,
+	s := PacerState{
+		Window: int(p.limit), InFlight: p.inflight - p.waiting, SmoothedLatency: p.smoothed, Knee: p.knee, Decision: p.last,
+		Rate: p.rate, QPS: p.qps,
 	}
+	if p.qps > 0 {
+		s.RateWindow = p.rateWindowLocked()
+	}
+	return s
 }

@@ -117,6 +117,12 @@ func TestPacerUnderARateCapKeepsWhatTheRateNeedsInFlight(t *testing.T) {
 			if w := sim.p.window(); w != initialWindow || decisions[PacerGrow]+decisions[PacerKnee] > 0 {
 				t.Errorf("window %d after decisions %v, want it held at %d: the cap, not the server, set the rate", w, decisions, initialWindow)
 			}
+			// What status shows: the rate measured, the cap, and the
+			// writes in flight the cap allows.
+			st := sim.p.state()
+			if st.Rate < 95 || st.Rate > 105 || st.QPS != 100 || st.RateWindow != tt.most || st.Decision != PacerHold {
+				t.Errorf("state %+v, want about 100 writes/s measured under a cap of 100 that allows %d in flight, after a hold", st, tt.most)
+			}
 		})
 	}
 }
@@ -134,6 +140,9 @@ func TestPacerUnderARateCapAboveTheServerFindsTheKnee(t *testing.T) {
 	}
 	if inflight > 40 {
 		t.Errorf("%.1f writes in flight on average, want about the knee's 18, not the configured 256", inflight)
+	}
+	if st := sim.p.state(); st.RateWindow <= st.Window || st.Rate < 0.8*400 {
+		t.Errorf("state %+v, want the cap to allow more writes in flight than the window, at about the server's 400 writes/s", st)
 	}
 }
 
@@ -191,7 +200,7 @@ func TestPacerWaitsForTheRateWithItsPlaceTaken(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	_, cancelled := send(ctx)
 	turn, done = send(context.Background())
-	for p.state().InFlight != 3 {
+	for waitingFor(p) != 2 {
 		time.Sleep(time.Millisecond)
 	}
 	close(turn)
@@ -204,7 +213,14 @@ func TestPacerWaitsForTheRateWithItsPlaceTaken(t *testing.T) {
 	if second.err != nil || second.tk.inflight != 2 {
 		t.Errorf("second write sent with %d in flight (%v), want 2: the first, and itself", second.tk.inflight, second.err)
 	}
-	if st := p.state(); st.InFlight != 2 {
-		t.Errorf("%d places taken after the cancelled write gave its up, want 2", st.InFlight)
+	if st := p.state(); st.InFlight != 2 || waitingFor(p) != 0 {
+		t.Errorf("%d writes in flight and %d waiting after the cancelled write gave its place up, want 2 and none", st.InFlight, waitingFor(p))
 	}
+}
+
+// waitingFor is the number of places whose writes wait for the rate.
+func waitingFor(p *pacer) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.waiting
 }

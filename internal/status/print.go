@@ -170,7 +170,8 @@ func writeMigrations(b *strings.Builder, r *Report, wide bool) {
 // writePacing says, under the migrations, how adaptive pacing drives each
 // running migration of svm's: a sentence per migration, wrapped at
 // TableWidth, since its figures need their words (in flight of a window,
-// at a knee) to be read right.
+// at a knee) to be read right. Under a qps cap it says what the cap
+// allows beside the window, since either may be what holds svm back.
 func writePacing(b *strings.Builder, migrations []Migration) {
 	for _, m := range migrations {
 		p := m.Pacing
@@ -181,9 +182,24 @@ func writePacing(b *strings.Builder, migrations []Migration) {
 		if p.KneeWrites > 0 {
 			knee = fmt.Sprintf("%d writes in flight get 0.95 of the best rate measured", p.KneeWrites)
 		}
-		writeWrapped(b, fmt.Sprintf("Pacing %s: %d writes in flight of a window of %d; writes take %s (smoothed); %s. Last decision %s.",
-			oneLine(m.Name), p.WritesInFlight, p.Window, p.SmoothedLatency.Duration, knee, cmp.Or(p.LastDecision, "none")))
+		flight := fmt.Sprintf(", %s in flight of a window of %d; writes take %s (smoothed)",
+			writes(p.WritesInFlight), p.Window, p.SmoothedLatency.Duration)
+		if p.QPS != nil {
+			qps := strconv.FormatFloat(p.QPS.AsApproximateFloat64(), 'f', -1, 64)
+			flight = fmt.Sprintf(" under --qps %s: %s in flight, of the %d the rate needs at %s a write (smoothed) and a window of %d",
+				qps, writes(p.WritesInFlight), p.RateWindow, p.SmoothedLatency.Duration, p.Window)
+		}
+		writeWrapped(b, fmt.Sprintf("Pacing %s: %d writes/s%s; %s. Last decision %s.",
+			oneLine(m.Name), p.WritesPerSecond, flight, knee, cmp.Or(p.LastDecision, "none")))
 	}
+}
+
+// writes is n writes, in words.
+func writes(n int32) string {
+	if n == 1 {
+		return "1 write"
+	}
+	return fmt.Sprintf("%d writes", n)
 }
 
 func writeStorageStates(b *strings.Builder, r *Report) {

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	storagemigrationv1 "k8s.io/api/storagemigration/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
@@ -275,6 +276,8 @@ func TestStatusGolden(t *testing.T) {
 		// Pacing is shown for running migrations only: a finished one's
 		// last status.pacing is history.
 		{name: "running-paced", in: svmInput(paced(runningWithEstimate, 18), paced(runningWithoutEstimate, 0), paced(succeeded, 12))},
+		// Under --qps: the cap, and the writes in flight it allows.
+		{name: "running-paced-qps", in: svmInput(pacedAt(runningWithEstimate, "100"), pacedAt(runningWithoutEstimate, "2.5"))},
 		{name: "succeeded", in: svmInput(succeeded)},
 		{name: "failed-long-message", in: svmInput(failedLong, notFound)},
 		{name: "retrying", in: svmInput(retrying)},
@@ -372,11 +375,24 @@ func TestStatusGolden(t *testing.T) {
 func paced(m migrationv1alpha1.StorageVersionMigration, knee int32) migrationv1alpha1.StorageVersionMigration {
 	m = *m.DeepCopy()
 	m.Status.Pacing = &migrationv1alpha1.MigrationPacing{
-		WritesInFlight: 21, Window: 22, SmoothedLatency: metav1.Duration{Duration: 58 * time.Millisecond},
+		WritesPerSecond: 362, // 21 writes in flight / 58ms, by Little's law
+		WritesInFlight:  21, Window: 22, SmoothedLatency: metav1.Duration{Duration: 58 * time.Millisecond},
 		KneeWrites: knee, LastDecision: "Knee",
 	}
 	if knee == 0 {
 		m.Status.Pacing.LastDecision = "Grow"
+	}
+	return m
+}
+
+// pacedAt is m with status.pacing as svm's engine writes it under --qps:
+// the cap held the writes in flight under the window.
+func pacedAt(m migrationv1alpha1.StorageVersionMigration, qps string) migrationv1alpha1.StorageVersionMigration {
+	m = *m.DeepCopy()
+	q := resource.MustParse(qps)
+	m.Status.Pacing = &migrationv1alpha1.MigrationPacing{
+		WritesPerSecond: int32(q.AsApproximateFloat64()), QPS: &q, RateWindow: 1,
+		WritesInFlight: 1, Window: 8, SmoothedLatency: metav1.Duration{Duration: 7 * time.Millisecond}, LastDecision: "Hold",
 	}
 	return m
 }

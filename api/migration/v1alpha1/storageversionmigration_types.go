@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -130,8 +131,23 @@ type MigrationProgress struct {
 // MigrationPacing is how many writes svm keeps in flight, and why: adaptive
 // pacing measures the API server's rate against the writes in flight and
 // aims just past the knee of that curve, the fewest writes in flight that
-// get 0.95 of the best rate measured, with a margin above.
+// get 0.95 of the best rate measured, with a margin above. Under a qps
+// cap, svm also keeps no more in flight than the rate needs.
 type MigrationPacing struct {
+	// WritesPerSecond is the rate of the writes answered over pacing's
+	// last epoch (half a second or more), rounded.
+	// +optional
+	WritesPerSecond int32 `json:"writesPerSecond,omitempty"`
+	// QPS is the cap on the requests per second svm sends (its --qps),
+	// shared by the migrations of its process; absent when there is none.
+	// +optional
+	QPS *resource.Quantity `json:"qps,omitempty"`
+	// RateWindow is the most writes in flight the qps cap allows at the
+	// smoothed latency: the rate times the latency, a fifth above, rounded
+	// up. No more are in flight than both it and window allow. Absent
+	// without a cap.
+	// +optional
+	RateWindow int32 `json:"rateWindow,omitempty"`
 	// WritesInFlight is the number of writes sent and not yet answered.
 	WritesInFlight int32 `json:"writesInFlight"`
 	// Window is the most writes pacing allows in flight now.

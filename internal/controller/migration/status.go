@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
@@ -108,13 +109,19 @@ func pacingOf(p *migrator.PacerState) *migrationv1alpha1.MigrationPacing {
 		migrator.PacerGrow: "Grow", migrator.PacerKnee: "Knee", migrator.PacerBackOff: "BackOff",
 		migrator.PacerHold: "Hold",
 	}
-	return &migrationv1alpha1.MigrationPacing{
+	mp := &migrationv1alpha1.MigrationPacing{
+		WritesPerSecond: int32(math.Round(p.Rate)),
+		RateWindow:      int32(p.RateWindow),
 		WritesInFlight:  int32(p.InFlight),
 		Window:          int32(p.Window),
 		SmoothedLatency: metav1.Duration{Duration: p.SmoothedLatency.Round(time.Millisecond)},
 		KneeWrites:      int32(math.Round(p.Knee)),
 		LastDecision:    decision[p.Decision],
 	}
+	if p.QPS > 0 {
+		mp.QPS = resource.NewMilliQuantity(int64(math.Round(1000*p.QPS)), resource.DecimalSI)
+	}
+	return mp
 }
 
 // progressOf is the engine's progress as the API keeps it.

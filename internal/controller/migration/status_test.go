@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/migrator"
@@ -101,6 +103,19 @@ func TestPacingAsShown(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, st.Pacing); diff != "" {
 		t.Errorf("status.pacing (-want +got):\n%s", diff)
+	}
+	// Under a qps cap: the rate measured, the cap, and the writes in
+	// flight it allows.
+	applyState(&st, migrator.State{Pacing: &migrator.PacerState{
+		Window: 8, InFlight: 1, SmoothedLatency: 9 * time.Millisecond, Decision: migrator.PacerHold,
+		Rate: 96.6, QPS: 97.5, RateWindow: 2,
+	}}, "")
+	want = &migrationv1alpha1.MigrationPacing{
+		WritesPerSecond: 97, QPS: ptr.To(resource.MustParse("97.5")), RateWindow: 2,
+		WritesInFlight: 1, Window: 8, SmoothedLatency: metav1.Duration{Duration: 9 * time.Millisecond}, LastDecision: "Hold",
+	}
+	if diff := cmp.Diff(want, st.Pacing); diff != "" {
+		t.Errorf("status.pacing under a cap (-want +got):\n%s", diff)
 	}
 	applyState(&st, migrator.State{}, "")
 	if st.Pacing != nil {
