@@ -61,11 +61,14 @@ func waitStatus(t *testing.T, addr, path string, want int, timeout time.Duration
 // metrics (scraped while it runs and after), its events, and its probes.
 func TestMetricsEventsAndProbes(t *testing.T) {
 	t.Parallel()
-	const n, chunk = 1200, 200
+	const n, chunkSize, qps = 1200, 200, 80
+	// Under --qps a list brings a second's writes at that rate (ten at
+	// least, --chunk-size at most), so each page here is 80 objects.
+	const chunk = min(chunkSize, max(10, qps))
 	env, _ := setup(t, n)
 	metricsAddr, healthAddr := framework.FreeAddress(t), framework.FreeAddress(t)
 	// --qps slows the migration to a dozen seconds or so, time to scrape it.
-	svm := env.StartSVM(t, endpointArgs(metricsAddr, healthAddr, "--qps", "80", "--chunk-size", fmt.Sprint(chunk))...)
+	svm := env.StartSVM(t, endpointArgs(metricsAddr, healthAddr, "--qps", fmt.Sprint(qps), "--chunk-size", fmt.Sprint(chunkSize))...)
 	waitStatus(t, healthAddr, "/readyz", http.StatusOK, 2*time.Minute)
 	waitStatus(t, healthAddr, "/healthz", http.StatusOK, 10*time.Second)
 
@@ -87,7 +90,7 @@ func TestMetricsEventsAndProbes(t *testing.T) {
 		if s.migrated > 0 && s.migrated < n {
 			samples = append(samples, s)
 			decisions := 0.0
-			for _, d := range []string{"grow", "knee", "back-off"} {
+			for _, d := range []string{"grow", "knee", "back-off", "hold"} {
 				decisions += m.Value(pacerDecisions, "resource", widgetsLabel, "decision", d)
 			}
 			pacings = append(pacings, pacing{m.Value(pacerInFlight, "resource", widgetsLabel), m.Value(pacerWindow, "resource", widgetsLabel),
@@ -135,7 +138,11 @@ func TestMetricsEventsAndProbes(t *testing.T) {
 	if last.decisions == 0 || last.latency <= 0 {
 		t.Errorf("pacing during the migration: %+v, want decisions counted and a smoothed latency", last)
 	}
-	if !strings.Contains(statusShown, "Pacing widgets: ") || !strings.Contains(statusShown, " writes in flight of a window of ") {
+	// Under --qps the line names the cap, and the writes in flight the
+	// rate needs beside the window (internal/status/testdata/running-paced-qps.txt).
+	shown := strings.Join(strings.Fields(statusShown), " ") // unwrapped
+	if !strings.Contains(shown, "Pacing widgets: ") || !strings.Contains(shown, fmt.Sprintf(" under --qps %d: ", qps)) ||
+		!strings.Contains(shown, " in flight, of the ") || !strings.Contains(shown, " a window of ") {
 		t.Errorf("svm status during the migration, with status.pacing set, does not show its pacing:\n%s", statusShown)
 	}
 
