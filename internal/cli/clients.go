@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -22,6 +23,10 @@ type EngineFlags struct {
 	QPS       float64
 	Burst     int
 	ChunkSize int64
+	// ChunkBytes is --chunk-bytes as given, a quantity such as 8Mi;
+	// validate parses it into chunkBytes.
+	ChunkBytes string
+	chunkBytes int64
 	// AdaptivePacing lets the engine choose the writes in flight from the
 	// API server's rate curve (see migrator's pacer).
 	AdaptivePacing bool
@@ -32,11 +37,14 @@ func (f *EngineFlags) addFlags(fs interface {
 	Float64Var(*float64, string, float64, string)
 	Int64Var(*int64, string, int64, string)
 	BoolVar(*bool, string, bool, string)
+	StringVar(*string, string, string, string)
 }) {
 	fs.IntVar(&f.Workers, "workers", migrator.DefaultWorkers, "the most writes in flight per migration; with adaptive pacing, how many below it is decided by the API server's latency")
 	fs.Float64Var(&f.QPS, "qps", 0, "requests per second to the API server, shared by all migrations (0: unlimited)")
 	fs.IntVar(&f.Burst, "burst", migrator.DefaultBurst, "requests sent at once at most under --qps; 1 spaces them evenly, which costs other clients the least")
 	fs.Int64Var(&f.ChunkSize, "chunk-size", 500, "the most objects listed per request; under --qps, a list brings about a second's writes at that rate at most")
+	fs.StringVar(&f.ChunkBytes, "chunk-bytes", resource.NewQuantity(migrator.DefaultChunkBytes, resource.BinarySI).String(),
+		"bytes of object metadata a list brings at most, such as 8Mi: each list asks for as many objects as fit at the size of the last chunk's, and one that reaches it first is cut and asked again for fewer; with --chunk-size, bounds what svm holds (docs/design.md)")
 	fs.BoolVar(&f.AdaptivePacing, "adaptive-pacing", true, "keep the writes in flight just past the knee of the API server's rate curve (the fewest that get 0.95 of the best rate measured, with a margin above), and halve them when it throttles or its rate collapses (--workers is the most; --qps stays a hard cap)")
 }
 
@@ -51,6 +59,11 @@ func (f *EngineFlags) validate() error {
 	case f.ChunkSize < 1:
 		return fmt.Errorf("--chunk-size must be at least 1, got %d", f.ChunkSize)
 	}
+	q, err := resource.ParseQuantity(f.ChunkBytes)
+	if err != nil || q.Sign() <= 0 {
+		return fmt.Errorf("--chunk-bytes must be a positive quantity of bytes such as 8Mi, got %q", f.ChunkBytes)
+	}
+	f.chunkBytes = q.Value()
 	return nil
 }
 
@@ -60,7 +73,7 @@ func (f *EngineFlags) validate() error {
 func (f *EngineFlags) newMigrator(cfg *rest.Config, observer migrator.Observer) (*migrator.Migrator, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = -1, 0, nil
-	opts := migrator.Options{ChunkSize: f.ChunkSize, Workers: f.Workers, Observer: observer, DisablePacing: !f.AdaptivePacing}
+	opts := migrator.Options{ChunkSize: f.ChunkSize, ChunkBytes: f.chunkBytes, Workers: f.Workers, Observer: observer, DisablePacing: !f.AdaptivePacing}
 	if f.QPS > 0 {
 		opts.Limiter = migrator.NewLimiter(f.QPS, f.Burst)
 	}

@@ -139,7 +139,7 @@ func (o *RetireOptions) Complete(ctx context.Context) error {
 func (o *RetireOptions) Run(ctx context.Context) error {
 	opts := migrate.RetireOptions{
 		Options: migrate.Options{
-			Workers: o.Engine.Workers, QPS: o.Engine.QPS, Burst: o.Engine.Burst, ChunkSize: o.Engine.ChunkSize,
+			Workers: o.Engine.Workers, QPS: o.Engine.QPS, Burst: o.Engine.Burst, ChunkSize: o.Engine.ChunkSize, ChunkBytes: o.Engine.chunkBytes,
 			DisableAdaptivePacing: !o.Engine.AdaptivePacing, CRDDrainMargin: o.CRDDrainMargin,
 			OnDrainWait: func(until time.Time) {
 				fmt.Fprintf(o.ErrOut, "waiting until %s (%s) for writes the API servers accepted under the previous storage version to land (--crd-drain-margin %s)\n",

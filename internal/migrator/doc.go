@@ -7,8 +7,14 @@
 //
 // The resource is listed in chunks (500 objects by default) with continue
 // tokens, asking only for object metadata (PartialObjectMetadata): svm needs
-// nothing else, so its memory depends on the chunk size alone, whatever the
-// size or number of objects, and it never receives an object's content.
+// nothing else, and it never receives an object's content. Metadata can
+// still be large (256 KiB of annotations per object), so a list's answer
+// is read as a stream, one object at a time, keeping four fields of each
+// (see listChunk); each list asks for as many objects as fit
+// Options.ChunkBytes at the size of the last chunk's, and one whose objects
+// reach it first is cut and asked again for fewer (see chunkSizer). What
+// a list brings and what svm holds are bounded whatever the objects' size
+// and order, and a write's answer is read only to its resourceVersion.
 //
 // Every listed object is rewritten with a JSON merge patch that carries
 // only metadata.uid and metadata.resourceVersion. The patch cannot change

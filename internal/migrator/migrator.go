@@ -40,6 +40,12 @@ type Options struct {
 	// Under a Limiter, a list brings about a second's writes at its rate
 	// at most (see chunkAtRate).
 	ChunkSize int64
+	// ChunkBytes is the most bytes of object metadata a list brings
+	// (decoded JSON), and with ChunkSize bounds what a chunk holds: each
+	// list asks for as many objects as fit at the size of the last
+	// chunk's, and one whose objects reach it first is cut and asked
+	// again for those that fit. Default DefaultChunkBytes.
+	ChunkBytes int64
 	// Workers is the most writes a migration has in flight; adaptive
 	// pacing decides how many below it. Default 64.
 	Workers int
@@ -87,6 +93,9 @@ func (o Options) withDefaults() Options {
 		o.ChunkSize = 500
 	}
 	o.ChunkSize = chunkAtRate(o.ChunkSize, o.Limiter)
+	if o.ChunkBytes <= 0 {
+		o.ChunkBytes = DefaultChunkBytes
+	}
 	if o.Workers <= 0 {
 		o.Workers = DefaultWorkers
 	}
@@ -125,22 +134,37 @@ func (o Options) withDefaults() Options {
 type Migrator struct {
 	// metadata lists, writes, watches for others' writes and reads
 	// objects for managedFields: the engine needs nothing but metadata.
-	metadata  metadata.Interface
+	metadata metadata.Interface
+	// rest lists and writes, and decodes the answers as they arrive
+	// (see listChunk and patch).
+	rest      rest.Interface
 	discovery discovery.DiscoveryInterface
 	opts      Options
 }
 
 // New returns a Migrator that sends its requests with cfg.
 func New(cfg *rest.Config, opts Options) (*Migrator, error) {
-	md, err := metadata.NewForConfig(cfg)
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("build the HTTP client: %w", err)
+	}
+	md, err := metadata.NewForConfigAndClient(cfg, httpClient)
 	if err != nil {
 		return nil, fmt.Errorf("build the metadata client: %w", err)
 	}
-	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	// The metadata client's settings, for the requests it cannot make:
+	// lists and writes whose answers are read as a stream.
+	restCfg := metadata.ConfigFor(cfg)
+	restCfg.GroupVersion, restCfg.APIPath = &schema.GroupVersion{}, "/"
+	rc, err := rest.RESTClientForConfigAndClient(restCfg, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("build the REST client: %w", err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, httpClient)
 	if err != nil {
 		return nil, fmt.Errorf("build the discovery client: %w", err)
 	}
-	return &Migrator{metadata: md, discovery: disc, opts: opts.withDefaults()}, nil
+	return &Migrator{metadata: md, rest: rc, discovery: disc, opts: opts.withDefaults()}, nil
 }
 
 // Progress counts the objects a migration has handled. Every listed
@@ -310,6 +334,10 @@ func (m *Migrator) migrate(ctx context.Context, req Request) (Result, error) {
 		res.LeftEntries = slices.Clone(req.Resume.LeftEntries)
 	}
 	run := &run{m: m, req: req, res: &res, saved: res.State, gr: req.Resource.GroupResource(), observer: m.opts.Observer}
+	run.sizer = chunkSizer{most: m.opts.ChunkSize, budget: m.opts.ChunkBytes}
+	if req.ManagedFields != nil {
+		run.keep = req.ManagedFields.Names
+	}
 	if !m.opts.DisablePacing {
 		run.pacer = newPacer(m.opts.Workers, time.Now)
 		gr := req.Resource.GroupResource()
@@ -408,6 +436,11 @@ type run struct {
 	saved State
 	// pacer adapts the writes in flight to the server; nil when off.
 	pacer *pacer
+	// sizer chooses each list's limit; only the goroutine that lists
+	// uses it, one list at a time.
+	sizer chunkSizer
+	// keep says which listed managedFields to keep; nil: none.
+	keep func([]metav1.ManagedFieldsEntry) bool
 	// changes knows objects written by others since the checkpoint; nil
 	// when off. Its watch starts at the first sign of another writer.
 	changes   *changes
@@ -490,16 +523,24 @@ func (r *run) prefetch(ctx context.Context, token string) <-chan listing {
 }
 
 // list lists the chunk that token continues from (the first when empty),
-// with retries.
+// with retries, within Options.ChunkBytes (see chunkSizer).
 func (r *run) list(ctx context.Context, token string) (*metav1.PartialObjectMetadataList, error) {
+	limit := r.sizer.limit()
 	for {
-		var list *metav1.PartialObjectMetadataList
+		var l listed
 		err := r.retry(ctx, "list", func(ctx context.Context) error {
 			var err error
-			list, err = r.listChunk(ctx, token)
+			l, err = r.listChunk(ctx, token, limit)
 			return err
 		})
 		switch {
+		case err == nil && l.cut:
+			// The objects are larger than the last chunk's: ask again,
+			// from the same token, for those that fit. A continue token
+			// lists from one snapshot, so these are the same objects, and
+			// the answer brings no more than was read.
+			limit = int64(len(l.list.Items))
+			continue
 		case (apierrors.IsResourceExpired(err) || apierrors.IsGone(err)) && token != "":
 			// The continue token expired (etcd compacted past its snapshot).
 			// The server may offer an inconsistent token that continues from
@@ -510,7 +551,8 @@ func (r *run) list(ctx context.Context, token string) (*metav1.PartialObjectMeta
 		case err != nil:
 			return nil, classifyListError(r.req.Resource, err)
 		}
-		return list, nil
+		r.sizer.seen(len(l.list.Items), l.bytes)
+		return l.list, nil
 	}
 }
 

@@ -34,6 +34,12 @@ type Options struct {
 	// grows with it, not with the number of objects. 0 means 500. Under
 	// QPS, a list brings about a second's writes at that rate at most.
 	ChunkSize int64
+	// ChunkBytes is the most bytes of object metadata one list brings:
+	// each list asks for as many objects as fit at the size of the last
+	// chunk's, and one whose objects reach it first is asked again for
+	// fewer. With ChunkSize it bounds the memory a migration holds,
+	// whatever the objects' size. 0 means 8 MiB.
+	ChunkBytes int64
 	// FieldManager names the writes in the API server's audit log, and
 	// the update of a CRD's status. "" means DefaultFieldManager.
 	FieldManager string
@@ -78,6 +84,8 @@ func (o Options) validate() error {
 		return terminal(ReasonInvalidOptions, "burst must not be negative, got %d", o.Burst)
 	case o.ChunkSize < 0:
 		return terminal(ReasonInvalidOptions, "chunk size must not be negative, got %d", o.ChunkSize)
+	case o.ChunkBytes < 0:
+		return terminal(ReasonInvalidOptions, "chunk bytes must not be negative, got %d", o.ChunkBytes)
 	}
 	return nil
 }
@@ -85,7 +93,7 @@ func (o Options) validate() error {
 // engineOptions are the engine's options for o: the engine's defaults
 // fill the zero values.
 func (o Options) engineOptions() migrator.Options {
-	opts := migrator.Options{Workers: o.Workers, ChunkSize: o.ChunkSize, FieldManager: o.FieldManager, DisablePacing: o.DisableAdaptivePacing}
+	opts := migrator.Options{Workers: o.Workers, ChunkSize: o.ChunkSize, ChunkBytes: o.ChunkBytes, FieldManager: o.FieldManager, DisablePacing: o.DisableAdaptivePacing}
 	if o.QPS > 0 {
 		opts.Limiter = migrator.NewLimiter(o.QPS, o.Burst)
 	}

@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
 	"github.com/svm-project/svm/internal/apiservers"
@@ -212,7 +211,6 @@ type retirement struct {
 	opts      RetireOptions
 	crds      apiextensionsclient.Interface
 	dynamic   dynamic.Interface
-	metadata  metadata.Interface
 	discovery discovery.DiscoveryInterface
 	kube      kubernetes.Interface
 
@@ -229,9 +227,6 @@ func newRetirement(cfg *rest.Config, gvr schema.GroupVersionResource, opts Retir
 	}
 	if r.dynamic, err = dynamic.NewForConfig(cfg); err != nil {
 		return nil, terminal(ReasonInvalidOptions, "build dynamic client: %w", err)
-	}
-	if r.metadata, err = metadata.NewForConfig(cfg); err != nil {
-		return nil, terminal(ReasonInvalidOptions, "build metadata client: %w", err)
 	}
 	if r.kube, err = kubernetes.NewForConfig(cfg); err != nil {
 		return nil, terminal(ReasonInvalidOptions, "build clientset: %w", err)
@@ -379,32 +374,18 @@ func (r *retirement) storedPerStorageState(ctx context.Context) (bool, string, e
 }
 
 // count counts the objects, and those whose managedFields name the
-// version retired.
+// version retired, listing them as a migration does: within
+// Options.ChunkBytes, the answers decoded as they arrive.
 func (r *retirement) count(ctx context.Context, res *RetireResult) error {
+	m, err := newEngine(r.cfg, r.opts.Options)
+	if err != nil {
+		return err
+	}
 	rt := managedfields.Retarget{Retired: []string{r.retired()}}
-	token := ""
-	for {
-		list, err := r.metadata.Resource(r.target).List(ctx, metav1.ListOptions{Limit: r.chunkSize(), Continue: token})
-		if err != nil {
-			return fmt.Errorf("list %s: %w", resources.DisplayName(r.target.GroupResource()), err)
-		}
-		for i := range list.Items {
-			res.Objects++
-			if rt.Names(list.Items[i].ManagedFields) {
-				res.NamingVersion++
-			}
-		}
-		if token = list.Continue; token == "" {
-			return nil
-		}
-	}
-}
-
-func (r *retirement) chunkSize() int64 {
-	if r.opts.ChunkSize > 0 {
-		return r.opts.ChunkSize
-	}
-	return 500
+	objects, naming, err := m.Count(ctx, r.target, rt.Names)
+	res.Objects += objects
+	res.NamingVersion += naming
+	return publicError(resources.DisplayName(r.target.GroupResource()), err)
 }
 
 // usage reads every API server's requests for the version retired.
