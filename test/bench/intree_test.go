@@ -279,11 +279,65 @@ func (it *inTreeRun) cleanup(w *workload) func(b *testing.B, prefix string, u *u
 // dated is when, counted from the migration's creation, etcd had first
 // reached revision.
 func (it *inTreeRun) dated(revision int64) time.Duration {
-	i := slices.IndexFunc(it.samples, func(s revisionSample) bool { return s.revision >= revision })
+	return datedIn(it.samples, it.created, revision)
+}
+
+// datedIn is when, counted from since, etcd had first reached revision
+// in samples; 0 when no sample did.
+func datedIn(samples []revisionSample, since time.Time, revision int64) time.Duration {
+	i := slices.IndexFunc(samples, func(s revisionSample) bool { return s.revision >= revision })
 	if i < 0 {
 		return 0
 	}
-	return it.samples[i].at.Sub(it.created)
+	return samples[i].at.Sub(since)
+}
+
+// writeSpan dates a strategy's first and last write from etcd, as the
+// in-tree migrator's are (see inTreeRun.cleanup): the lowest and highest
+// revision at which an object of the resource was last written, dated by
+// the first revision sample that saw it.
+type writeSpan struct {
+	started     time.Time
+	samples     []revisionSample
+	first, last time.Duration
+}
+
+// wrap returns s with its run sampled and its writes dated into d.
+func (d *writeSpan) wrap(s strategy) strategy {
+	run, prepare := s.run, s.prepare
+	s.run = func(ctx context.Context, w *workload) (usage, error) {
+		sampleCtx, stop := context.WithCancel(ctx)
+		var sampling sync.WaitGroup
+		d.samples, d.started = nil, time.Now()
+		sampling.Go(func() { d.samples = sampleRevisions(sampleCtx, w) })
+		u, err := run(ctx, w)
+		stop()
+		sampling.Wait()
+		if s, err := sampleRevision(ctx, w); err == nil {
+			d.samples = append(d.samples, s)
+		}
+		return u, err
+	}
+	s.prepare = func(b *testing.B, w *workload) func(*testing.B, string, *usage) {
+		var cleanup func(*testing.B, string, *usage)
+		if prepare != nil {
+			cleanup = prepare(b, w)
+		}
+		return func(b *testing.B, prefix string, u *usage) {
+			var first, last int64
+			for _, rev := range w.env.ModRevisions(b, prefix) {
+				if first == 0 || rev < first {
+					first = rev
+				}
+				last = max(last, rev)
+			}
+			d.first, d.last = datedIn(d.samples, d.started, first), datedIn(d.samples, d.started, last)
+			if cleanup != nil {
+				cleanup(b, prefix, u)
+			}
+		}
+	}
+	return s
 }
 
 // sampleRevisions reads etcd's revision every 100 ms until ctx ends. It

@@ -23,7 +23,8 @@ import (
 // (from its first write to its last, dated from etcd): before its first
 // write it waits for its garbage collector's cache, and reads sent then
 // would make it look cheaper than it is. svm's is read over its whole
-// pass, its lists included. SVM_BENCH_AT_RATE_FLAGS adds flags to svm's
+// pass, its start and lists included, and again over the same kind of
+// window as the in-tree migrator's (its writes dated the same way). SVM_BENCH_AT_RATE_FLAGS adds flags to svm's
 // --qps, one pass of svm for each set (sets apart by ";"; an empty set is
 // svm's defaults at that rate), to tell apart what its price comes from.
 // A set whose first word is svm=PATH runs the svm binary at PATH (a build
@@ -62,12 +63,21 @@ func equalRatePrice(b *testing.B, n, rounds int) ([]result, string) {
 				build = filepath.Base(binary)
 			}
 			name := strings.Join(append([]string{build + " --qps " + qps}, flags...), " ")
-			s, svmIdle, reads := sharedPass(b, env, w, probe, svmBuildShared(b, env, binary, name+" (the in-tree migrator's rate)", append([]string{"--qps", qps}, flags...)...))
+			var span writeSpan
+			s, svmIdle, reads := sharedPass(b, env, w, probe, span.wrap(svmBuildShared(b, env, binary, name+" (the in-tree migrator's rate)", append([]string{"--qps", qps}, flags...)...)))
 			row(round, name, s.rate(), svmIdle, latencies(reads, time.Time{}, time.Time{}))
+			// The same pass over the in-tree migrator's kind of window:
+			// from its first write to its last, its start and first list
+			// left out as the in-tree migrator's are.
+			if span.last <= span.first {
+				b.Fatalf("round %d: %s's writes could not be dated from etcd", round, name)
+			}
+			row(round, name+", while writing", float64(n)/(span.last-span.first).Seconds(), svmIdle,
+				latencies(reads, span.started.Add(span.first), span.started.Add(span.last)))
 			results = append(results, s)
 		}
 	}
-	note := fmt.Sprintf("The price to another client at one rate (%d objects; the client reads a ConfigMap 20 times a second as an ordinary ServiceAccount; kube-controller-manager with the admin's credentials, svm as its ServiceAccount with `--qps` set to the rate at which the in-tree migrator wrote in the same round; the in-tree migrator's price from the reads sent between its first and last write):\n\n%s",
+	note := fmt.Sprintf("The price to another client at one rate (%d objects; the client reads a ConfigMap 20 times a second as an ordinary ServiceAccount; kube-controller-manager with the admin's credentials, svm as its ServiceAccount with `--qps` set to the rate at which the in-tree migrator wrote in the same round; the in-tree migrator's price from the reads sent between its first and last write, svm's from every read sent while its process ran and, in its rows marked while writing, from those sent between its first and last write):\n\n%s",
 		n, strings.Join(rows, "\n"))
 	b.Log(note)
 	return results, note
