@@ -686,24 +686,7 @@ func unstructuredOf(obj map[string]any) *unstructured.Unstructured {
 }
 
 // vmHWM is the peak resident set of process pid in bytes, 0 once it is gone.
-func vmHWM(pid int) int64 { return procStatus(pid, "VmHWM:") }
+func vmHWM(pid int) int64 { return framework.PeakRSS(pid) }
 
 // vmRSS is the resident set of process pid in bytes, 0 once it is gone.
-func vmRSS(pid int) int64 { return procStatus(pid, "VmRSS:") }
-
-// procStatus is the field of /proc/<pid>/status given in kB, in bytes.
-func procStatus(pid int, field string) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, field); ok {
-			var kb int64
-			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err == nil {
-				return kb * 1024
-			}
-		}
-	}
-	return 0
-}
+func vmRSS(pid int) int64 { return framework.RSS(pid) }

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -100,7 +99,7 @@ func migratePeakRSS(t *testing.T, env *framework.Env, resource string) (int64, s
 	go func() {
 		defer close(sampled)
 		for {
-			hwm := vmHWM(cmd.Process.Pid)
+			hwm := framework.PeakRSS(cmd.Process.Pid)
 			if hwm == 0 && peak.Load() > 0 {
 				return // exited
 			}
@@ -114,21 +113,4 @@ func migratePeakRSS(t *testing.T, env *framework.Env, resource string) (int64, s
 		t.Fatalf("svm migrate: %v\n%s", err, out.String())
 	}
 	return peak.Load(), out.String()
-}
-
-// vmHWM is process pid's peak resident set in bytes, 0 once it is gone.
-func vmHWM(pid int) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for line := range strings.Lines(string(data)) {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			var kb int64
-			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err == nil {
-				return kb * 1024
-			}
-		}
-	}
-	return 0
 }
