@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -261,20 +260,7 @@ func (c *controllerRun) prepare(b *testing.B, w *workload) func(b *testing.B, pr
 	}
 }
 
-func (c *controllerRun) stop() {
-	if c.cmd == nil || c.cmd.ProcessState != nil {
-		return
-	}
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = c.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-done
-	}
-}
+func (c *controllerRun) stop() { stopProcess(c.cmd, 30*time.Second) }
 
 // run creates the pass's migration and polls it until svm has set
 // Succeeded, sampling the controller's peak RSS meanwhile.

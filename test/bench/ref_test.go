@@ -108,17 +108,21 @@ func (r *refRun) prepare(b *testing.B, w *workload) func(b *testing.B, prefix st
 	}
 }
 
-func (r *refRun) stop() {
-	if r.cmd == nil || r.cmd.ProcessState != nil {
+func (r *refRun) stop() { stopProcess(r.cmd, 10*time.Second) }
+
+// stopProcess stops cmd's process, if it runs, with SIGTERM, and kills it
+// if it has not exited after grace.
+func stopProcess(cmd *exec.Cmd, grace time.Duration) {
+	if cmd == nil || cmd.ProcessState != nil {
 		return
 	}
-	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan struct{})
-	go func() { _ = r.cmd.Wait(); close(done) }()
+	go func() { _ = cmd.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = r.cmd.Process.Kill()
+	case <-time.After(grace):
+		_ = cmd.Process.Kill()
 		<-done
 	}
 }
