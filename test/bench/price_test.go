@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"os"
@@ -9,6 +10,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/svm-project/svm/test/framework"
 )
 
 // equalRatePrice measures what each migrator costs another client at the
@@ -29,7 +38,11 @@ import (
 // svm's defaults at that rate), to tell apart what its price comes from.
 // A set whose first word is svm=PATH runs the svm binary at PATH (a build
 // of an earlier commit) with the rest: what a change bought, measured in
-// the same rounds as the change.
+// the same rounds as the change. SVM_BENCH_AT_RATE_WRITERS adds
+// pacedWriters at the same rate (admin-listed, svm-listed, svm-lists,
+// apart by ","): what of svm's price its credentials and priority level,
+// its lists, or the rest of its process make. SVM_BENCH_AT_RATE_QPS sets
+// the rate and leaves the in-tree migrator out.
 func equalRatePrice(b *testing.B, n, rounds int) ([]result, string) {
 	env, w, probe := sharedServer(b, "custom resources, the price to another client at the in-tree migrator's rate", n)
 	var results []result
@@ -44,15 +57,18 @@ func equalRatePrice(b *testing.B, n, rounds int) ([]result, string) {
 	for round := 1; round <= rounds; round++ {
 		// The in-tree migrator, its idle reads taken once
 		// kube-controller-manager has started and is quiet.
-		it := &inTreeRun{}
-		r, idle, reads := sharedPass(b, env, w, probe, it.strategy())
-		figs := r.passes[0].usage.inTree
-		if figs == nil || figs.lastWrite <= figs.firstWrite {
-			b.Fatalf("round %d: the in-tree migrator's writes could not be dated from etcd", round)
+		rate := float64(envInt("SVM_BENCH_AT_RATE_QPS", 0))
+		if rate == 0 {
+			it := &inTreeRun{}
+			r, idle, reads := sharedPass(b, env, w, probe, it.strategy())
+			figs := r.passes[0].usage.inTree
+			if figs == nil || figs.lastWrite <= figs.firstWrite {
+				b.Fatalf("round %d: the in-tree migrator's writes could not be dated from etcd", round)
+			}
+			rate = float64(n) / (figs.lastWrite - figs.firstWrite).Seconds()
+			row(round, inTreeName, rate, idle, latencies(reads, it.created.Add(figs.firstWrite), it.created.Add(figs.lastWrite)))
+			results = append(results, r)
 		}
-		rate := float64(n) / (figs.lastWrite - figs.firstWrite).Seconds()
-		row(round, inTreeName, rate, idle, latencies(reads, it.created.Add(figs.firstWrite), it.created.Add(figs.lastWrite)))
-		results = append(results, r)
 
 		// svm at that rate.
 		qps := strconv.Itoa(int(math.Round(rate)))
@@ -73,6 +89,22 @@ func equalRatePrice(b *testing.B, n, rounds int) ([]result, string) {
 				b.Fatalf("round %d: %s's writes could not be dated from etcd", round, name)
 			}
 			row(round, name+", while writing", float64(n)/(span.last-span.first).Seconds(), svmIdle,
+				latencies(reads, span.started.Add(span.first), span.started.Add(span.last)))
+			results = append(results, s)
+		}
+		// Writers reduced to the writes, at the same rate.
+		for _, kind := range strings.Fields(strings.ReplaceAll(os.Getenv("SVM_BENCH_AT_RATE_WRITERS"), ",", " ")) {
+			kubeconfig := ""
+			if strings.HasPrefix(kind, "svm") {
+				kubeconfig = env.ServiceAccountKubeconfig(b, "svm-system", "svm-controller")
+			}
+			name := fmt.Sprintf("writer %s --qps %s", kind, qps)
+			var span writeSpan
+			s, idle, reads := sharedPass(b, env, w, probe, span.wrap(pacedWriter(b, env, name, kubeconfig, rate, strings.HasSuffix(kind, "-listed"), int64(math.Round(rate)))))
+			if span.last <= span.first {
+				b.Fatalf("round %d: %s's writes could not be dated from etcd", round, name)
+			}
+			row(round, name+", while writing", float64(n)/(span.last-span.first).Seconds(), idle,
 				latencies(reads, span.started.Add(span.first), span.started.Add(span.last)))
 			results = append(results, s)
 		}
@@ -107,4 +139,77 @@ func flagSets(name string, def [][]string) [][]string {
 		sets = append(sets, strings.Fields(set))
 	}
 	return sets
+}
+
+// pacedWriter is a migrator reduced to its writes, to tell apart what
+// svm's price at one rate comes from: one merge patch of uid and
+// resourceVersion at a time (the in-tree migrator's write and svm's), sent
+// on a ticker at qps, with the credentials of kubeconfig (the admin's when
+// empty). With listed, every object's metadata is listed before the pass,
+// outside its window, as the in-tree migrator reads its garbage
+// collector's cache; otherwise it lists chunk objects at a time between
+// its writes, as svm does.
+func pacedWriter(b *testing.B, env *framework.Env, name, kubeconfig string, qps float64, listed bool, chunk int64) strategy {
+	cfg := env.Config
+	if kubeconfig != "" {
+		var err error
+		if cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+			b.Fatal(err)
+		}
+	}
+	md := metadata.NewForConfigOrDie(unlimited(cfg))
+	var objs []metav1.PartialObjectMetadata
+	list := func(ctx context.Context, w *workload, cont string, limit int64) ([]metav1.PartialObjectMetadata, string, error) {
+		l, err := md.Resource(w.resource).List(ctx, metav1.ListOptions{Limit: limit, Continue: cont})
+		if err != nil {
+			return nil, "", err
+		}
+		return l.Items, l.Continue, nil
+	}
+	s := strategy{name: name}
+	if listed {
+		s.prepare = func(b *testing.B, w *workload) func(*testing.B, string, *usage) {
+			var err error
+			if objs, _, err = list(b.Context(), w, "", 0); err != nil {
+				b.Fatal(err)
+			}
+			return nil
+		}
+	}
+	s.run = func(ctx context.Context, w *workload) (usage, error) {
+		tick := time.NewTicker(time.Duration(float64(time.Second) / qps))
+		defer tick.Stop()
+		write := func(o metav1.PartialObjectMetadata) error {
+			<-tick.C
+			body := fmt.Appendf(nil, `{"metadata":{"uid":%q,"resourceVersion":%q}}`, o.UID, o.ResourceVersion)
+			_, err := md.Resource(w.resource).Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, body, fieldManager)
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		}
+		if listed {
+			for _, o := range objs {
+				if err := write(o); err != nil {
+					return usage{}, err
+				}
+			}
+			return usage{}, nil
+		}
+		for cont := ""; ; {
+			items, next, err := list(ctx, w, cont, chunk)
+			if err != nil {
+				return usage{}, err
+			}
+			for _, o := range items {
+				if err := write(o); err != nil {
+					return usage{}, err
+				}
+			}
+			if cont = next; cont == "" {
+				return usage{}, nil
+			}
+		}
+	}
+	return s
 }

@@ -554,6 +554,15 @@ func svmProcessAs(name, kubeconfig string, args ...string) strategy {
 // rounds as the change.
 func svmBuildAs(binary, name, kubeconfig string, args ...string) strategy {
 	s := strategy{name: name}
+	// Words env:NAME=VALUE are svm's environment, not its flags.
+	var environ []string
+	args = slices.DeleteFunc(slices.Clone(args), func(a string) bool {
+		v, ok := strings.CutPrefix(a, "env:")
+		if ok {
+			environ = append(environ, v)
+		}
+		return ok
+	})
 	s.run = func(ctx context.Context, w *workload) (usage, error) {
 		binary := cmp.Or(binary, svmBinary)
 		path := kubeconfig
@@ -565,6 +574,7 @@ func svmBuildAs(binary, name, kubeconfig string, args ...string) strategy {
 			defer os.Remove(path)
 		}
 		cmd := exec.CommandContext(ctx, binary, append([]string{"migrate", w.svmName, "--kubeconfig", path}, args...)...)
+		cmd.Env = append(os.Environ(), environ...)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
