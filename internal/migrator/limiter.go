@@ -38,8 +38,11 @@ const minRateChunk = 10
 // be gentle, a list of a second's writes is no heavier a moment for the
 // server than the second of writes it feeds.
 func chunkAtRate(chunk int64, l *rate.Limiter) int64 {
-	if l == nil || l.Limit() == rate.Inf {
+	if !capped(l) {
 		return chunk
 	}
 	return min(chunk, max(minRateChunk, int64(math.Ceil(float64(l.Limit())))))
 }
+
+// capped says whether l holds requests to a rate.
+func capped(l *rate.Limiter) bool { return l != nil && l.Limit() != rate.Inf }

@@ -456,10 +456,14 @@ func (r *run) listAndRewrite(ctx context.Context) error {
 	// written, so that the writes never wait for a list. The chunks are
 	// still written one after another, and a chunk's state is saved only
 	// once all its objects are handled: a prefetched list is all that a
-	// stop loses.
+	// stop loses. Under a rate cap, the list is sent once the chunk
+	// before it is written instead: the cap is for gentleness, and a list
+	// sent beside the writes is a request more at the server at once,
+	// where the rate needs only the writes.
 	ctx, cancel := context.WithCancel(ctx)
 	defer r.watching.Wait()
 	defer cancel()
+	ahead := !capped(r.m.opts.Limiter)
 	first := true
 	next := r.prefetch(ctx, r.res.ContinueToken)
 	for {
@@ -468,7 +472,7 @@ func (r *run) listAndRewrite(ctx context.Context) error {
 			return l.err
 		}
 		list := l.list
-		if list.Continue != "" {
+		if list.Continue != "" && ahead {
 			next = r.prefetch(ctx, list.Continue)
 		}
 		if first {
@@ -502,6 +506,9 @@ func (r *run) listAndRewrite(ctx context.Context) error {
 		r.reportProgress()
 		if list.Continue == "" {
 			return nil
+		}
+		if !ahead {
+			next = r.prefetch(ctx, list.Continue)
 		}
 	}
 }

@@ -75,7 +75,7 @@ import (
 //
 // Under a rate cap (--qps), the writes in flight are also held to what
 // the rate needs at the smoothed latency (rateWindow): by Little's law
-// qps times the latency, with rateMargin above. A write waits for the cap
+// qps times the latency, to the nearest whole write. A write waits for the cap
 // with its place in the window taken, so that one held up by a slow
 // answer does not come back with the tokens of the time it waited: the
 // server never gets more of svm's writes at once than the rate needs.
@@ -240,7 +240,7 @@ type PacerState struct {
 	// QPS is the rate cap the writes are sent under, 0 for none.
 	QPS float64
 	// RateWindow is the most writes in flight the rate cap allows at the
-	// smoothed latency (QPS times it, a fifth above, rounded up); 0
+	// smoothed latency (QPS times it, to the nearest whole write); 0
 	// without a cap. No more are in flight than both it and Window allow.
 	RateWindow int
 }
@@ -281,10 +281,6 @@ const (
 	// smoothing is how many answers the smoothed latency roughly
 	// averages, TCP's 8.
 	smoothing = 8
-	// rateMargin is how far above the writes in flight a rate cap needs
-	// (qps times the smoothed latency) it lets them go: answers slower
-	// than the average would otherwise hold svm under the cap.
-	rateMargin = 1.2
 	// initialWindow is the window before anything is measured.
 	initialWindow = 8
 )
@@ -402,10 +398,18 @@ func (p *pacer) rateWindowLocked() int {
 }
 
 // rateWindow is the writes in flight that qps writes per second need when
-// each takes latency: qps times latency (Little's law) with rateMargin
-// above, rounded up, from one to most.
+// each takes latency: qps times latency (Little's law), rounded to the
+// nearest whole write, from one to most. Never rounded up: a window a
+// write above the mean is used only when an answer is slow, which is when
+// the server is busiest, and its second write then waits at the server
+// beside the first, ahead of other clients' requests. One write at a
+// time where the rate needs about one, as the in-tree migrator writes,
+// cost the benchmark's other client half the p99 that two did
+// (docs/benchmarks.md, "The price at one rate"); slow answers then cost
+// rate instead, at worst a third of the cap (when the rate needs just
+// under one and a half writes).
 func rateWindow(qps float64, latency time.Duration, most float64) int {
-	return int(min(most, max(1, math.Ceil(rateMargin*qps*latency.Seconds()))))
+	return int(min(most, max(1, math.Round(qps*latency.Seconds()))))
 }
 
 // wakeLocked hands the room in the window to the writes waiting longest.

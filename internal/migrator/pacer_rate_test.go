@@ -17,9 +17,10 @@ func TestRateWindow(t *testing.T) {
 		want    int
 	}{
 		{"a write ends before the next is due", 100, 5 * time.Millisecond, 64, 1},
-		{"the rate needs a little under one", 100, 8 * time.Millisecond, 64, 1},
-		{"the margin takes it past one", 100, 9 * time.Millisecond, 64, 2},
-		{"a slow server", 100, 100 * time.Millisecond, 64, 12},
+		{"the rate needs a little under one", 100, 9 * time.Millisecond, 64, 1},
+		{"the rate needs a little over one: one, not two", 100, 14 * time.Millisecond, 64, 1},
+		{"one and a half: two", 100, 15 * time.Millisecond, 64, 2},
+		{"a slow server", 100, 100 * time.Millisecond, 64, 10},
 		{"never past the workers", 1000, time.Second, 64, 64},
 		{"a rate under one per second", 0.5, 20 * time.Millisecond, 64, 1},
 	}
@@ -88,14 +89,24 @@ func TestPacerUnderARateCapKeepsWhatTheRateNeedsInFlight(t *testing.T) {
 		// base is a write's time on its own, less 2.5ms.
 		base  time.Duration
 		noise float64
-		// most is the writes in flight the rate allows at that latency
-		// with the margin: 0.9 of one, rounded up, and 1.14.
+		// most is the writes in flight the rate allows at that latency:
+		// qps times it, to the nearest whole write.
 		most int
+		// least is the fewest writes per second the cap of 100 must
+		// give: all of it, but where one write at a time cannot reach
+		// it (answers slower than the 10ms between two writes).
+		least float64
 	}{
-		{"7.5ms a write", 5 * time.Millisecond, 0, 1},
-		{"7.5ms a write, every answer up to a quarter faster or slower", 5 * time.Millisecond, 0.25, 1},
-		{"9.5ms a write", 7 * time.Millisecond, 0, 2},
-		{"9.5ms a write, every answer up to a quarter faster or slower", 7 * time.Millisecond, 0.25, 2},
+		{"7.5ms a write", 5 * time.Millisecond, 0, 1, 97},
+		{"7.5ms a write, every answer up to a quarter faster or slower", 5 * time.Millisecond, 0.25, 1, 97},
+		{"9.5ms a write", 7 * time.Millisecond, 0, 1, 97},
+		// Answers of up to 11.9ms: the slow ones cost rate, not a
+		// second write beside them.
+		{"9.5ms a write, every answer up to a quarter faster or slower", 7 * time.Millisecond, 0.25, 1, 93},
+		// The rate needs 1.2 writes: one at a time, 83 writes/s.
+		{"12ms a write", 9500 * time.Microsecond, 0, 1, 78},
+		// 1.75 writes (2 at 20ms each): two.
+		{"17.5ms a write", 15 * time.Millisecond, 0, 2, 97},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, 3))
@@ -108,8 +119,8 @@ func TestPacerUnderARateCapKeepsWhatTheRateNeedsInFlight(t *testing.T) {
 			sim.runAt(100, 5*time.Second)
 			rate, inflight, most := sim.runAt(100, 20*time.Second)
 			t.Logf("%.1f writes/s with %.2f in flight on average, %d at most; decisions %v", rate, inflight, most, decisions)
-			if rate < 97 || rate > 100.5 {
-				t.Errorf("%.1f writes/s under a cap of 100, want 97 to 100", rate)
+			if rate < tt.least || rate > 100.5 {
+				t.Errorf("%.1f writes/s under a cap of 100, want %.0f to 100", rate, tt.least)
 			}
 			if most > tt.most {
 				t.Errorf("%d writes in flight at most, want the %d the rate needs", most, tt.most)
@@ -120,7 +131,7 @@ func TestPacerUnderARateCapKeepsWhatTheRateNeedsInFlight(t *testing.T) {
 			// What status shows: the rate measured, the cap, and the
 			// writes in flight the cap allows.
 			st := sim.p.state()
-			if st.Rate < 95 || st.Rate > 105 || st.QPS != 100 || st.RateWindow != tt.most || st.Decision != PacerHold {
+			if st.Rate < tt.least-3 || st.Rate > 105 || st.QPS != 100 || st.RateWindow != tt.most || st.Decision != PacerHold {
 				t.Errorf("state %+v, want about 100 writes/s measured under a cap of 100 that allows %d in flight, after a hold", st, tt.most)
 			}
 		})

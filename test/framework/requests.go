@@ -57,6 +57,37 @@ type RequestCounter struct {
 	// succeeded counts, by method and path, the requests the server
 	// answered with success.
 	succeeded tally
+	// inFlight is the requests sent and not yet read to the end (or
+	// failed), most the largest it has been.
+	inFlight, most atomic.Int64
+}
+
+// MostInFlight returns the most requests the client had in flight at
+// once: from the request sent until its answer's body was closed, a
+// streamed list's included.
+func (c *RequestCounter) MostInFlight() int { return int(c.most.Load()) }
+
+func (c *RequestCounter) sent() {
+	n := c.inFlight.Add(1)
+	for {
+		m := c.most.Load()
+		if n <= m || c.most.CompareAndSwap(m, n) {
+			return
+		}
+	}
+}
+
+// closingBody ends a request's flight once, when its body is closed.
+type closingBody struct {
+	io.ReadCloser
+	once sync.Once
+	done func()
+}
+
+func (b *closingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.done)
+	return err
 }
 
 // Count returns the number of requests sent with method ("" for all).
@@ -81,10 +112,16 @@ func Counting(cfg *rest.Config) (*rest.Config, *RequestCounter) {
 	c.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 			counter.add(req.Method)
+			counter.sent()
 			resp, err := rt.RoundTrip(req)
-			if err == nil && resp.StatusCode/100 == 2 {
+			if err != nil {
+				counter.inFlight.Add(-1)
+				return resp, err
+			}
+			if resp.StatusCode/100 == 2 {
 				counter.succeeded.add(req.Method + " " + req.URL.Path)
 			}
+			resp.Body = &closingBody{ReadCloser: resp.Body, done: func() { counter.inFlight.Add(-1) }}
 			return resp, err
 		})
 	})

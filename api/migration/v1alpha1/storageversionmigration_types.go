@@ -143,8 +143,8 @@ type MigrationPacing struct {
 	// +optional
 	QPS *resource.Quantity `json:"qps,omitempty"`
 	// RateWindow is the most writes in flight the qps cap allows at the
-	// smoothed latency: the rate times the latency, a fifth above, rounded
-	// up. No more are in flight than both it and window allow. Absent
+	// smoothed latency: the rate times the latency, to the nearest whole
+	// write, one at least. No more are in flight than both it and window allow. Absent
 	// without a cap.
 	// +optional
 	RateWindow int32 `json:"rateWindow,omitempty"`
