@@ -57,24 +57,41 @@ type RequestCounter struct {
 	// succeeded counts, by method and path, the requests the server
 	// answered with success.
 	succeeded tally
-	// inFlight is the requests sent and not yet read to the end (or
-	// failed), most the largest it has been.
-	inFlight, most atomic.Int64
+	// flying counts, by method, the requests sent and not yet read to
+	// the end (or failed); beside counts, by pair of methods, the
+	// requests of the first sent while one of the second was in flight.
+	mu     sync.Mutex
+	flying map[string]int
+	beside map[[2]string]int
 }
 
-// MostInFlight returns the most requests the client had in flight at
-// once: from the request sent until its answer's body was closed, a
-// streamed list's included.
-func (c *RequestCounter) MostInFlight() int { return int(c.most.Load()) }
+// SentBeside returns how many requests with method were sent while one
+// with other was in flight: from its sending until its answer's body was
+// closed, a streamed list's included.
+func (c *RequestCounter) SentBeside(method, other string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.beside[[2]string{method, other}]
+}
 
-func (c *RequestCounter) sent() {
-	n := c.inFlight.Add(1)
-	for {
-		m := c.most.Load()
-		if n <= m || c.most.CompareAndSwap(m, n) {
-			return
+func (c *RequestCounter) sent(method string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.flying == nil {
+		c.flying, c.beside = map[string]int{}, map[[2]string]int{}
+	}
+	for other, n := range c.flying {
+		if n > 0 {
+			c.beside[[2]string{method, other}]++
 		}
 	}
+	c.flying[method]++
+}
+
+func (c *RequestCounter) landed(method string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.flying[method]--
 }
 
 // closingBody ends a request's flight once, when its body is closed.
@@ -112,16 +129,16 @@ func Counting(cfg *rest.Config) (*rest.Config, *RequestCounter) {
 	c.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 			counter.add(req.Method)
-			counter.sent()
+			counter.sent(req.Method)
 			resp, err := rt.RoundTrip(req)
 			if err != nil {
-				counter.inFlight.Add(-1)
+				counter.landed(req.Method)
 				return resp, err
 			}
 			if resp.StatusCode/100 == 2 {
 				counter.succeeded.add(req.Method + " " + req.URL.Path)
 			}
-			resp.Body = &closingBody{ReadCloser: resp.Body, done: func() { counter.inFlight.Add(-1) }}
+			resp.Body = &closingBody{ReadCloser: resp.Body, done: func() { counter.landed(req.Method) }}
 			return resp, err
 		})
 	})
