@@ -12,8 +12,8 @@ import (
 	"github.com/svm-project/svm/test/docs"
 )
 
-// markdownFiles returns README.md and docs/*.md, relative to the
-// repository's root.
+// markdownFiles returns README.md, CONTRIBUTING.md and docs/*.md,
+// relative to the repository's root.
 func markdownFiles(t *testing.T) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(repoRoot(), "docs", "*.md"))
@@ -23,7 +23,7 @@ func markdownFiles(t *testing.T) []string {
 	if len(files) == 0 {
 		t.Fatalf("found no docs/*.md under %s", repoRoot())
 	}
-	rel := []string{"README.md"}
+	rel := []string{"README.md", "CONTRIBUTING.md"}
 	for _, f := range files {
 		r, _ := filepath.Rel(repoRoot(), f)
 		rel = append(rel, r)
@@ -31,7 +31,7 @@ func markdownFiles(t *testing.T) []string {
 	return rel
 }
 
-// TestDocLinksResolve follows every relative link of README.md and
+// TestDocLinksResolve follows every relative link of README.md, CONTRIBUTING.md and
 // docs/*.md: its file must exist, and its #fragment must be a heading of
 // that file, as GitHub names headings. A section moved to another page
 // leaves no link behind pointing at where it was.
