@@ -33,6 +33,7 @@ import (
 	"k8s.io/klog/v2"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/crdversions"
 	"github.com/svm-project/svm/internal/intree"
 	"github.com/svm-project/svm/internal/resources"
 )
@@ -329,7 +330,7 @@ func crdReadiness(served []string, crds map[string]*apiextensionsv1.CustomResour
 		switch {
 		case !listed || crd == nil:
 			missing = append(missing, res)
-		case !slices.ContainsFunc(crd.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool { return v.Name == gv.Version && v.Served }):
+		case !crdversions.Serves(crd, gv.Version):
 			if fail == nil {
 				fail = fmt.Errorf("CRD %s does not serve %s: install svm's CRDs (kubectl apply -k config/crd)", crd.Name, gv.Version)
 			}

@@ -27,6 +27,8 @@ import (
 
 	apiserverinternalv1alpha1 "k8s.io/api/apiserverinternal/v1alpha1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
+	"github.com/svm-project/svm/internal/crdversions"
 )
 
 // Fingerprint is what decides a resource's storage version, as read at one
@@ -50,7 +52,7 @@ func Of(crd *apiextensionsv1.CustomResourceDefinition, sv *apiserverinternalv1al
 		parts = append(parts, crdPrefix+crdPart{
 			uid:        string(crd.UID),
 			generation: strconv.FormatInt(crd.Generation, 10),
-			storage:    StorageVersionOf(crd),
+			storage:    crdversions.StorageVersion(crd),
 		}.String())
 	}
 	if sv != nil {
@@ -59,17 +61,6 @@ func Of(crd *apiextensionsv1.CustomResourceDefinition, sv *apiserverinternalv1al
 	}
 	fp.Value = strings.Join(parts, ",")
 	return fp
-}
-
-// StorageVersionOf is the version crd stores its objects in, "" if it
-// names none (the API server refuses such a CRD).
-func StorageVersionOf(crd *apiextensionsv1.CustomResourceDefinition) string {
-	for _, v := range crd.Spec.Versions {
-		if v.Storage {
-			return v.Name
-		}
-	}
-	return ""
 }
 
 // SameStorage reports whether nothing that decides the version objects are

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/openapi"
 
@@ -58,6 +59,19 @@ func (m *Migrator) OpenAPI() openapi.Client { return m.discovery.OpenAPIV3() }
 
 // FieldManager is the field manager the Migrator's requests name.
 func (m *Migrator) FieldManager() string { return m.opts.FieldManager }
+
+// FieldsMover is how a migration of r.Kept moves the managedFields entries
+// that name r.Retired: managedfields.For, the one rule svm has, asking
+// with m's OpenAPI client and field manager; objects reads the objects and
+// sends the dry runs through which the API server converts with a CRD's
+// webhook. nil when no version is left to move entries off.
+func (m *Migrator) FieldsMover(ctx context.Context, objects dynamic.Interface, r managedfields.Resource) (*ManagedFields, error) {
+	mover, ok, err := managedfields.For(ctx, r, managedfields.Clients{Dynamic: objects, OpenAPI: m.OpenAPI(), FieldManager: m.FieldManager()})
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &ManagedFields{Mover: mover}, nil
+}
 
 // retarget moves the managedFields of an object whose entries name a
 // retired version (Request.ManagedFields). A conflict means another

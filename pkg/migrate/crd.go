@@ -13,9 +13,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
+	"github.com/svm-project/svm/internal/crdversions"
 	"github.com/svm-project/svm/internal/migrator"
 	"github.com/svm-project/svm/internal/resources"
 )
@@ -96,7 +96,7 @@ func CRD(ctx context.Context, cfg *rest.Config, name string, opts Options) (CRDR
 	if err != nil {
 		return out, crdError("read", name, err)
 	}
-	start := storageOf(crd)
+	start := crdversions.Of(crd)
 	out.StorageVersion = start.StorageVersion
 	out.StoredVersionsBefore = slices.Clone(start.StoredVersions)
 	out.StoredVersionsAfter = slices.Clone(start.StoredVersions)
@@ -106,11 +106,11 @@ func CRD(ctx context.Context, cfg *rest.Config, name string, opts Options) (CRDR
 		out.NotPrunedReason = "the CRD has no storage version"
 		return out, terminal(ReasonCRDRejected, "customresourcedefinition %s has no storage version", name)
 	}
-	if onlyStorage(start) {
+	if start.OnlyStorage() {
 		out.NotPrunedReason = "status.storedVersions lists only the storage version: nothing to migrate from"
 		return out, nil
 	}
-	version, ok := servedVersion(crd)
+	version, ok := crdversions.Kept(crd, "")
 	if !ok {
 		out.NotPrunedReason = "the CRD serves no version"
 		return out, terminal(ReasonNotServed, "customresourcedefinition %s serves no version", name)
@@ -129,7 +129,7 @@ func CRD(ctx context.Context, cfg *rest.Config, name string, opts Options) (CRDR
 // far.
 func migrateAndPrune(ctx context.Context, cfg *rest.Config, m *migrator.Migrator, crds apiextensionsv1client.CustomResourceDefinitionInterface,
 	crd *apiextensionsv1.CustomResourceDefinition, gvr schema.GroupVersionResource, opts Options, out CRDResult) (CRDResult, error) {
-	start := storageOf(crd)
+	start := crdversions.Of(crd)
 	want := resources.StorageVersionHash(crd.Spec.Group, start.StorageVersion, crd.Spec.Names.Kind)
 	if err := waitForDrain(ctx, crd, opts, time.Now()); err != nil {
 		out.NotPrunedReason = "stopped while waiting for writes under the previous storage version to land"
@@ -151,13 +151,7 @@ func migrateAndPrune(ctx context.Context, cfg *rest.Config, m *migrator.Migrator
 	// The versions pruned from storedVersions are the ones their removal
 	// from the CRD then allows: their managedFields entries move in the
 	// same writes, or server-side apply breaks once they are removed.
-	var pruned []string
-	for _, v := range start.StoredVersions {
-		if v != start.StorageVersion {
-			pruned = append(pruned, v)
-		}
-	}
-	mf, err := moverFor(ctx, cfg, m, crd, gvr, crd.Spec.Names.Kind, pruned)
+	mf, err := moverFor(ctx, cfg, m, crd, "")
 	if err != nil {
 		return out, err
 	}
@@ -179,40 +173,38 @@ func migrateAndPrune(ctx context.Context, cfg *rest.Config, m *migrator.Migrator
 
 // prune cuts the CRD's storedVersions to start's storage version, if the
 // CRD as read now still allows it.
-func prune(ctx context.Context, crds apiextensionsv1client.CustomResourceDefinitionInterface, start crdStorage, failed int64, fieldManager string, out CRDResult) (CRDResult, error) {
+func prune(ctx context.Context, crds apiextensionsv1client.CustomResourceDefinitionInterface, start crdversions.Storage, failed int64, fieldManager string, out CRDResult) (CRDResult, error) {
 	for range maxPruneAttempts {
 		crd, err := crds.Get(ctx, out.Name, metav1.GetOptions{})
-		var now *crdStorage
+		var now *crdversions.Storage
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
 			return out, crdError("read", out.Name, err)
 		default:
-			s := storageOf(crd)
+			s := crdversions.Of(crd)
 			now = &s
 			out.StoredVersionsAfter = slices.Clone(s.StoredVersions)
 		}
-		verdict, why := decidePrune(start, now, failed)
+		verdict, why := crdversions.DecidePrune(start, now, failed)
 		switch verdict {
-		case pruneNothingLeft:
+		case crdversions.PruneNothingLeft:
 			out.NotPrunedReason = why
 			return out, nil
-		case pruneObjectsFailed:
+		case crdversions.PruneObjectsFailed:
 			out.NotPrunedReason = why
 			return out, &ObjectsFailedError{Count: failed}
-		case pruneCRDGone:
+		case crdversions.PruneCRDGone:
 			out.NotPrunedReason = why
 			out.StoredVersionsAfter = nil
 			return out, terminal(ReasonCRDNotFound, "customresourcedefinition %s: %s", out.Name, why)
-		case pruneCRDChanged:
+		case crdversions.PruneCRDChanged:
 			out.NotPrunedReason = why
 			return out, fmt.Errorf("customresourcedefinition %s: %w: %s", out.Name, ErrCRDChanged, why)
 		}
-		pruned := crd.DeepCopy()
-		pruned.Status.StoredVersions = []string{start.StorageVersion}
 		// The update carries the resourceVersion just read: if anything
 		// changed since, it is refused, and the loop decides again.
-		updated, err := crds.UpdateStatus(ctx, pruned, metav1.UpdateOptions{FieldManager: fieldManager})
+		updated, err := crds.UpdateStatus(ctx, crdversions.Pruned(crd), metav1.UpdateOptions{FieldManager: fieldManager})
 		switch {
 		case apierrors.IsConflict(err):
 			continue
@@ -303,76 +295,4 @@ func crdError(what, name string, err error) error {
 		return wrapped
 	}
 	return &TerminalError{Reason: ReasonCRDRejected, Err: wrapped}
-}
-
-// crdStorage is what the decision to prune depends on, read from a CRD.
-type crdStorage struct {
-	UID            types.UID
-	Generation     int64
-	StorageVersion string
-	StoredVersions []string
-}
-
-func storageOf(crd *apiextensionsv1.CustomResourceDefinition) crdStorage {
-	s := crdStorage{UID: crd.UID, Generation: crd.Generation, StoredVersions: crd.Status.StoredVersions}
-	for _, v := range crd.Spec.Versions {
-		if v.Storage {
-			s.StorageVersion = v.Name
-		}
-	}
-	return s
-}
-
-// onlyStorage reports whether storedVersions list the storage version
-// alone: no object can be stored in another.
-func onlyStorage(s crdStorage) bool {
-	return len(s.StoredVersions) == 1 && s.StoredVersions[0] == s.StorageVersion
-}
-
-// servedVersion is the version to write through: the storage version if
-// it is served, or else the first served one. Any served version will do,
-// since the API server stores whatever it is written through in the
-// storage version.
-func servedVersion(crd *apiextensionsv1.CustomResourceDefinition) (string, bool) {
-	return keptVersion(crd, "")
-}
-
-// pruneVerdict is what to do with a CRD's storedVersions after its
-// resource was migrated.
-type pruneVerdict int
-
-const (
-	// prunePrune: cut storedVersions to the storage version.
-	prunePrune pruneVerdict = iota
-	// pruneNothingLeft: storedVersions list the storage version alone.
-	pruneNothingLeft
-	// pruneObjectsFailed: some objects may still be in an old version.
-	pruneObjectsFailed
-	// pruneCRDGone: the CRD was deleted, and its objects with it.
-	pruneCRDGone
-	// pruneCRDChanged: the storage version may have changed during the
-	// migration.
-	pruneCRDChanged
-)
-
-// decidePrune decides from the CRD as read before the migration (start)
-// and as read now (nil when it is gone), and the number of objects the
-// migration could not rewrite, whether storedVersions may be pruned; why
-// says why not.
-func decidePrune(start crdStorage, now *crdStorage, failed int64) (verdict pruneVerdict, why string) {
-	switch {
-	case now == nil:
-		return pruneCRDGone, "the CRD was deleted"
-	case now.UID != start.UID:
-		return pruneCRDChanged, "the CRD was deleted and created again"
-	case now.StorageVersion != start.StorageVersion:
-		return pruneCRDChanged, fmt.Sprintf("the storage version changed from %s to %s", start.StorageVersion, now.StorageVersion)
-	case now.Generation != start.Generation:
-		return pruneCRDChanged, fmt.Sprintf("the CRD changed (generation %d, now %d)", start.Generation, now.Generation)
-	case failed > 0:
-		return pruneObjectsFailed, fmt.Sprintf("%d objects could not be rewritten", failed)
-	case onlyStorage(*now):
-		return pruneNothingLeft, "status.storedVersions lists only the storage version already"
-	}
-	return prunePrune, ""
 }

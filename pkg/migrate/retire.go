@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/svm-project/svm/internal/apiservers"
+	"github.com/svm-project/svm/internal/crdversions"
 	"github.com/svm-project/svm/internal/managedfields"
 	"github.com/svm-project/svm/internal/migrator"
 	"github.com/svm-project/svm/internal/resources"
@@ -258,15 +259,13 @@ func (r *retirement) resolve(ctx context.Context, res *RetireResult) error {
 	}
 	r.crd, r.kind = crd, crd.Spec.Names.Kind
 	res.CRD = crd.Name
-	s := storageOf(crd)
+	s := crdversions.Of(crd)
 	res.StoredVersions = slices.Clone(s.StoredVersions)
-	res.Served = slices.ContainsFunc(crd.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool {
-		return v.Name == r.gvr.Version && v.Served
-	})
+	res.Served = crdversions.Serves(crd, r.gvr.Version)
 	if s.StorageVersion == r.gvr.Version {
 		return terminal(ReasonStorageVersion, "%s is the storage version of customresourcedefinition %s: make another version the storage version first", r.gvr.Version, crd.Name)
 	}
-	version, ok := keptVersion(crd, r.gvr.Version)
+	version, ok := crdversions.Kept(crd, r.gvr.Version)
 	if !ok {
 		return terminal(ReasonNoOtherVersion, "customresourcedefinition %s serves no version but %s", crd.Name, r.gvr.Version)
 	}
@@ -279,25 +278,6 @@ func (r *retirement) resolve(ctx context.Context, res *RetireResult) error {
 		res.StoredBecause = fmt.Sprintf("status.storedVersions %v does not list %s", s.StoredVersions, r.gvr.Version)
 	}
 	return nil
-}
-
-// keptVersion is the version a CRD's objects are written through and
-// their managedFields name instead of retired: the storage version if it
-// is served, else the first other served one.
-func keptVersion(crd *apiextensionsv1.CustomResourceDefinition, retired string) (string, bool) {
-	first := ""
-	for _, v := range crd.Spec.Versions {
-		if !v.Served || v.Name == retired {
-			continue
-		}
-		if v.Storage {
-			return v.Name, true
-		}
-		if first == "" {
-			first = v.Name
-		}
-	}
-	return first, first != ""
 }
 
 // resolveBuiltIn resolves a resource that no CRD defines, from discovery:
@@ -445,7 +425,12 @@ func (r *retirement) rewrite(ctx context.Context, res *RetireResult) error {
 		}
 		return err
 	}
-	mf, err := moverFor(ctx, r.cfg, m, r.crd, r.target, r.kind, []string{r.gvr.Version})
+	var mf *migrator.ManagedFields
+	if r.crd != nil {
+		mf, err = moverFor(ctx, r.cfg, m, r.crd, r.gvr.Version)
+	} else {
+		mf, err = m.FieldsMover(ctx, r.dynamic, managedfields.Resource{Kept: r.target, Kind: r.kind, Retired: []string{r.gvr.Version}})
+	}
 	if err != nil || mf == nil {
 		return err
 	}
@@ -455,24 +440,23 @@ func (r *retirement) rewrite(ctx context.Context, res *RetireResult) error {
 	return err
 }
 
-// moverFor is how the engine moves managedFields entries off the versions
-// of kept's group named in retired, to kept's version: managedfields.For,
-// the one rule svm has (the API server converts through a CRD's webhook;
-// otherwise a field stays where the kept version's schema has it). crd is
-// nil for a built-in resource. nil when no version is left to move
-// entries off.
-func moverFor(ctx context.Context, cfg *rest.Config, m *migrator.Migrator, crd *apiextensionsv1.CustomResourceDefinition,
-	kept schema.GroupVersionResource, kind string, retired []string) (*migrator.ManagedFields, error) {
+// moverFor is how the engine moves a CRD's managedFields entries off the
+// versions crdversions.MoveOff names for retired ("" for every version a
+// prune of storedVersions removes), to the version kept: the choice the
+// migration controller makes too, with managedfields.For's rule
+// (Migrator.FieldsMover). nil when no version is left to move entries
+// off.
+func moverFor(ctx context.Context, cfg *rest.Config, m *migrator.Migrator, crd *apiextensionsv1.CustomResourceDefinition, retired string) (*migrator.ManagedFields, error) {
+	kept, off, ok := crdversions.MoveOff(crd, retired)
+	if !ok {
+		return nil, nil
+	}
 	client, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, terminal(ReasonInvalidOptions, "build dynamic client: %w", err)
 	}
-	r := managedfields.Resource{Kept: kept, Kind: kind, Retired: retired, CRD: crd}
-	mover, ok, err := managedfields.For(ctx, r, managedfields.Clients{Dynamic: client, OpenAPI: m.OpenAPI(), FieldManager: m.FieldManager()})
-	if err != nil || !ok {
-		return nil, err
-	}
-	return &migrator.ManagedFields{Mover: mover}, nil
+	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: kept, Resource: crd.Spec.Names.Plural}
+	return m.FieldsMover(ctx, client, managedfields.Resource{Kept: gvr, Kind: crd.Spec.Names.Kind, Retired: off, CRD: crd})
 }
 
 // unserve stops serving the version retired, once no API server answered a
@@ -510,7 +494,7 @@ func (r *retirement) unserve(ctx context.Context, res *RetireResult) error {
 		if err != nil {
 			return crdError("read", r.crd.Name, err)
 		}
-		if crd.UID != r.crd.UID || storageOf(crd).StorageVersion == r.gvr.Version || slices.Contains(crd.Status.StoredVersions, r.gvr.Version) {
+		if crd.UID != r.crd.UID || crdversions.StorageVersion(crd) == r.gvr.Version || slices.Contains(crd.Status.StoredVersions, r.gvr.Version) {
 			return fmt.Errorf("customresourcedefinition %s: %w", crd.Name, ErrCRDChanged)
 		}
 		changed := false

@@ -5,35 +5,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 )
-
-func TestKeptVersion(t *testing.T) {
-	v := func(name string, served, storage bool) apiextensionsv1.CustomResourceDefinitionVersion {
-		return apiextensionsv1.CustomResourceDefinitionVersion{Name: name, Served: served, Storage: storage}
-	}
-	tests := []struct {
-		name     string
-		versions []apiextensionsv1.CustomResourceDefinitionVersion
-		retired  string
-		want     string
-		wantOK   bool
-	}{
-		{"the storage version", []apiextensionsv1.CustomResourceDefinitionVersion{v("v1", true, false), v("v2", true, true)}, "v1", "v2", true},
-		{"the first other served one when storage is not served", []apiextensionsv1.CustomResourceDefinitionVersion{v("v1", true, false), v("v2", false, true), v("v3", true, false)}, "v1", "v3", true},
-		{"never the retired one", []apiextensionsv1.CustomResourceDefinitionVersion{v("v1", true, false), v("v2", false, true)}, "v1", "", false},
-		{"a version already removed", []apiextensionsv1.CustomResourceDefinitionVersion{v("v2", true, true)}, "v1", "v2", true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			crd := &apiextensionsv1.CustomResourceDefinition{Spec: apiextensionsv1.CustomResourceDefinitionSpec{Versions: tt.versions}}
-			got, ok := keptVersion(crd, tt.retired)
-			if got != tt.want || ok != tt.wantOK {
-				t.Errorf("keptVersion = (%q, %v), want (%q, %v)", got, ok, tt.want, tt.wantOK)
-			}
-		})
-	}
-}
 
 func TestQuietWindowAndDecideUnserve(t *testing.T) {
 	start := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)

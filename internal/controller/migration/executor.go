@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/crdversions"
 	"github.com/svm-project/svm/internal/intree"
 	"github.com/svm-project/svm/internal/managedfields"
 	"github.com/svm-project/svm/internal/migrator"
@@ -89,32 +90,23 @@ func (e EngineExecutor) Execute(ctx context.Context, run Run) (res migrator.Resu
 // RetiredFields is what a migration of gvr must do to managedFields: move
 // the entries that name a version the CRD's status.storedVersions lists
 // besides the storage version, the versions the trigger prunes once the
-// migration succeeds, to the storage version. Left naming a version that
-// is then removed from the CRD, they would make every server-side apply
-// on their objects fail. How their fields move is managedfields.For's
-// rule, the one svm retire and pkg/migrate use too; m's clients read the
-// versions' schemas. nil when gvr has no CRD, nothing is to be pruned, or
-// the storage version is not served (no entry may name it).
+// migration succeeds, to the version objects are written through
+// (crdversions.MoveOff, the choice svm retire and pkg/migrate make too).
+// Left naming a version that is then removed from the CRD, they would
+// make every server-side apply on their objects fail. How their fields
+// move is managedfields.For's rule (Migrator.FieldsMover); m's clients
+// read the versions' schemas. nil when gvr has no CRD or nothing is to be
+// pruned.
 func (c *CRDMarker) RetiredFields(ctx context.Context, gvr schema.GroupVersionResource, m *migrator.Migrator) (*migrator.ManagedFields, error) {
 	crd, err := c.read(ctx, gvr.GroupResource())
 	if err != nil || crd == nil {
 		return nil, err
 	}
-	target := ""
-	for _, v := range crd.Spec.Versions {
-		if v.Storage && v.Served {
-			target = v.Name
-		}
-	}
-	if target == "" {
+	kept, off, ok := crdversions.MoveOff(crd, "")
+	if !ok {
 		return nil, nil
 	}
-	r := managedfields.Resource{Kept: gvr.GroupResource().WithVersion(target), Kind: crd.Spec.Names.Kind, Retired: crd.Status.StoredVersions, CRD: crd}
-	mover, ok, err := managedfields.For(ctx, r, managedfields.Clients{Dynamic: c.Objects, OpenAPI: m.OpenAPI(), FieldManager: m.FieldManager()})
-	if err != nil || !ok {
-		return nil, err
-	}
-	return &migrator.ManagedFields{Mover: mover}, nil
+	return m.FieldsMover(ctx, c.Objects, managedfields.Resource{Kept: gvr.GroupResource().WithVersion(kept), Kind: crd.Spec.Names.Kind, Retired: off, CRD: crd})
 }
 
 // read reads gr's CRD, nil when it has none.

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
-	"github.com/svm-project/svm/internal/fingerprint"
+	"github.com/svm-project/svm/internal/crdversions"
 	"github.com/svm-project/svm/internal/intree"
 	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/internal/trigger"
@@ -185,26 +185,23 @@ func crdStorage(crd *apiextensionsv1.CustomResourceDefinition) *trigger.CRDStora
 	if crd == nil {
 		return nil
 	}
-	storage := fingerprint.StorageVersionOf(crd)
+	s := crdversions.Of(crd)
 	out := &trigger.CRDStorage{Generation: crd.Generation}
-	if storage != "" {
-		out.StorageHash = resources.StorageVersionHash(crd.Spec.Group, storage, crd.Spec.Names.Kind)
+	if s.StorageVersion != "" {
+		out.StorageHash = resources.StorageVersionHash(crd.Spec.Group, s.StorageVersion, crd.Spec.Names.Kind)
 	}
-	for _, v := range crd.Status.StoredVersions {
-		if v != storage {
-			out.StoredHashes = append(out.StoredHashes, resources.StorageVersionHash(crd.Spec.Group, v, crd.Spec.Names.Kind))
-		}
+	for _, v := range s.Besides() {
+		out.StoredHashes = append(out.StoredHashes, resources.StorageVersionHash(crd.Spec.Group, v, crd.Spec.Names.Kind))
 	}
 	return out
 }
 
-// pruneStoredVersions cuts status.storedVersions to the storage version.
-// The update carries the resourceVersion read with the decision, so a CRD
-// changed since (its storage version, say) is left alone: the next round
-// decides again.
+// pruneStoredVersions cuts status.storedVersions to the storage version
+// (crdversions.Pruned). The update carries the resourceVersion read with
+// the decision, so a CRD changed since (its storage version, say) is left
+// alone: the next round decides again.
 func (c *Controller) pruneStoredVersions(ctx context.Context, gr schema.GroupResource, state *migrationv1alpha1.StorageState, crd *apiextensionsv1.CustomResourceDefinition) error {
-	pruned := crd.DeepCopy()
-	pruned.Status.StoredVersions = []string{fingerprint.StorageVersionOf(crd)}
+	pruned := crdversions.Pruned(crd)
 	if err := c.Client.Status().Update(ctx, pruned, client.FieldOwner(FieldManager)); err != nil {
 		return fmt.Errorf("prune storedVersions of %s: %w", crd.Name, err)
 	}
