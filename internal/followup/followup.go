@@ -10,6 +10,38 @@ import (
 // part of svm created one.
 const CreatedByLabel = "migration.k8s.io/created-by"
 
+// How the trigger marks its migrations, which the migration controller
+// reads too: it skips objects written since a storage change only for the
+// trigger's migrations (they are made for that change), and runs those
+// made on first sight after those made for a known change.
+const (
+	// TriggerValue is CreatedByLabel's value on the trigger's migrations.
+	TriggerValue = "svm-trigger"
+	// StorageVersionHashAnnotation records the storage version hash a
+	// trigger migration was created for.
+	StorageVersionHashAnnotation = "migration.k8s.io/storage-version-hash"
+	// ReasonAnnotation says why the trigger made a migration:
+	// ReasonChanged or ReasonFirstSight.
+	ReasonAnnotation = "migration.k8s.io/reason"
+	// ReasonChanged: objects are known to be stored in a version other
+	// than the current one (a storage version change svm saw, or a CRD's
+	// storedVersions).
+	ReasonChanged = "StorageVersionChanged"
+	// ReasonFirstSight: svm does not know what is stored (it sees the
+	// resource for the first time, or lost track), so it rewrites
+	// everything once; nothing says a version is left behind.
+	ReasonFirstSight = "FirstSight"
+)
+
+// Trigger is the trigger's mark.
+var Trigger = Mark{Value: TriggerValue, TargetKey: StorageVersionHashAnnotation}
+
+// FirstSight reports whether the trigger made m to make sure of what is
+// stored, with no change known.
+func FirstSight(m *migrationv1alpha1.StorageVersionMigration) bool {
+	return Trigger.Owns(m) && m.Annotations[ReasonAnnotation] == ReasonFirstSight
+}
+
 // Mark is how one part of svm marks the migrations it creates:
 // CreatedByLabel set to Value, and the target each was made for recorded
 // in the annotation TargetKey.

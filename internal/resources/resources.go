@@ -108,6 +108,17 @@ func NewDiscoveryClient(cfg *rest.Config) (*discovery.DiscoveryClient, error) {
 	return d, nil
 }
 
+// StorageVersionName is the name of the StorageVersion object the API
+// servers keep for gr: "<group>.<resource>", with "core" for the core group
+// (a name must be a DNS subdomain).
+func StorageVersionName(gr schema.GroupResource) string {
+	group := gr.Group
+	if group == "" {
+		group = "core"
+	}
+	return group + "." + gr.Resource
+}
+
 // StorageVersionHash is the hash discovery reports for objects stored as
 // group/version/kind: the first 8 bytes of a SHA-256, base64 encoded. It lets
 // svm name a CRD's storedVersions as hashes, and map hashes back to versions.

@@ -38,6 +38,17 @@ func TestMigratable(t *testing.T) {
 	}
 }
 
+func TestStorageVersionName(t *testing.T) {
+	for gr, want := range map[schema.GroupResource]string{
+		{Resource: "secrets"}:                    "core.secrets",
+		{Group: "apps", Resource: "deployments"}: "apps.deployments",
+	} {
+		if got := StorageVersionName(gr); got != want {
+			t.Errorf("StorageVersionName(%v) = %q, want %q", gr, got, want)
+		}
+	}
+}
+
 func TestStorageVersionHash(t *testing.T) {
 	// Values the API server itself reports (seen in discovery).
 	for _, tt := range []struct{ group, version, kind, want string }{

@@ -17,24 +17,22 @@ const (
 	// are ever deleted by svm.
 	CreatedByLabel = followup.CreatedByLabel
 	// CreatedByValue is CreatedByLabel's value on svm's migrations.
-	CreatedByValue = "svm-trigger"
+	CreatedByValue = followup.TriggerValue
 	// TargetHashAnnotation records the storage version hash a trigger
 	// migration was created for.
-	TargetHashAnnotation = "migration.k8s.io/storage-version-hash"
+	TargetHashAnnotation = followup.StorageVersionHashAnnotation
 	// CRDGenerationAnnotation records the generation of the CRD a trigger
 	// migration of a custom resource was created at.
 	CRDGenerationAnnotation = "migration.k8s.io/crd-generation"
 	// ReasonAnnotation says why the trigger made a migration: ReasonChanged
 	// or ReasonFirstSight. The controller starts changes first.
-	ReasonAnnotation = "migration.k8s.io/reason"
+	ReasonAnnotation = followup.ReasonAnnotation
 	// ReasonChanged: objects are known to be stored in a version other
-	// than the current one (a storage version change svm saw, or a CRD's
-	// storedVersions).
-	ReasonChanged = "StorageVersionChanged"
-	// ReasonFirstSight: svm does not know what is stored (it sees the
-	// resource for the first time, or lost track), so it rewrites
-	// everything once; nothing says a version is left behind.
-	ReasonFirstSight = "FirstSight"
+	// than the current one (followup.ReasonChanged).
+	ReasonChanged = followup.ReasonChanged
+	// ReasonFirstSight: svm does not know what is stored
+	// (followup.ReasonFirstSight).
+	ReasonFirstSight = followup.ReasonFirstSight
 )
 
 // Input is what Decide knows about one resource.
@@ -472,7 +470,7 @@ func ResetStatus(s *migrationv1alpha1.StorageState, now time.Time) *migrationv1a
 
 // mark is how the trigger marks its migrations and records the hash each
 // was made for.
-var mark = followup.Mark{Value: CreatedByValue, TargetKey: TargetHashAnnotation}
+var mark = followup.Trigger
 
 // IsOwned reports whether svm's trigger created m.
 func IsOwned(m *migrationv1alpha1.StorageVersionMigration) bool {

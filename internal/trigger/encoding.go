@@ -9,17 +9,6 @@ import (
 	"github.com/svm-project/svm/internal/resources"
 )
 
-// StorageVersionName is the name of the StorageVersion object the API
-// servers keep for gr: "<group>.<resource>", with "core" for the core group
-// (a name must be a DNS subdomain).
-func StorageVersionName(gr schema.GroupResource) string {
-	group := gr.Group
-	if group == "" {
-		group = "core"
-	}
-	return group + "." + gr.Resource
-}
-
 // EncodingOf is what a StorageVersion object says about a resource of kind:
 // the hash of the version every API server encodes it in, or none while
 // they disagree, and the hashes of every version any of them reports. The

@@ -5,21 +5,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	apiserverinternalv1alpha1 "k8s.io/api/apiserverinternal/v1alpha1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/svm-project/svm/internal/resources"
 )
-
-func TestStorageVersionName(t *testing.T) {
-	for gr, want := range map[schema.GroupResource]string{
-		{Resource: "secrets"}:                    "core.secrets",
-		{Group: "apps", Resource: "deployments"}: "apps.deployments",
-	} {
-		if got := StorageVersionName(gr); got != want {
-			t.Errorf("StorageVersionName(%v) = %q, want %q", gr, got, want)
-		}
-	}
-}
 
 func TestEncodingOf(t *testing.T) {
 	v1 := resources.StorageVersionHash("apps", "v1", "Deployment")

@@ -12,9 +12,9 @@ import (
 	"k8s.io/klog/v2"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/followup"
 	"github.com/svm-project/svm/internal/metrics"
 	"github.com/svm-project/svm/internal/migrator"
-	"github.com/svm-project/svm/internal/trigger"
 )
 
 // execution is one run of a migration: the status it keeps saving, and the
@@ -121,7 +121,7 @@ func (e *execution) guardBefore(ctx context.Context, fp Fingerprint) bool {
 	// storage version change: they are made for it. A user's migration
 	// may be made to re-encrypt under a new key, which objects written
 	// since the change may not be under yet.
-	if trigger.IsOwned(e.m) {
+	if followup.Trigger.Owns(e.m) {
 		e.storedSince = e.r.Guard.StoredSince(ctx, e.gvr.GroupResource(), fp)
 	}
 	return true

@@ -14,9 +14,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/followup"
 	"github.com/svm-project/svm/internal/migrator"
 	"github.com/svm-project/svm/internal/scheme"
-	"github.com/svm-project/svm/internal/trigger"
 )
 
 // fingerprints answers each read with the next fingerprint, the last one
@@ -176,8 +176,8 @@ func TestExecuteSkipsWrittenSinceOnlyForTheTriggersMigrations(t *testing.T) {
 	since := &migrator.StoredSince{Hash: "h2", Revision: "90"}
 	fp := Fingerprint{Value: "storageversion=10"}
 	owned := stopped(fp.Value)
-	owned.Labels = map[string]string{trigger.CreatedByLabel: trigger.CreatedByValue}
-	owned.Annotations = map[string]string{trigger.TargetHashAnnotation: "h2"}
+	owned.Labels = map[string]string{followup.CreatedByLabel: followup.TriggerValue}
+	owned.Annotations = map[string]string{followup.StorageVersionHashAnnotation: "h2"}
 	for _, tc := range []struct {
 		name      string
 		m         *migrationv1alpha1.StorageVersionMigration

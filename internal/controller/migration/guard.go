@@ -14,7 +14,7 @@ import (
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/fingerprint"
 	"github.com/svm-project/svm/internal/migrator"
-	"github.com/svm-project/svm/internal/trigger"
+	"github.com/svm-project/svm/internal/resources"
 )
 
 // Fingerprint is what decides a resource's storage version, as read at one
@@ -58,7 +58,7 @@ func (g APIStorageGuard) Fingerprint(ctx context.Context, gr schema.GroupResourc
 	}
 	var sv *apiserverinternalv1alpha1.StorageVersion
 	var svs apiserverinternalv1alpha1.StorageVersionList
-	err := g.Reader.List(ctx, &svs, client.MatchingFields{"metadata.name": trigger.StorageVersionName(gr)})
+	err := g.Reader.List(ctx, &svs, client.MatchingFields{"metadata.name": resources.StorageVersionName(gr)})
 	switch {
 	case meta.IsNoMatchError(err):
 		// The StorageVersion API is not served: discovery alone.

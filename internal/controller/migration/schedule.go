@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/followup"
 	"github.com/svm-project/svm/internal/intree"
-	"github.com/svm-project/svm/internal/trigger"
 )
 
 // ScheduleInput is everything Schedule decides from.
@@ -143,7 +143,7 @@ func startOrder(a, b *migrationv1alpha1.StorageVersionMigration) int {
 		}
 		return 1
 	}
-	if fa, fb := firstSight(a), firstSight(b); fa != fb {
+	if fa, fb := followup.FirstSight(a), followup.FirstSight(b); fa != fb {
 		if fb {
 			return -1
 		}
@@ -168,7 +168,7 @@ func (s *scheduler) startWaiting(candidates []*migrationv1alpha1.StorageVersionM
 		if slots <= 0 {
 			break
 		}
-		if s.busy[resourceKey(m)] || firstSight(m) && firstSightRunning >= firstSightSlots {
+		if s.busy[resourceKey(m)] || followup.FirstSight(m) && firstSightRunning >= firstSightSlots {
 			continue
 		}
 		if h := s.holder(m); h != nil {
@@ -181,7 +181,7 @@ func (s *scheduler) startWaiting(candidates []*migrationv1alpha1.StorageVersionM
 		s.d.Start = append(s.d.Start, m.Name)
 		s.busy[resourceKey(m)] = true
 		slots--
-		if firstSight(m) {
+		if followup.FirstSight(m) {
 			firstSightRunning++
 		}
 	}
@@ -196,7 +196,7 @@ func (s *scheduler) firstSightRunning() int {
 	n := 0
 	for i := range s.in.Migrations {
 		m := &s.in.Migrations[i]
-		if s.in.Running[m.Name] && !stopping[m.Name] && firstSight(m) {
+		if s.in.Running[m.Name] && !stopping[m.Name] && followup.FirstSight(m) {
 			n++
 		}
 	}
@@ -222,12 +222,6 @@ func setName(m map[string]string, k, v string) map[string]string {
 	}
 	m[k] = v
 	return m
-}
-
-// firstSight reports whether the trigger made m to make sure of what is
-// stored, with no change known.
-func firstSight(m *migrationv1alpha1.StorageVersionMigration) bool {
-	return trigger.IsOwned(m) && m.Annotations[trigger.ReasonAnnotation] == trigger.ReasonFirstSight
 }
 
 func resourceKey(m *migrationv1alpha1.StorageVersionMigration) string {

@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/followup"
 	"github.com/svm-project/svm/internal/intree"
-	"github.com/svm-project/svm/internal/trigger"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -29,8 +29,8 @@ func mig(name, resource string, created int, conds ...migrationv1alpha1.Migratio
 
 // triggered is m made by svm's trigger for reason.
 func triggered(m migrationv1alpha1.StorageVersionMigration, reason string) migrationv1alpha1.StorageVersionMigration {
-	m.Labels = map[string]string{trigger.CreatedByLabel: trigger.CreatedByValue}
-	m.Annotations = map[string]string{trigger.ReasonAnnotation: reason}
+	m.Labels = map[string]string{followup.CreatedByLabel: followup.TriggerValue}
+	m.Annotations = map[string]string{followup.ReasonAnnotation: reason}
 	return m
 }
 
@@ -81,23 +81,23 @@ func TestSchedule(t *testing.T) {
 		{
 			name: "a storage change starts before older first-sight rewrites, a user's too",
 			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{
-				triggered(mig("first-a", "configmaps", 1), trigger.ReasonFirstSight), triggered(mig("first-b", "pods", 2), trigger.ReasonFirstSight),
-				triggered(mig("change", "widgets", 3), trigger.ReasonChanged), mig("users", "secrets", 4),
+				triggered(mig("first-a", "configmaps", 1), followup.ReasonFirstSight), triggered(mig("first-b", "pods", 2), followup.ReasonFirstSight),
+				triggered(mig("change", "widgets", 3), followup.ReasonChanged), mig("users", "secrets", 4),
 			}, MaxParallel: 3},
 			want: ScheduleDecision{Start: []string{"change", "users", "first-a"}},
 		},
 		{
 			name: "first-sight rewrites leave a slot free for a storage change",
 			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{
-				triggered(mig("first-a", "configmaps", 1, running), trigger.ReasonFirstSight), triggered(mig("first-b", "pods", 2, running), trigger.ReasonFirstSight),
-				triggered(mig("first-c", "secrets", 3), trigger.ReasonFirstSight),
+				triggered(mig("first-a", "configmaps", 1, running), followup.ReasonFirstSight), triggered(mig("first-b", "pods", 2, running), followup.ReasonFirstSight),
+				triggered(mig("first-c", "secrets", 3), followup.ReasonFirstSight),
 			}, Running: map[string]bool{"first-a": true, "first-b": true}, MaxParallel: 3},
 			want: ScheduleDecision{},
 		},
 		{
 			name: "one slot: first sight takes it",
 			in: ScheduleInput{Migrations: []migrationv1alpha1.StorageVersionMigration{
-				triggered(mig("first-a", "configmaps", 1), trigger.ReasonFirstSight),
+				triggered(mig("first-a", "configmaps", 1), followup.ReasonFirstSight),
 			}, MaxParallel: 1},
 			want: ScheduleDecision{Start: []string{"first-a"}},
 		},

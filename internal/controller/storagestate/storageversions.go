@@ -15,6 +15,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/internal/trigger"
 )
 
@@ -85,7 +86,7 @@ func (c *Controller) storageVersion(gr schema.GroupResource) *apiserverinternalv
 	if c.storageVersions == nil {
 		return nil
 	}
-	obj, exists, err := c.storageVersions.GetByKey(trigger.StorageVersionName(gr))
+	obj, exists, err := c.storageVersions.GetByKey(resources.StorageVersionName(gr))
 	if err != nil || !exists {
 		return nil
 	}

@@ -20,7 +20,6 @@ import (
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/resources"
-	"github.com/svm-project/svm/internal/trigger"
 	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
@@ -43,7 +42,7 @@ func TestMain(m *testing.M) {
 var (
 	policies     = schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "mutatingadmissionpolicies"}
 	policiesV1   = admissionregistrationv1.SchemeGroupVersion.WithResource(policies.Resource)
-	policiesName = trigger.StorageVersionName(policies)
+	policiesName = resources.StorageVersionName(policies)
 	oldHash      = resources.StorageVersionHash(policies.Group, "v1beta1", "MutatingAdmissionPolicy")
 	newHash      = resources.StorageVersionHash(policies.Group, "v1", "MutatingAdmissionPolicy")
 	// Built-in resources are keyed by resource name alone.
