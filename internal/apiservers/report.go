@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
 
@@ -53,8 +52,8 @@ type Report struct {
 
 // Scrape reads the report of the API server at endpoint (an https URL),
 // with cfg's credentials.
-func Scrape(ctx context.Context, cfg *rest.Config, endpoint string) (Report, error) {
-	raw, err := readMetrics(ctx, cfg, endpoint)
+func Scrape(ctx context.Context, client rest.Interface, endpoint string) (Report, error) {
+	raw, err := readMetrics(ctx, client, endpoint)
 	if err != nil {
 		return Report{}, err
 	}
@@ -66,15 +65,10 @@ func Scrape(ctx context.Context, cfg *rest.Config, endpoint string) (Report, err
 	return r, nil
 }
 
-// readMetrics reads the /metrics of the API server at endpoint.
-func readMetrics(ctx context.Context, cfg *rest.Config, endpoint string) ([]byte, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.Host = endpoint
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	raw, err := client.Discovery().RESTClient().Get().AbsPath(metricsPath).DoRaw(ctx)
+// readMetrics reads the /metrics of the API server at endpoint, through
+// client, which reaches that server (kubeclients.Endpoints).
+func readMetrics(ctx context.Context, client rest.Interface, endpoint string) ([]byte, error) {
+	raw, err := client.Get().AbsPath(metricsPath).DoRaw(ctx)
 	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
 		// The answer to a non-resource URL carries no Status to explain it.
 		return nil, fmt.Errorf("read %s%s: %s: reading it needs get on the non-resource URL %s", endpoint, metricsPath, apierrors.ReasonForError(err), metricsPath)

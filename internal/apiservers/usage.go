@@ -39,8 +39,8 @@ type Usage struct {
 
 // ScrapeUsage reads, from the API server at endpoint (an https URL) with
 // cfg's credentials, how many requests it served for gvr.
-func ScrapeUsage(ctx context.Context, cfg *rest.Config, endpoint string, gvr schema.GroupVersionResource) (Usage, error) {
-	raw, err := readMetrics(ctx, cfg, endpoint)
+func ScrapeUsage(ctx context.Context, client rest.Interface, endpoint string, gvr schema.GroupVersionResource) (Usage, error) {
+	raw, err := readMetrics(ctx, client, endpoint)
 	if err != nil {
 		return Usage{}, err
 	}

@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/discovery"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
-	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/internal/upgrade"
 )
 
@@ -46,9 +45,8 @@ type CheckUpgradeOptions struct {
 	Out, ErrOut io.Writer
 
 	clusterReader
-	target    upgrade.Target
-	to        *upgrade.Release
-	discovery *discovery.DiscoveryClient
+	target upgrade.Target
+	to     *upgrade.Release
 }
 
 var (
@@ -136,11 +134,7 @@ func (o *CheckUpgradeOptions) Complete() error {
 			return fmt.Errorf("target file %s: %w", path, err)
 		}
 	}
-	cfg, err := o.connect(o.ConfigFlags)
-	if err != nil {
-		return err
-	}
-	o.discovery, err = resources.NewDiscoveryClient(cfg)
+	_, err := o.connect(o.ConfigFlags)
 	return err
 }
 

@@ -10,10 +10,12 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/svm-project/svm/internal/kubeclients"
 	"github.com/svm-project/svm/internal/migrator"
 )
 
@@ -67,13 +69,14 @@ func (f *EngineFlags) validate() error {
 	return nil
 }
 
-// newMigrator builds the engine over cfg, telling observer (if not nil)
-// what it does. svm's own limiter replaces client-go's, so --qps is the one
-// limit and --qps 0 means none.
-func (f *EngineFlags) newMigrator(cfg *rest.Config, observer migrator.Observer) (*migrator.Migrator, error) {
+// newMigrator builds the engine over cfg, looking resources up with the
+// process's discovery client disc, and telling observer (if not nil) what
+// it does. svm's own limiter replaces client-go's on the engine's
+// requests, so --qps is the one limit and --qps 0 means none.
+func (f *EngineFlags) newMigrator(cfg *rest.Config, disc discovery.DiscoveryInterface, observer migrator.Observer) (*migrator.Migrator, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = -1, 0, nil
-	opts := migrator.Options{ChunkSize: f.ChunkSize, ChunkBytes: f.chunkBytes, Workers: f.Workers, Observer: observer, DisablePacing: !f.AdaptivePacing}
+	opts := migrator.Options{ChunkSize: f.ChunkSize, ChunkBytes: f.chunkBytes, Workers: f.Workers, Observer: observer, DisablePacing: !f.AdaptivePacing, Discovery: disc}
 	if f.QPS > 0 {
 		opts.Limiter = migrator.NewLimiter(f.QPS, f.Burst)
 	}
@@ -93,14 +96,16 @@ func restConfig(flags *genericclioptions.ConfigFlags) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// clusterReader holds the clients of a command that reads the cluster: the
-// dynamic one for svm's API, which has no generated clientset, and the
-// typed one for the rest.
+// clusterReader holds the clients of a command that reads the cluster,
+// from its kubeclients.Set: the dynamic one for svm's API, which has no
+// generated clientset, the typed one for the rest, and discovery.
 type clusterReader struct {
 	// host is the API server's address, for errors.
-	host    string
-	dynamic dynamic.Interface
-	kube    kubernetes.Interface
+	host      string
+	dynamic   dynamic.Interface
+	kube      kubernetes.Interface
+	discovery *discovery.DiscoveryClient
+	servers   *kubeclients.Endpoints
 }
 
 // connect loads the client configuration named by the kubectl flags and
@@ -111,12 +116,11 @@ func (c *clusterReader) connect(flags *genericclioptions.ConfigFlags) (*rest.Con
 		return nil, err
 	}
 	c.host = cfg.Host
-	if c.dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+	clients, err := kubeclients.New(cfg)
+	if err != nil {
 		return nil, err
 	}
-	if c.kube, err = kubernetes.NewForConfig(cfg); err != nil {
-		return nil, err
-	}
+	c.dynamic, c.kube, c.discovery, c.servers = clients.Dynamic, clients.Kube, clients.Discovery, clients.Servers
 	return cfg, nil
 }
 

@@ -8,13 +8,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -27,9 +23,9 @@ import (
 	"github.com/svm-project/svm/internal/controller/storagestate"
 	"github.com/svm-project/svm/internal/health"
 	"github.com/svm-project/svm/internal/intree"
+	"github.com/svm-project/svm/internal/kubeclients"
 	"github.com/svm-project/svm/internal/metrics"
 	"github.com/svm-project/svm/internal/migrator"
-	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/internal/scheme"
 	"github.com/svm-project/svm/pkg/migrate"
 )
@@ -144,16 +140,22 @@ func (o *ControllerOptions) Run(ctx context.Context) error {
 		return err
 	}
 	ctrl.SetLogger(klog.NewKlogr())
-	if err := requireCRDs(ctx, cfg); err != nil {
+	// Every client of svm's own is built here, once (see kubeclients);
+	// controller-runtime's manager and elector build their own.
+	clients, err := kubeclients.New(cfg)
+	if err != nil {
+		return err
+	}
+	if err := requireCRDs(ctx, clients); err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while waiting for the CRDs, as asked: nothing started, nothing to drain
 		}
 		return err
 	}
-	if err := requireAccess(ctx, cfg, migrationsResource); err != nil {
+	if err := requireAccess(ctx, clients.Metadata, migrationsResource); err != nil {
 		return err
 	}
-	b, err := o.newBase(ctx, cfg)
+	b, err := o.newBase(ctx, clients)
 	if err != nil {
 		return err
 	}
@@ -186,7 +188,7 @@ func controllerConfig(flags *genericclioptions.ConfigFlags) (*rest.Config, error
 
 // controllerBase is what every controller of svm controller is set up on.
 type controllerBase struct {
-	cfg     *rest.Config
+	clients *kubeclients.Set
 	mgr     ctrl.Manager
 	metrics *metrics.Metrics
 	tracker *health.Tracker
@@ -194,7 +196,8 @@ type controllerBase struct {
 
 // newBase registers svm's metrics and builds the manager, with its leader
 // election lock (see electionLock) wrapped for the probes.
-func (o *ControllerOptions) newBase(ctx context.Context, cfg *rest.Config) (*controllerBase, error) {
+func (o *ControllerOptions) newBase(ctx context.Context, clients *kubeclients.Set) (*controllerBase, error) {
+	cfg := clients.Config
 	svmMetrics := metrics.New()
 	if err := svmMetrics.Register(ctrlmetrics.Registry); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
@@ -211,7 +214,7 @@ func (o *ControllerOptions) newBase(ctx context.Context, cfg *rest.Config) (*con
 		GracefulShutdownTimeout:       ptr(30 * time.Second),
 	}
 	if o.LeaderElect {
-		lock, err := o.electionLock(ctx, cfg)
+		lock, err := o.electionLock(ctx, clients)
 		if err != nil {
 			return nil, err
 		}
@@ -222,7 +225,7 @@ func (o *ControllerOptions) newBase(ctx context.Context, cfg *rest.Config) (*con
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)
 	}
-	return &controllerBase{cfg: cfg, mgr: mgr, metrics: svmMetrics, tracker: tracker}, nil
+	return &controllerBase{clients: clients, mgr: mgr, metrics: svmMetrics, tracker: tracker}, nil
 }
 
 // start adds the probes and runs the manager (see startUntilStopped).
@@ -242,7 +245,7 @@ func (b *controllerBase) start(ctx context.Context) error {
 // served in v1beta1 only.
 func (o *ControllerOptions) setUpMigrations(b *controllerBase) (betaServed bool, _ error) {
 	stallAfter := health.StallAfter(o.Engine.requestInterval(o.MaxParallel))
-	m, err := o.Engine.newMigrator(b.cfg, migrator.Observers(b.metrics, b.tracker.MigrationObserver(stallAfter)))
+	m, err := o.Engine.newMigrator(b.clients.Config, b.clients.Discovery, migrator.Observers(b.metrics, b.tracker.MigrationObserver(stallAfter)))
 	if err != nil {
 		return false, err
 	}
@@ -270,22 +273,16 @@ func (o *ControllerOptions) setUpMigrations(b *controllerBase) (betaServed bool,
 // migrations, and the re-encryption controller unless
 // --encrypted-resources is empty.
 func (o *ControllerOptions) setUpTrigger(ctx context.Context, b *controllerBase, betaServed bool) error {
-	disc, err := resources.NewDiscoveryClient(b.cfg)
-	if err != nil {
-		return err
-	}
 	mgr := b.mgr
 	t := &storagestate.Controller{
-		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Discovery: disc, InTreeBetaServed: betaServed,
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Discovery: b.clients.Discovery, InTreeBetaServed: betaServed,
 		Interval: o.TriggerInterval, StaleAfter: o.StaleAfter, RetryBase: o.TriggerRetryDelay,
 		PruneStoredVersions: o.PruneStoredVersions, MigrateUnhashed: o.MigrateUnhashed,
 		SettleDelay: o.CRDSettleDelay, DrainMargin: o.CRDDrainMargin,
 		Recorder: mgr.GetEventRecorder("svm-trigger"), Metrics: b.metrics, Health: b.tracker,
 	}
 	if o.StorageVersionAPI {
-		if t.StorageVersions, err = kubernetes.NewForConfig(b.cfg); err != nil {
-			return err
-		}
+		t.StorageVersions = b.clients.Kube
 	}
 	if err := t.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up trigger: %w", err)
@@ -309,18 +306,10 @@ func validateAPIServerEndpoints(endpoints []string) error {
 
 // setUpEncryption adds the re-encryption controller.
 func (o *ControllerOptions) setUpEncryption(ctx context.Context, b *controllerBase) error {
-	disc, err := resources.NewDiscoveryClient(b.cfg)
-	if err != nil {
-		return err
-	}
-	kube, err := kubernetes.NewForConfig(b.cfg)
-	if err != nil {
-		return err
-	}
 	mgr := b.mgr
 	e := &encryption.Controller{
-		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Leases: kube.CoordinationV1(), Discovery: disc,
-		Config: b.cfg, Endpoints: o.APIServerEndpoints, Resources: o.EncryptedResources,
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Leases: b.clients.Kube.CoordinationV1(), Discovery: b.clients.Discovery,
+		Servers: b.clients.Servers, Endpoints: o.APIServerEndpoints, Resources: o.EncryptedResources,
 		Interval: o.EncryptionCheckInterval, RetryBase: o.TriggerRetryDelay,
 		Recorder: mgr.GetEventRecorder("svm-encryption"), Metrics: b.metrics, Health: b.tracker,
 	}
@@ -335,14 +324,11 @@ func (o *ControllerOptions) setUpEncryption(ctx context.Context, b *controllerBa
 // the choice will be found and whether the in-tree API is served in v1
 // or in v1beta1 only (see inTreeAPI).
 func (o *ControllerOptions) setUpExecutors(b *controllerBase, m *migrator.Migrator) (_ *migration.Choice, served, betaServed bool, _ error) {
-	served, betaServed, err := inTreeAPI(b.cfg)
+	served, betaServed, err := inTreeAPI(b.clients)
 	if err != nil {
 		return nil, false, false, err
 	}
-	engine, inTree, err := newExecutors(b.cfg, b.mgr, m)
-	if err != nil {
-		return nil, false, false, err
-	}
+	engine, inTree := newExecutors(b.clients, b.mgr, m)
 	choice := &migration.Choice{}
 	chooser := &migration.Chooser{
 		Asked: o.executor, Served: served, BetaServed: betaServed, Choice: choice, Metrics: b.metrics, Recheck: o.ExecutorRecheck,
@@ -359,33 +345,21 @@ func (o *ControllerOptions) setUpExecutors(b *controllerBase, m *migrator.Migrat
 // newExecutors builds the two executors a chooser chooses from: svm's
 // engine m, and the hand-over to kube-controller-manager, which falls back
 // to it. Both mark a custom resource's CRD while they migrate it.
-func newExecutors(cfg *rest.Config, mgr ctrl.Manager, m *migrator.Migrator) (migration.EngineExecutor, migration.InTreeExecutor, error) {
-	crds, err := apiextensionsclient.NewForConfig(cfg)
-	if err != nil {
-		return migration.EngineExecutor{}, migration.InTreeExecutor{}, err
-	}
-	objects, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return migration.EngineExecutor{}, migration.InTreeExecutor{}, err
-	}
-	meta, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		return migration.EngineExecutor{}, migration.InTreeExecutor{}, err
-	}
-	marker := &migration.CRDMarker{Reader: mgr.GetAPIReader(), CRDs: crds.ApiextensionsV1().CustomResourceDefinitions(), Objects: objects}
+func newExecutors(clients *kubeclients.Set, mgr ctrl.Manager, m *migrator.Migrator) (migration.EngineExecutor, migration.InTreeExecutor) {
+	marker := &migration.CRDMarker{Reader: mgr.GetAPIReader(), CRDs: clients.CRDs.ApiextensionsV1().CustomResourceDefinitions(), Objects: clients.Dynamic}
 	engine := migration.EngineExecutor{Migrator: m, CRDs: marker}
 	inTree := migration.InTreeExecutor{
 		Client: mgr.GetClient(), Reader: mgr.GetClient(), Lookup: m.Lookup, Fallback: engine, Engine: m, CRDs: marker,
 		Empty: func(ctx context.Context, gvr schema.GroupVersionResource) (bool, error) {
 			// One object's metadata, from the API server: not a cache.
-			list, err := meta.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
+			list, err := clients.Metadata.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
 			if err != nil {
 				return false, err
 			}
 			return len(list.Items) == 0 && list.Continue == "", nil
 		},
 	}
-	return engine, inTree, nil
+	return engine, inTree
 }
 
 // shutdownGrace bounds how long the process may take to stop after SIGTERM:

@@ -17,7 +17,6 @@ import (
 
 	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apiextensionsv1client "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,14 +27,13 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/crdversions"
 	"github.com/svm-project/svm/internal/intree"
-	"github.com/svm-project/svm/internal/resources"
+	"github.com/svm-project/svm/internal/kubeclients"
 )
 
 // podNamespaceFile is where a pod's service account mount names the pod's
@@ -54,13 +52,13 @@ type namespacedLock struct {
 // seconds and only log it, forever; svm says so once and stops instead.
 // The line naming the lease is logged only once these checks pass, so that
 // a refusal stays a one-line answer.
-func (o *ControllerOptions) electionLock(ctx context.Context, cfg *rest.Config) (namespacedLock, error) {
+func (o *ControllerOptions) electionLock(ctx context.Context, clients *kubeclients.Set) (namespacedLock, error) {
 	in := readLeaseNamespaceInputs(o.LeaderElectionNamespace, o.ConfigFlags, podNamespaceFile)
 	ns, why, err := chooseLeaseNamespace(in)
 	if err != nil {
 		return namespacedLock{}, fmt.Errorf("leader election: %w", err)
 	}
-	lock, err := leaseLock(cfg, ns)
+	lock, err := leaseLock(clients.Config, ns)
 	if err != nil {
 		return namespacedLock{}, err
 	}
@@ -72,7 +70,7 @@ func (o *ControllerOptions) electionLock(ctx context.Context, cfg *rest.Config) 
 	switch {
 	case apierrors.IsForbidden(err):
 		return namespacedLock{}, fmt.Errorf("leader election: %w; svm controller needs the Role svm-leader-election (config/rbac) bound to this user in namespace %s, where its lease lives (%s)", err, ns, hint)
-	case apierrors.IsNotFound(err) && !in.InPod && namespaceMissing(ctx, cfg, ns):
+	case apierrors.IsNotFound(err) && !in.InPod && namespaceMissing(ctx, clients.Kube, ns):
 		// A pod's own namespace exists; one taken from a kubeconfig may not.
 		return namespacedLock{}, fmt.Errorf("leader election: namespace %q does not exist (%s): create it, or choose another with --leader-election-namespace", ns, why)
 	}
@@ -83,11 +81,7 @@ func (o *ControllerOptions) electionLock(ctx context.Context, cfg *rest.Config) 
 // namespaceMissing tells whether namespace certainly does not exist. It
 // lists by name, which svm's ClusterRole allows for every resource; when it
 // cannot tell, the elector will report what it meets.
-func namespaceMissing(ctx context.Context, cfg *rest.Config, namespace string) bool {
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return false
-	}
+func namespaceMissing(ctx context.Context, kube kubernetes.Interface, namespace string) bool {
 	list, err := kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", namespace).String()})
 	return err == nil && len(list.Items) == 0
 }
@@ -199,16 +193,8 @@ const crdPoll = 500 * time.Millisecond
 // discovery error the manager would give. When they exist but are not
 // served yet (just applied: not Established, or not yet in discovery) it
 // says so in one line and waits, up to crdWait.
-func requireCRDs(ctx context.Context, cfg *rest.Config) error {
-	disc, err := resources.NewDiscoveryClient(cfg)
-	if err != nil {
-		return err
-	}
-	crds, err := apiextensionsclient.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	r := crdReader{disc: disc, crds: crds.ApiextensionsV1().CustomResourceDefinitions()}
+func requireCRDs(ctx context.Context, clients *kubeclients.Set) error {
+	r := crdReader{disc: clients.Discovery, crds: clients.CRDs.ApiextensionsV1().CustomResourceDefinitions()}
 	v, err := r.read(ctx)
 	switch {
 	case err != nil:
@@ -373,16 +359,9 @@ func notServedBecause(crd *apiextensionsv1.CustomResourceDefinition) string {
 // bind, when svm may not list one of gvrs: the manager's cache would
 // otherwise retry that list forever, logging each refusal, and the
 // controller would never start.
-func requireAccess(ctx context.Context, cfg *rest.Config, gvrs ...schema.GroupVersionResource) error {
-	if len(gvrs) == 0 {
-		return nil
-	}
-	md, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
+func requireAccess(ctx context.Context, md metadata.Interface, gvrs ...schema.GroupVersionResource) error {
 	for _, gvr := range gvrs {
-		_, err = md.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
+		_, err := md.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
 		if apierrors.IsForbidden(err) {
 			return fmt.Errorf("%w; svm controller needs the ClusterRole svm-controller (config/rbac) bound to this user", err)
 		}
@@ -398,11 +377,8 @@ func requireAccess(ctx context.Context, cfg *rest.Config, gvrs ...schema.GroupVe
 // or in v1beta1 only (whose migrations svm keeps out of the way of). The
 // controller watches in-tree migrations where they are served, so it
 // requires access to them as to its own.
-func inTreeAPI(cfg *rest.Config) (served, betaServed bool, _ error) {
-	disc, err := resources.NewDiscoveryClient(cfg)
-	if err != nil {
-		return false, false, err
-	}
+func inTreeAPI(clients *kubeclients.Set) (served, betaServed bool, err error) {
+	disc := clients.Discovery
 	if served, err = intree.Served(disc); err != nil {
 		return false, false, err
 	}
@@ -416,7 +392,7 @@ func inTreeAPI(cfg *rest.Config) (served, betaServed bool, _ error) {
 	if betaServed {
 		watched = append(watched, intree.BetaGroupVersion.WithResource("storageversionmigrations"))
 	}
-	if err := requireAccess(context.Background(), cfg, watched...); err != nil {
+	if err := requireAccess(context.Background(), clients.Metadata, watched...); err != nil {
 		return false, false, err
 	}
 	return served, betaServed, nil

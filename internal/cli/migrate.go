@@ -13,8 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 
+	"github.com/svm-project/svm/internal/kubeclients"
 	"github.com/svm-project/svm/internal/migrator"
 	"github.com/svm-project/svm/internal/resources"
 )
@@ -69,14 +71,18 @@ func (o *MigrateOptions) Complete(ctx context.Context) error {
 	if o.config, err = restConfig(o.ConfigFlags); err != nil {
 		return err
 	}
-	if o.migrator, err = o.Engine.newMigrator(o.config, nil); err != nil {
+	clients, err := kubeclients.New(discoveryConfig(o.config))
+	if err != nil {
+		return err
+	}
+	if o.migrator, err = o.Engine.newMigrator(o.config, clients.Discovery, nil); err != nil {
 		return err
 	}
 	if o.All {
-		o.resources, err = allMigratable(o.config)
+		o.resources, err = allMigratable(clients.Discovery)
 		return err
 	}
-	lists, failed, err := servedResources(o.config)
+	lists, failed, err := servedResources(clients.Discovery)
 	if err != nil {
 		return err
 	}
@@ -178,11 +184,7 @@ func printFailure(errOut io.Writer, name string, res migrator.Result, err error)
 
 // allMigratable lists every migratable resource, once per storage. A
 // discovery round that missed some groups is an error: --all promises all.
-func allMigratable(cfg *rest.Config) ([]schema.GroupVersionResource, error) {
-	disc, err := resources.NewDiscoveryClient(cfg)
-	if err != nil {
-		return nil, err
-	}
+func allMigratable(disc discovery.DiscoveryInterface) ([]schema.GroupVersionResource, error) {
 	found, err := resources.Discover(disc)
 	if err != nil {
 		return nil, err
@@ -210,7 +212,8 @@ func objectKey(namespace, name string) string {
 }
 
 // servedResources reads what the server serves, for resolving the names on
-// the command line, with a new, uncached discovery client. kubectl's cached
+// the command line, with the command's uncached discovery client (built
+// over discoveryConfig). kubectl's cached
 // mapper (ConfigFlags.ToRESTMapper) logs every failed discovery through
 // klog before returning the error, so an unreachable server or rejected
 // credentials would print the same failure two more times, as log lines,
@@ -220,12 +223,16 @@ func objectKey(namespace, name string) string {
 // it can resources.Resolve tell that two candidates share one storage.
 // Groups whose discovery failed are returned, not an error: the names given
 // may well be resolved without them, and Resolve says when they cannot.
-func servedResources(cfg *rest.Config) ([]*metav1.APIResourceList, map[schema.GroupVersion]error, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.QPS, cfg.Burst = 50, 300 // what kubectl allows discovery
-	disc, err := resources.NewDiscoveryClient(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
+func servedResources(disc discovery.DiscoveryInterface) ([]*metav1.APIResourceList, map[schema.GroupVersion]error, error) {
 	return resources.DiscoverServed(disc)
+}
+
+// discoveryConfig is cfg with the client-side rate limit kubectl allows
+// discovery, for the clients of a command whose requests of its own are
+// mostly discovery: one request per group version, which client-go's
+// default limit would queue.
+func discoveryConfig(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 50, 300
+	return cfg
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/svm-project/svm/internal/document"
+	"github.com/svm-project/svm/internal/kubeclients"
 	"github.com/svm-project/svm/internal/migrator"
 	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/pkg/migrate"
@@ -118,7 +119,11 @@ func (o *RetireOptions) Complete(ctx context.Context) error {
 	if o.config, err = restConfig(o.ConfigFlags); err != nil {
 		return err
 	}
-	lists, failed, err := servedResources(o.config)
+	clients, err := kubeclients.New(discoveryConfig(o.config))
+	if err != nil {
+		return err
+	}
+	lists, failed, err := servedResources(clients.Discovery)
 	if err != nil {
 		return err
 	}

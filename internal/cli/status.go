@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
@@ -46,8 +45,7 @@ type StatusOptions struct {
 	Terminal bool
 
 	clusterReader
-	config    *rest.Config
-	discovery discovery.DiscoveryInterface
+	config *rest.Config
 	// noted is the note last printed about an API that is not available,
 	// so that --watch says it once.
 	noted string
@@ -96,8 +94,7 @@ func (o *StatusOptions) Complete() error {
 		return err
 	}
 	o.config = cfg
-	o.discovery, err = discovery.NewDiscoveryClientForConfig(cfg)
-	return err
+	return nil
 }
 
 // Validate checks the flags.
@@ -205,7 +202,7 @@ const encryptionTimeout = 15 * time.Second
 func (o *StatusOptions) lookAtEncryption(ctx context.Context) (*rotation.Agreement, string) {
 	ctx, cancel := context.WithTimeout(ctx, encryptionTimeout)
 	defer cancel()
-	a, err := encryption.Look(ctx, o.kube.CoordinationV1(), o.config, o.APIServerEndpoints, time.Now())
+	a, err := encryption.Look(ctx, o.kube.CoordinationV1(), o.servers, o.APIServerEndpoints, time.Now())
 	if err != nil {
 		return &a, err.Error()
 	}

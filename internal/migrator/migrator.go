@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
+	"github.com/svm-project/svm/internal/kubeclients"
 	"github.com/svm-project/svm/internal/managedfields"
 )
 
@@ -79,6 +80,10 @@ type Options struct {
 	// Observer is told what every migration does, for metrics and health
 	// checks. Default: nothing is observed.
 	Observer Observer
+	// Discovery, if set, is the process's discovery client
+	// (kubeclients.Set), which the engine looks resources up and reads
+	// schemas with; nil builds one over the engine's own HTTP client.
+	Discovery discovery.DiscoveryInterface
 }
 
 // Backoff is an exponential backoff with jitter.
@@ -160,9 +165,11 @@ func New(cfg *rest.Config, opts Options) (*Migrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build the REST client: %w", err)
 	}
-	disc, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, httpClient)
-	if err != nil {
-		return nil, fmt.Errorf("build the discovery client: %w", err)
+	disc := opts.Discovery
+	if disc == nil {
+		if disc, err = kubeclients.NewDiscovery(cfg, httpClient); err != nil {
+			return nil, err
+		}
 	}
 	return &Migrator{metadata: md, rest: rc, discovery: disc, opts: opts.withDefaults()}, nil
 }

@@ -16,7 +16,7 @@ import (
 // Each group's lists come in the order of preference, the preferred version
 // first, so that Resolve picks that version as kubectl does. Groups whose
 // discovery failed are returned, not an error: Resolve decides which names
-// they leave in doubt. Use a client from NewDiscoveryClient, or shared
+// they leave in doubt. Use a kubeclients.Set's discovery client, or shared
 // storage cannot be told (see the package comment).
 func DiscoverServed(disc discovery.DiscoveryInterface) ([]*metav1.APIResourceList, map[schema.GroupVersion]error, error) {
 	groups, lists, err := disc.ServerGroupsAndResources()

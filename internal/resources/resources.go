@@ -9,8 +9,9 @@
 // reporting one) are kept: svm cannot tell whether they share storage.
 //
 // Only the per-group-version discovery documents carry storageVersionHash;
-// the aggregated discovery document that client-go prefers omits it. Build
-// discovery clients for this package with NewDiscoveryClient.
+// the aggregated discovery document that client-go prefers omits it. Give
+// this package the process's discovery client (kubeclients.Set), which
+// reads those.
 package resources
 
 import (
@@ -25,7 +26,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/rest"
 )
 
 // Resource is a migratable resource in its preferred version.
@@ -95,17 +95,6 @@ func Migratable(lists []*metav1.APIResourceList) []Resource {
 		out = append(out, r)
 	}
 	return out
-}
-
-// NewDiscoveryClient returns a discovery client that reads the
-// per-group-version documents, which report storageVersionHash.
-func NewDiscoveryClient(cfg *rest.Config) (*discovery.DiscoveryClient, error) {
-	d, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	d.UseLegacyDiscovery = true
-	return d, nil
 }
 
 // StorageVersionName is the name of the StorageVersion object the API

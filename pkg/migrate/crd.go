@@ -8,7 +8,6 @@ import (
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apiextensionsv1client "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/svm-project/svm/internal/crdversions"
+	"github.com/svm-project/svm/internal/kubeclients"
 	"github.com/svm-project/svm/internal/migrator"
 	"github.com/svm-project/svm/internal/resources"
 )
@@ -87,11 +87,11 @@ func CRD(ctx context.Context, cfg *rest.Config, name string, opts Options) (CRDR
 	if err := opts.validate(); err != nil {
 		return out, err
 	}
-	client, err := apiextensionsclient.NewForConfig(cfg)
+	clients, err := kubeclients.New(cfg)
 	if err != nil {
-		return out, terminal(ReasonInvalidOptions, "build CRD client: %w", err)
+		return out, terminal(ReasonInvalidOptions, "%w", err)
 	}
-	crds := client.ApiextensionsV1().CustomResourceDefinitions()
+	crds := clients.CRDs.ApiextensionsV1().CustomResourceDefinitions()
 	crd, err := crds.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return out, crdError("read", name, err)
@@ -116,18 +116,18 @@ func CRD(ctx context.Context, cfg *rest.Config, name string, opts Options) (CRDR
 		return out, terminal(ReasonNotServed, "customresourcedefinition %s serves no version", name)
 	}
 	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: version, Resource: crd.Spec.Names.Plural}
-	m, err := newEngine(cfg, opts)
+	m, err := newEngine(cfg, opts, clients.Discovery)
 	if err != nil {
 		return out, err
 	}
-	return migrateAndPrune(ctx, cfg, m, crds, crd, gvr, opts, out)
+	return migrateAndPrune(ctx, clients, m, crd, gvr, opts, out)
 }
 
 // migrateAndPrune migrates crd's resource through gvr, moving the
 // managedFields entries that name a version it prunes, and then prunes
 // storedVersions to the storage version, as CRD says; out is the result so
 // far.
-func migrateAndPrune(ctx context.Context, cfg *rest.Config, m *migrator.Migrator, crds apiextensionsv1client.CustomResourceDefinitionInterface,
+func migrateAndPrune(ctx context.Context, clients *kubeclients.Set, m *migrator.Migrator,
 	crd *apiextensionsv1.CustomResourceDefinition, gvr schema.GroupVersionResource, opts Options, out CRDResult) (CRDResult, error) {
 	start := crdversions.Of(crd)
 	want := resources.StorageVersionHash(crd.Spec.Group, start.StorageVersion, crd.Spec.Names.Kind)
@@ -151,7 +151,7 @@ func migrateAndPrune(ctx context.Context, cfg *rest.Config, m *migrator.Migrator
 	// The versions pruned from storedVersions are the ones their removal
 	// from the CRD then allows: their managedFields entries move in the
 	// same writes, or server-side apply breaks once they are removed.
-	mf, err := moverFor(ctx, cfg, m, crd, "")
+	mf, err := moverFor(ctx, clients.Dynamic, m, crd, "")
 	if err != nil {
 		return out, err
 	}
@@ -168,7 +168,7 @@ func migrateAndPrune(ctx context.Context, cfg *rest.Config, m *migrator.Migrator
 		out.NotPrunedReason = "the API server does not store the storage version yet"
 		return out, err
 	}
-	return prune(ctx, crds, start, res.Failed, opts.fieldManager(), out)
+	return prune(ctx, clients.CRDs.ApiextensionsV1().CustomResourceDefinitions(), start, res.Failed, opts.fieldManager(), out)
 }
 
 // prune cuts the CRD's storedVersions to start's storage version, if the

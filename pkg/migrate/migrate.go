@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 
 	"github.com/svm-project/svm/internal/managedfields"
@@ -241,7 +242,7 @@ func Resource(ctx context.Context, cfg *rest.Config, gvr schema.GroupVersionReso
 	if err := opts.validate(); err != nil {
 		return Result{Resource: gvr}, err
 	}
-	m, err := newEngine(cfg, opts)
+	m, err := newEngine(cfg, opts, nil)
 	if err != nil {
 		return Result{Resource: gvr}, err
 	}
@@ -274,11 +275,14 @@ func migrateWith(ctx context.Context, m *migrator.Migrator, gvr schema.GroupVers
 }
 
 // newEngine builds the engine over cfg as `svm migrate` does, with the
-// engine's limiter as the one limit on requests.
-func newEngine(cfg *rest.Config, opts Options) (*migrator.Migrator, error) {
+// engine's limiter as the one limit on requests, looking resources up with
+// disc, the call's discovery client (nil: the engine builds its own).
+func newEngine(cfg *rest.Config, opts Options, disc discovery.DiscoveryInterface) (*migrator.Migrator, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = -1, 0, nil
-	m, err := migrator.New(cfg, opts.engineOptions())
+	engineOpts := opts.engineOptions()
+	engineOpts.Discovery = disc
+	m, err := migrator.New(cfg, engineOpts)
 	if err != nil {
 		return nil, terminal(ReasonInvalidOptions, "%w", err)
 	}

@@ -9,19 +9,17 @@ import (
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/svm-project/svm/internal/apiservers"
 	"github.com/svm-project/svm/internal/crdversions"
+	"github.com/svm-project/svm/internal/kubeclients"
 	"github.com/svm-project/svm/internal/managedfields"
 	"github.com/svm-project/svm/internal/migrator"
 	"github.com/svm-project/svm/internal/resources"
@@ -207,13 +205,12 @@ func Retire(ctx context.Context, cfg *rest.Config, gvr schema.GroupVersionResour
 
 // retirement is one call of Retire: its clients and what it learnt.
 type retirement struct {
-	cfg       *rest.Config
-	gvr       schema.GroupVersionResource
-	opts      RetireOptions
-	crds      apiextensionsclient.Interface
-	dynamic   dynamic.Interface
-	discovery discovery.DiscoveryInterface
-	kube      kubernetes.Interface
+	cfg     *rest.Config
+	gvr     schema.GroupVersionResource
+	opts    RetireOptions
+	clients *kubeclients.Set
+	// engine counts and rewrites; built once, with clients' discovery.
+	engine *migrator.Migrator
 
 	crd    *apiextensionsv1.CustomResourceDefinition // nil for a built-in
 	target schema.GroupVersionResource               // the version kept
@@ -223,16 +220,12 @@ type retirement struct {
 func newRetirement(cfg *rest.Config, gvr schema.GroupVersionResource, opts RetireOptions) (*retirement, error) {
 	r := &retirement{cfg: cfg, gvr: gvr, opts: opts}
 	var err error
-	if r.crds, err = apiextensionsclient.NewForConfig(cfg); err != nil {
-		return nil, terminal(ReasonInvalidOptions, "build CRD client: %w", err)
+	if r.clients, err = kubeclients.New(cfg); err != nil {
+		return nil, terminal(ReasonInvalidOptions, "%w", err)
 	}
-	if r.dynamic, err = dynamic.NewForConfig(cfg); err != nil {
-		return nil, terminal(ReasonInvalidOptions, "build dynamic client: %w", err)
+	if r.engine, err = newEngine(cfg, opts.Options, r.clients.Discovery); err != nil {
+		return nil, err
 	}
-	if r.kube, err = kubernetes.NewForConfig(cfg); err != nil {
-		return nil, terminal(ReasonInvalidOptions, "build clientset: %w", err)
-	}
-	r.discovery = r.kube.Discovery()
 	return r, nil
 }
 
@@ -250,7 +243,7 @@ func (r *retirement) resolve(ctx context.Context, res *RetireResult) error {
 	if r.gvr.Group == "" {
 		return terminal(ReasonNoOtherVersion, "the core group has one version, v1: there is none to retire %s for", r.gvr.Resource)
 	}
-	crd, err := r.crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, r.gvr.Resource+"."+r.gvr.Group, metav1.GetOptions{})
+	crd, err := r.clients.CRDs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, r.gvr.Resource+"."+r.gvr.Group, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return r.resolveBuiltIn(ctx, res)
@@ -284,7 +277,7 @@ func (r *retirement) resolve(ctx context.Context, res *RetireResult) error {
 // the version kept is the group's most preferred other version that serves
 // the resource. What may be stored comes from svm's StorageState.
 func (r *retirement) resolveBuiltIn(ctx context.Context, res *RetireResult) error {
-	groups, err := r.discovery.ServerGroups()
+	groups, err := r.clients.Discovery.ServerGroups()
 	if err != nil {
 		return fmt.Errorf("discover API groups: %w", err)
 	}
@@ -299,7 +292,7 @@ func (r *retirement) resolveBuiltIn(ctx context.Context, res *RetireResult) erro
 	}
 	var info *metav1.APIResource
 	for _, v := range versions {
-		list, err := r.discovery.ServerResourcesForGroupVersion(schema.GroupVersion{Group: r.gvr.Group, Version: v}.String())
+		list, err := r.clients.Discovery.ServerResourcesForGroupVersion(schema.GroupVersion{Group: r.gvr.Group, Version: v}.String())
 		if err != nil {
 			return fmt.Errorf("discover %s/%s: %w", r.gvr.Group, v, err)
 		}
@@ -335,7 +328,7 @@ var storageStates = schema.GroupVersionResource{Group: "migration.k8s.io", Versi
 // Unknown, or when there is no StorageState to tell.
 func (r *retirement) storedPerStorageState(ctx context.Context) (bool, string, error) {
 	name := resources.DisplayName(r.gvr.GroupResource())
-	state, err := r.dynamic.Resource(storageStates).Get(ctx, name, metav1.GetOptions{})
+	state, err := r.clients.Dynamic.Resource(storageStates).Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
 		return true, "no StorageState records what is stored", nil
@@ -357,12 +350,8 @@ func (r *retirement) storedPerStorageState(ctx context.Context) (bool, string, e
 // version retired, listing them as a migration does: within
 // Options.ChunkBytes, the answers decoded as they arrive.
 func (r *retirement) count(ctx context.Context, res *RetireResult) error {
-	m, err := newEngine(r.cfg, r.opts.Options)
-	if err != nil {
-		return err
-	}
 	rt := managedfields.Retarget{Retired: []string{r.retired()}}
-	objects, naming, err := m.Count(ctx, r.target, rt.Names)
+	objects, naming, err := r.engine.Count(ctx, r.target, rt.Names)
 	res.Objects += objects
 	res.NamingVersion += naming
 	return publicError(resources.DisplayName(r.target.GroupResource()), err)
@@ -375,13 +364,17 @@ func (r *retirement) usage(ctx context.Context) []ServerUsage {
 	if len(endpoints) == 0 {
 		// Without leave to list identity leases, the kubeconfig's server
 		// is still read.
-		ids, _ := apiservers.Identities(ctx, r.kube.CoordinationV1(), time.Now())
+		ids, _ := apiservers.Identities(ctx, r.clients.Kube.CoordinationV1(), time.Now())
 		endpoints = apiservers.Endpoints(nil, r.cfg.Host, ids)
 		unreached = unreachedServers(len(ids), len(endpoints))
 	}
 	out := make([]ServerUsage, 0, len(endpoints)+1)
 	for _, e := range endpoints {
-		u, err := apiservers.ScrapeUsage(ctx, r.cfg, e, r.gvr)
+		var u apiservers.Usage
+		client, err := r.clients.Servers.For(e)
+		if err == nil {
+			u, err = apiservers.ScrapeUsage(ctx, client, e, r.gvr)
+		}
 		su := ServerUsage{Endpoint: e, Since: u.Since, Requests: int64(u.Requests), Open: int64(u.Open)}
 		if err != nil {
 			su.Error = err.Error()
@@ -413,12 +406,9 @@ func unreachedServers(identities, endpoints int) *ServerUsage {
 // for another resource whose objects may be stored in it, all of them;
 // else only those whose managedFields name it.
 func (r *retirement) rewrite(ctx context.Context, res *RetireResult) error {
-	m, err := newEngine(r.cfg, r.opts.Options)
-	if err != nil {
-		return err
-	}
+	m := r.engine
 	if r.crd != nil && res.MayBeStored {
-		out, err := migrateAndPrune(ctx, r.cfg, m, r.crds.ApiextensionsV1().CustomResourceDefinitions(), r.crd, r.target, r.opts.Options, CRDResult{Name: r.crd.Name})
+		out, err := migrateAndPrune(ctx, r.clients, m, r.crd, r.target, r.opts.Options, CRDResult{Name: r.crd.Name})
 		res.Migration, res.Pruned = out.Migration, out.Pruned
 		if out.Pruned {
 			res.StoredVersions = out.StoredVersionsAfter
@@ -426,10 +416,11 @@ func (r *retirement) rewrite(ctx context.Context, res *RetireResult) error {
 		return err
 	}
 	var mf *migrator.ManagedFields
+	var err error
 	if r.crd != nil {
-		mf, err = moverFor(ctx, r.cfg, m, r.crd, r.gvr.Version)
+		mf, err = moverFor(ctx, r.clients.Dynamic, m, r.crd, r.gvr.Version)
 	} else {
-		mf, err = m.FieldsMover(ctx, r.dynamic, managedfields.Resource{Kept: r.target, Kind: r.kind, Retired: []string{r.gvr.Version}})
+		mf, err = m.FieldsMover(ctx, r.clients.Dynamic, managedfields.Resource{Kept: r.target, Kind: r.kind, Retired: []string{r.gvr.Version}})
 	}
 	if err != nil || mf == nil {
 		return err
@@ -446,14 +437,10 @@ func (r *retirement) rewrite(ctx context.Context, res *RetireResult) error {
 // migration controller makes too, with managedfields.For's rule
 // (Migrator.FieldsMover). nil when no version is left to move entries
 // off.
-func moverFor(ctx context.Context, cfg *rest.Config, m *migrator.Migrator, crd *apiextensionsv1.CustomResourceDefinition, retired string) (*migrator.ManagedFields, error) {
+func moverFor(ctx context.Context, client dynamic.Interface, m *migrator.Migrator, crd *apiextensionsv1.CustomResourceDefinition, retired string) (*migrator.ManagedFields, error) {
 	kept, off, ok := crdversions.MoveOff(crd, retired)
 	if !ok {
 		return nil, nil
-	}
-	client, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, terminal(ReasonInvalidOptions, "build dynamic client: %w", err)
 	}
 	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: kept, Resource: crd.Spec.Names.Plural}
 	return m.FieldsMover(ctx, client, managedfields.Resource{Kept: gvr, Kind: crd.Spec.Names.Kind, Retired: off, CRD: crd})
@@ -488,7 +475,7 @@ func (r *retirement) unserve(ctx context.Context, res *RetireResult) error {
 	if again.NamingVersion > 0 {
 		return fmt.Errorf("%s: %d objects' managedFields still name it; run retire again", r.name(), again.NamingVersion)
 	}
-	crds := r.crds.ApiextensionsV1().CustomResourceDefinitions()
+	crds := r.clients.CRDs.ApiextensionsV1().CustomResourceDefinitions()
 	for range maxPruneAttempts {
 		crd, err := crds.Get(ctx, r.crd.Name, metav1.GetOptions{})
 		if err != nil {

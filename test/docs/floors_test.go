@@ -109,3 +109,43 @@ func TestArchitectureFloorsAreTheImports(t *testing.T) {
 		}
 	}
 }
+
+// TestClientsAreBuiltInOnePlace: what svm runs builds its clients of the
+// API server in internal/kubeclients only, once per process, and hands
+// them down (docs/architecture.md). The engine alone builds its own
+// metadata and REST clients, over a transport of its own that --qps
+// limits, and takes its discovery client from the process's set.
+func TestClientsAreBuiltInOnePlace(t *testing.T) {
+	constructor := regexp.MustCompile(`\b(kubernetes|dynamic|metadata|discovery|apiextensionsclient|clientset|rest)\.(New[A-Za-z]*ForConfig[A-Za-z]*|NewDiscoveryClient[A-Za-z]*|HTTPClientFor|RESTClientFor[A-Za-z]*|UnversionedRESTClientFor[A-Za-z]*)\(`)
+	allowed := map[string]*regexp.Regexp{
+		"internal/kubeclients": regexp.MustCompile(`.`),
+		"internal/migrator":    regexp.MustCompile(`^(rest\.HTTPClientFor|metadata\.NewForConfigAndClient|rest\.RESTClientForConfigAndClient)\($`),
+	}
+	found := 0
+	for _, dir := range []string{"cmd", "internal", "pkg"} {
+		err := filepath.WalkDir(filepath.Join(repoRoot(), dir), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			src, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(repoRoot(), path)
+			pkg := filepath.ToSlash(filepath.Dir(rel))
+			for _, call := range constructor.FindAllString(string(src), -1) {
+				found++
+				if ok := allowed[pkg]; ok == nil || !ok.MatchString(call) {
+					t.Errorf("%s builds a client (%s): take it from the process's kubeclients.Set instead", rel, call)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if found < 5 {
+		t.Fatalf("found only %d client constructors, kubeclients' own among them: does the pattern still match them?", found)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/svm-project/svm/internal/apiservers"
+	"github.com/svm-project/svm/internal/kubeclients"
 )
 
 // EncryptionKey is a named aescbc key for encryption at rest.
@@ -89,10 +90,13 @@ func AutomaticReloadFlags(path string) []string {
 func WaitEncryptionConfig(t testing.TB, cfg *rest.Config, hash string) {
 	t.Helper()
 	var last apiservers.Report
-	var lastErr error
+	client, lastErr := kubeclients.NewEndpoints(cfg).For(cfg.Host)
+	if lastErr != nil {
+		t.Fatal(lastErr)
+	}
 	// Once a second: an API server's metrics run to megabytes.
 	err := wait.PollUntilContextTimeout(t.Context(), time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		last, lastErr = apiservers.Scrape(ctx, cfg, cfg.Host)
+		last, lastErr = apiservers.Scrape(ctx, client, cfg.Host)
 		return lastErr == nil && last.ConfigHash == hash, nil
 	})
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 
 	"k8s.io/client-go/discovery"
 	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -19,6 +18,7 @@ import (
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controller/round"
 	"github.com/svm-project/svm/internal/health"
+	"github.com/svm-project/svm/internal/kubeclients"
 	"github.com/svm-project/svm/internal/metrics"
 	"github.com/svm-project/svm/internal/rotation"
 )
@@ -56,11 +56,11 @@ type Controller struct {
 	Leases coordinationv1.LeasesGetter
 	// Discovery resolves Resources.
 	Discovery discovery.DiscoveryInterface
-	// Config holds the credentials to read every API server's /metrics
-	// with; its Host is one of the endpoints read.
-	Config *rest.Config
+	// Servers reads every API server's /metrics, with the process's
+	// credentials; its Host is one of the endpoints read.
+	Servers *kubeclients.Endpoints
 	// Endpoints, if set, are the URLs of every API server, read instead of
-	// Config.Host and the addresses the identity leases publish.
+	// Servers.Host and the addresses the identity leases publish.
 	Endpoints []string
 	// Resources are the resources to re-encrypt, as the operator names
 	// them (secrets, widgets.example.com).

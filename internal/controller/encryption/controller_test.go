@@ -37,6 +37,7 @@ import (
 	"github.com/svm-project/svm/internal/apiservers"
 	"github.com/svm-project/svm/internal/controller/round"
 	"github.com/svm-project/svm/internal/health"
+	"github.com/svm-project/svm/internal/kubeclients"
 	"github.com/svm-project/svm/internal/rotation"
 	"github.com/svm-project/svm/internal/scheme"
 )
@@ -207,7 +208,7 @@ func newEnv(t *testing.T, s setup) *env {
 	e.client, e.clock, e.recorder, e.disc = cl, clk, events.NewFakeRecorder(100), served()
 	e.c = &Controller{
 		Client: cl, Reader: cl, Leases: kubefake.NewClientset(leases...).CoordinationV1(), Discovery: e.disc,
-		Config:    &rest.Config{Host: endpoints[0], TLSClientConfig: rest.TLSClientConfig{CAData: ca}},
+		Servers:   kubeclients.NewEndpoints(&rest.Config{Host: endpoints[0], TLSClientConfig: rest.TLSClientConfig{CAData: ca}}),
 		Endpoints: endpoints, Resources: s.resources,
 		Clock: clk, Recorder: e.recorder,
 	}

@@ -6,10 +6,10 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/svm-project/svm/internal/apiservers"
+	"github.com/svm-project/svm/internal/kubeclients"
 	"github.com/svm-project/svm/internal/metrics"
 	"github.com/svm-project/svm/internal/rotation"
 )
@@ -18,7 +18,7 @@ import (
 const scrapeTimeout = 30 * time.Second
 
 // Look reads every API server's report and puts them together.
-func Look(ctx context.Context, leases coordinationv1.LeasesGetter, cfg *rest.Config, given []string, now time.Time) (rotation.Agreement, error) {
+func Look(ctx context.Context, leases coordinationv1.LeasesGetter, servers *kubeclients.Endpoints, given []string, now time.Time) (rotation.Agreement, error) {
 	ids, err := apiservers.Identities(ctx, leases, now)
 	var idErr error
 	if err != nil {
@@ -29,9 +29,14 @@ func Look(ctx context.Context, leases coordinationv1.LeasesGetter, cfg *rest.Con
 	}
 	var reports []apiservers.Report
 	var failures []rotation.Failure
-	for _, endpoint := range apiservers.Endpoints(given, cfg.Host, ids) {
+	for _, endpoint := range apiservers.Endpoints(given, servers.Host(), ids) {
+		client, err := servers.For(endpoint)
+		if err != nil {
+			failures = append(failures, rotation.Failure{Endpoint: endpoint, Err: err})
+			continue
+		}
 		sctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
-		r, err := apiservers.Scrape(sctx, cfg, endpoint)
+		r, err := apiservers.Scrape(sctx, client, endpoint)
 		cancel()
 		if err != nil {
 			failures = append(failures, rotation.Failure{Endpoint: endpoint, Err: err})
@@ -47,7 +52,7 @@ func Look(ctx context.Context, leases coordinationv1.LeasesGetter, cfg *rest.Con
 func (c *Controller) lookAtServers(ctx context.Context) rotation.Agreement {
 	log := klog.FromContext(ctx)
 	now := c.Clock.Now()
-	a, err := Look(ctx, c.Leases, c.Config, c.Endpoints, now)
+	a, err := Look(ctx, c.Leases, c.Servers, c.Endpoints, now)
 	if err != nil {
 		log.Error(err, "API servers not known from their identity leases; taking the ones reached to be all")
 	}

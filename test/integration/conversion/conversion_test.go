@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 
+	"github.com/svm-project/svm/internal/kubeclients"
 	"github.com/svm-project/svm/internal/migrator"
 	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/test/controlplane"
@@ -120,10 +121,11 @@ func TestConversionWebhookCalls(t *testing.T) {
 func start(t *testing.T) (*framework.Env, *migrator.Migrator, *discovery.DiscoveryClient) {
 	t.Helper()
 	env := framework.Start(t, controlplane.Options{})
-	disc, err := resources.NewDiscoveryClient(env.Config)
+	clients, err := kubeclients.New(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	disc := clients.Discovery
 	m, _ := framework.NewMigrator(t, env.Config, migrator.Options{})
 	return env, m, disc
 }

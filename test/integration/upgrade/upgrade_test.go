@@ -23,6 +23,7 @@ import (
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/cli"
+	"github.com/svm-project/svm/internal/kubeclients"
 	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/internal/trigger"
 	"github.com/svm-project/svm/internal/upgrade"
@@ -327,10 +328,11 @@ func apiserverinternalServer(encoding string, decodable ...string) apiserverinte
 // and compares it with the hash discovery reports.
 func expectHashesMatchDiscovery(t *testing.T, env *framework.Env) {
 	t.Helper()
-	disc, err := resources.NewDiscoveryClient(env.Config)
+	clients, err := kubeclients.New(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	disc := clients.Discovery
 	_, lists, err := disc.ServerGroupsAndResources()
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,129 @@
+// Package kubeclients builds the clients svm talks to the API server with,
+// once per process, over one HTTP client.
+//
+// Each client built from a rest.Config opens connections of its own, and a
+// discovery client keeps what it read; a process that builds one per
+// controller, per check and per round holds a dozen of each, and a
+// question asked through two of them may get two answers. Every command
+// builds one Set from its rest.Config and hands its clients down; New and
+// NewDiscovery are the only places in svm that build discovery clients,
+// and Built counts what they built, so that a test can hold a command to
+// one.
+package kubeclients
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+)
+
+// Set is the clients of one process, over one HTTP client.
+type Set struct {
+	// Config is the configuration they were built from.
+	Config *rest.Config
+	// Discovery reads the per-group-version documents, which report
+	// storageVersionHash (see NewDiscovery). It caches nothing: every
+	// question reads the server afresh, as the trigger needs.
+	Discovery *discovery.DiscoveryClient
+	Kube      kubernetes.Interface
+	Dynamic   dynamic.Interface
+	Metadata  metadata.Interface
+	CRDs      apiextensionsclient.Interface
+	// Servers reaches each API server at its own address, for what only
+	// that server can tell (its /metrics).
+	Servers *Endpoints
+}
+
+// New builds a Set over cfg. It sends no request.
+func New(cfg *rest.Config) (*Set, error) {
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("build the HTTP client: %w", err)
+	}
+	s := &Set{Config: cfg, Servers: NewEndpoints(cfg)}
+	if s.Discovery, err = NewDiscovery(cfg, httpClient); err != nil {
+		return nil, err
+	}
+	if s.Kube, err = kubernetes.NewForConfigAndClient(cfg, httpClient); err != nil {
+		return nil, fmt.Errorf("build the clientset: %w", err)
+	}
+	if s.Dynamic, err = dynamic.NewForConfigAndClient(cfg, httpClient); err != nil {
+		return nil, fmt.Errorf("build the dynamic client: %w", err)
+	}
+	if s.Metadata, err = metadata.NewForConfigAndClient(cfg, httpClient); err != nil {
+		return nil, fmt.Errorf("build the metadata client: %w", err)
+	}
+	if s.CRDs, err = apiextensionsclient.NewForConfigAndClient(cfg, httpClient); err != nil {
+		return nil, fmt.Errorf("build the CRD client: %w", err)
+	}
+	sets.Add(1)
+	return s, nil
+}
+
+// NewDiscovery builds a discovery client over httpClient that reads the
+// per-group-version documents: they report storageVersionHash, which the
+// aggregated discovery document does not carry. Use a Set's where there
+// is one; this is for the engine built alone (migrator.New without one).
+func NewDiscovery(cfg *rest.Config, httpClient *http.Client) (*discovery.DiscoveryClient, error) {
+	d, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("build the discovery client: %w", err)
+	}
+	d.UseLegacyDiscovery = true
+	discoveries.Add(1)
+	return d, nil
+}
+
+// Endpoints builds a REST client per API server address, with one
+// configuration's credentials, once per address: the re-encryption
+// controller reads every API server's /metrics every minute, and a
+// client per read would open new connections every time.
+type Endpoints struct {
+	cfg     *rest.Config
+	mu      sync.Mutex
+	clients map[string]rest.Interface
+}
+
+// NewEndpoints returns the Endpoints of cfg's credentials.
+func NewEndpoints(cfg *rest.Config) *Endpoints {
+	return &Endpoints{cfg: cfg, clients: map[string]rest.Interface{}}
+}
+
+// Host is the address cfg names, the API server a client reaches when
+// no other is known.
+func (e *Endpoints) Host() string { return e.cfg.Host }
+
+// For is the client of the API server at endpoint (https://host:port),
+// for requests outside the API groups, such as /metrics.
+func (e *Endpoints) For(endpoint string) (rest.Interface, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if c, ok := e.clients[endpoint]; ok {
+		return c, nil
+	}
+	cfg := rest.CopyConfig(e.cfg)
+	cfg.Host = endpoint
+	// A discovery client's REST client is client-go's unversioned one,
+	// set up for paths outside the API groups.
+	d, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("build a client of %s: %w", endpoint, err)
+	}
+	e.clients[endpoint] = d.RESTClient()
+	return d.RESTClient(), nil
+}
+
+var sets, discoveries atomic.Int64
+
+// Built is how many Sets and discovery clients this process has built.
+func Built() (setsBuilt, discoveryClients int64) {
+	return sets.Load(), discoveries.Load()
+}
