@@ -21,14 +21,6 @@ import (
 	"github.com/svm-project/svm/internal/upgrade"
 )
 
-// The exit codes of `svm check-upgrade`. A verdict is an answer, not an
-// error, and scripts branch on it: each has its own code, and 1 stays
-// what it is for every svm command, "could not find out".
-const (
-	ExitUnsafe  = 3
-	ExitUnknown = 4
-)
-
 // CheckUpgradeOptions are the options of `svm check-upgrade`.
 type CheckUpgradeOptions struct {
 	ConfigFlags *genericclioptions.ConfigFlags

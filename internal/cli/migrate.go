@@ -204,13 +204,6 @@ func allMigratable(disc discovery.DiscoveryInterface) ([]schema.GroupVersionReso
 	return out, nil
 }
 
-func objectKey(namespace, name string) string {
-	if namespace == "" {
-		return name
-	}
-	return namespace + "/" + name
-}
-
 // servedResources reads what the server serves, for resolving the names on
 // the command line, with the command's uncached discovery client (built
 // over discoveryConfig). kubectl's cached

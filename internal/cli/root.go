@@ -56,6 +56,27 @@ func exitCode(err error, stderr io.Writer) int {
 	return 1
 }
 
+// The exit codes of a verdict, which svm check-upgrade, svm etcd-scan and
+// svm retire give. A verdict is an answer, not an error, and scripts
+// branch on it: each has its own code, and 1 stays what it is for every
+// svm command, "could not find out".
+const (
+	// ExitUnsafe: what was checked is not safe (an old key still in use,
+	// a version still stored, clients still asking for it).
+	ExitUnsafe = 3
+	// ExitUnknown: whether it is safe could not be told.
+	ExitUnknown = 4
+)
+
+// objectKey names an object as the commands print it: NAMESPACE/NAME, or
+// NAME for a cluster-scoped one.
+func objectKey(namespace, name string) string {
+	if namespace == "" {
+		return name
+	}
+	return namespace + "/" + name
+}
+
 // ExitError ends a command that has said what it found with an exit code
 // that tells a script the outcome (check-upgrade's verdict, etcd-scan's
 // failed check): not an error to print, and not exit code 1, which means

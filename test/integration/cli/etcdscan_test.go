@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svm-project/svm/internal/cli"
+	"github.com/svm-project/svm/internal/etcdscan"
 	"github.com/svm-project/svm/internal/etcdvalue"
 	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/framework"
@@ -194,7 +195,7 @@ func TestEtcdScan(t *testing.T) {
 // scanned is an etcd-scan report with its counts by resource and
 // encryption label.
 type scanned struct {
-	*cli.EtcdScanReport
+	*etcdscan.Report
 	counts map[string]map[string]int
 }
 
@@ -206,16 +207,16 @@ func scanJSON(t *testing.T, run func(*testing.T, ...string) (int, string, string
 	if code != 0 || stderr != "" {
 		t.Fatalf("svm etcd-scan %v exited %d\nstdout:\n%s\nstderr:\n%s", args, code, stdout, stderr)
 	}
-	r := &cli.EtcdScanReport{}
+	r := &etcdscan.Report{}
 	dec := json.NewDecoder(strings.NewReader(stdout))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(r); err != nil {
 		t.Fatalf("decode the report: %v\n%s", err, stdout)
 	}
-	if r.Version != cli.EtcdScanVersion || r.Revision <= 0 {
+	if r.Version != etcdscan.Version || r.Revision <= 0 {
 		t.Errorf("report version %q revision %d", r.Version, r.Revision)
 	}
-	s := scanned{EtcdScanReport: r, counts: map[string]map[string]int{}}
+	s := scanned{Report: r, counts: map[string]map[string]int{}}
 	var total int64
 	for _, c := range r.Counts {
 		if s.counts[c.Resource] == nil {
