@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -141,4 +142,14 @@ func validateOutput(output string, outputs []string) error {
 		return fmt.Errorf("--output must be one of %s, got %q", strings.Join(outputs, ", "), output)
 	}
 	return nil
+}
+
+// requestInterval is the longest a running migration should need between
+// two requests: the time for every worker of every parallel migration to
+// get its turn at the --qps limiter (zero when unlimited).
+func (f *EngineFlags) requestInterval(maxParallel int) time.Duration {
+	if f.QPS <= 0 {
+		return 0
+	}
+	return time.Duration(float64(f.Workers*maxParallel) / f.QPS * float64(time.Second))
 }

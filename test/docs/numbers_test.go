@@ -281,7 +281,7 @@ func TestDocsStateTheCodesNumbers(t *testing.T) {
 		{"the migrations handed over at once", all, `\b(` + aNumber + `)\s+(?:migrations\s+)?are\s+handed\s+over\s+at\s+once`, parseNumber, intree.RunnerWorkers},
 		{"the in-tree runner's workers", all, `migrator\s+runs\s+(` + aNumber + `)\b`, parseNumber, intree.RunnerWorkers},
 		{"the leader's renew deadline", []string{"docs/metrics.md"}, `renew\s+deadline,\s+(\d+\s+s)`, durationValue,
-			goValue(t, "internal/cli/probes.go", "key RenewDeadline")},
+			goValue(t, "internal/controller/manager/probes.go", "key RenewDeadline")},
 		{"a stalled trigger", []string{"docs/metrics.md"}, `\s(\d+\s+minutes)\s+by\s+default`, durationValue, float64(health.StallAfter(triggerInterval))},
 	} {
 		checkDocNumber(t, n, readFiles(t, n.files), true)

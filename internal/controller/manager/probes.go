@@ -1,4 +1,4 @@
-package cli
+package manager
 
 import (
 	"fmt"
@@ -39,13 +39,3 @@ type noLeaseEvents struct{}
 func (noLeaseEvents) GetEventRecorderFor(string) record.EventRecorder { return nil }
 
 func (noLeaseEvents) GetEventRecorder(string) recorder.EventRecorder { return nil }
-
-// requestInterval is the longest a running migration should need between
-// two requests: the time for every worker of every parallel migration to
-// get its turn at the --qps limiter (zero when unlimited).
-func (f *EngineFlags) requestInterval(maxParallel int) time.Duration {
-	if f.QPS <= 0 {
-		return 0
-	}
-	return time.Duration(float64(f.Workers*maxParallel) / f.QPS * float64(time.Second))
-}

@@ -1,4 +1,4 @@
-package cli
+package manager
 
 // svm controller's checks before it starts: where its leader election lease
 // lives, whether its CRDs are served (waiting while they are being set up),
@@ -52,7 +52,7 @@ type namespacedLock struct {
 // seconds and only log it, forever; svm says so once and stops instead.
 // The line naming the lease is logged only once these checks pass, so that
 // a refusal stays a one-line answer.
-func (o *ControllerOptions) electionLock(ctx context.Context, clients *kubeclients.Set) (namespacedLock, error) {
+func (o *Config) electionLock(ctx context.Context, clients *kubeclients.Set) (namespacedLock, error) {
 	in := readLeaseNamespaceInputs(o.LeaderElectionNamespace, o.ConfigFlags, podNamespaceFile)
 	ns, why, err := chooseLeaseNamespace(in)
 	if err != nil {
