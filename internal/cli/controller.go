@@ -21,49 +21,22 @@ import (
 	"github.com/svm-project/svm/pkg/migrate"
 )
 
-// ControllerOptions are the options of `svm controller`.
+// ControllerOptions are the options of `svm controller`: its flags, set
+// in the manager.Config they are handed over in, and the engine's.
 type ControllerOptions struct {
-	ConfigFlags             *genericclioptions.ConfigFlags
-	Engine                  EngineFlags
-	MaxParallel             int
-	LeaderElect             bool
-	LeaderElectionNamespace string
-	MetricsAddress          string
-	HealthAddress           string
-
-	Trigger             bool
-	TriggerInterval     time.Duration
-	StaleAfter          time.Duration
-	TriggerRetryDelay   time.Duration
-	MigrateUnhashed     bool
-	PruneStoredVersions bool
-	CRDSettleDelay      time.Duration
-	CRDDrainMargin      time.Duration
-	StorageVersionAPI   bool
-
-	EncryptedResources      []string
-	APIServerEndpoints      []string
-	EncryptionCheckInterval time.Duration
-	// Executor is --executor as given; executor is it parsed.
+	manager.Config
+	Engine EngineFlags
+	// Executor is --executor as given; Config.Executor is it parsed.
 	Executor string
-	executor intree.Executor
-	// ExecutorRecheck is how often auto looks again at what its choice
-	// rested on.
-	ExecutorRecheck time.Duration
 }
 
 func newControllerCommand(configFlags *genericclioptions.ConfigFlags) *cobra.Command {
-	o := &ControllerOptions{ConfigFlags: configFlags}
+	o := &ControllerOptions{Config: manager.Config{ConfigFlags: configFlags}}
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run the controller that executes StorageVersionMigrations",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			return o.Run(cmd.Context())
-		},
+		RunE:  runOptions(o, func(ctx context.Context) (int, error) { return 0, o.Run(ctx) }),
 	}
 	o.Engine.addFlags(cmd.Flags())
 	fs := cmd.Flags()
@@ -101,7 +74,7 @@ func (o *ControllerOptions) Validate() error {
 		return fmt.Errorf("--trigger-interval, --storage-state-stale-after and --trigger-retry-delay must be positive")
 	}
 	var err error
-	if o.executor, err = intree.ParseExecutor(o.Executor); err != nil {
+	if o.Config.Executor, err = intree.ParseExecutor(o.Executor); err != nil {
 		return err
 	}
 	if o.EncryptionCheckInterval <= 0 {
@@ -124,47 +97,30 @@ func (o *ControllerOptions) Validate() error {
 	return o.Engine.validate()
 }
 
-// Run runs the controller until ctx ends, then drains running migrations
-// (see package manager).
-func (o *ControllerOptions) Run(ctx context.Context) error {
+// Complete loads the client configuration and builds the process's
+// clients: every client of svm's own is built here, once (see
+// kubeclients); controller-runtime's manager and elector build their own.
+// It sends no request.
+func (o *ControllerOptions) Complete() error {
 	cfg, err := controllerConfig(o.ConfigFlags)
 	if err != nil {
 		return err
 	}
-	ctrl.SetLogger(klog.NewKlogr())
-	// Every client of svm's own is built here, once (see kubeclients);
-	// controller-runtime's manager and elector build their own.
-	clients, err := kubeclients.New(cfg)
-	if err != nil {
+	if o.Clients, err = kubeclients.New(cfg); err != nil {
 		return err
 	}
-	return manager.Run(ctx, manager.Config{
-		Clients: clients,
-		NewEngine: func(disc discovery.DiscoveryInterface, observer migrator.Observer) (*migrator.Migrator, error) {
-			return o.Engine.newMigrator(cfg, disc, observer)
-		},
-		RequestInterval:         o.Engine.requestInterval(o.MaxParallel),
-		MaxParallel:             o.MaxParallel,
-		LeaderElect:             o.LeaderElect,
-		LeaderElectionNamespace: o.LeaderElectionNamespace,
-		ConfigFlags:             o.ConfigFlags,
-		MetricsAddress:          o.MetricsAddress,
-		HealthAddress:           o.HealthAddress,
-		Trigger:                 o.Trigger,
-		TriggerInterval:         o.TriggerInterval,
-		StaleAfter:              o.StaleAfter,
-		TriggerRetryDelay:       o.TriggerRetryDelay,
-		MigrateUnhashed:         o.MigrateUnhashed,
-		PruneStoredVersions:     o.PruneStoredVersions,
-		CRDSettleDelay:          o.CRDSettleDelay,
-		CRDDrainMargin:          o.CRDDrainMargin,
-		StorageVersionAPI:       o.StorageVersionAPI,
-		EncryptedResources:      o.EncryptedResources,
-		APIServerEndpoints:      o.APIServerEndpoints,
-		EncryptionCheckInterval: o.EncryptionCheckInterval,
-		Executor:                o.executor,
-		ExecutorRecheck:         o.ExecutorRecheck,
-	})
+	o.NewEngine = func(disc discovery.DiscoveryInterface, observer migrator.Observer) (*migrator.Migrator, error) {
+		return o.Engine.newMigrator(cfg, disc, observer)
+	}
+	return nil
+}
+
+// Run runs the controller until ctx ends, then drains running migrations
+// (see package manager).
+func (o *ControllerOptions) Run(ctx context.Context) error {
+	ctrl.SetLogger(klog.NewKlogr())
+	o.RequestInterval = o.Engine.requestInterval(o.MaxParallel)
+	return manager.Run(ctx, o.Config)
 }
 
 // controllerConfig is the client configuration of svm controller. svm's

@@ -33,6 +33,7 @@ type MigrateOptions struct {
 	Terminal bool
 
 	config    *rest.Config
+	clients   *kubeclients.Set
 	resources []schema.GroupVersionResource
 	migrator  *migrator.Migrator
 }
@@ -48,10 +49,7 @@ func newMigrateCommand(configFlags *genericclioptions.ConfigFlags, out, errOut i
 		Example: "  svm migrate secrets\n  svm migrate widgets.example.com deployments.apps --qps 50\n  svm migrate --all",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Args = args
-			if err := o.Complete(cmd.Context()); err != nil {
-				return err
-			}
-			return o.Run(cmd.Context())
+			return runOptions(o, func(ctx context.Context) (int, error) { return 0, o.Run(ctx) })(cmd, args)
 		},
 	}
 	o.Engine.addFlags(cmd.Flags())
@@ -59,30 +57,39 @@ func newMigrateCommand(configFlags *genericclioptions.ConfigFlags, out, errOut i
 	return cmd
 }
 
-// Complete validates the flags and resolves the resources to migrate.
-func (o *MigrateOptions) Complete(ctx context.Context) error {
+// Complete loads the client configuration and builds the clients. It
+// sends no request.
+func (o *MigrateOptions) Complete() error {
+	var err error
+	if o.config, err = restConfig(o.ConfigFlags); err != nil {
+		return err
+	}
+	o.clients, err = kubeclients.New(discoveryConfig(o.config))
+	return err
+}
+
+// Validate checks the flags.
+func (o *MigrateOptions) Validate() error {
 	if err := o.Engine.validate(); err != nil {
 		return err
 	}
 	if o.All == (len(o.Args) > 0) {
 		return errors.New("name the resources to migrate, or pass --all (not both)")
 	}
+	return nil
+}
+
+// resolve builds the engine and finds the resources to migrate.
+func (o *MigrateOptions) resolve() error {
 	var err error
-	if o.config, err = restConfig(o.ConfigFlags); err != nil {
-		return err
-	}
-	clients, err := kubeclients.New(discoveryConfig(o.config))
-	if err != nil {
-		return err
-	}
-	if o.migrator, err = o.Engine.newMigrator(o.config, clients.Discovery, nil); err != nil {
+	if o.migrator, err = o.Engine.newMigrator(o.config, o.clients.Discovery, nil); err != nil {
 		return err
 	}
 	if o.All {
-		o.resources, err = allMigratable(clients.Discovery)
+		o.resources, err = allMigratable(o.clients.Discovery)
 		return err
 	}
-	lists, failed, err := servedResources(clients.Discovery)
+	lists, failed, err := servedResources(o.clients.Discovery)
 	if err != nil {
 		return err
 	}
@@ -98,10 +105,14 @@ func (o *MigrateOptions) Complete(ctx context.Context) error {
 	return nil
 }
 
-// Run migrates the resources one after another and prints a summary of
-// each. It fails unless every object of every resource was migrated (or
-// needed no write), and says which were not and why.
+// Run resolves every name before anything is migrated, then migrates the
+// resources one after another and prints a summary of each. It fails
+// unless every object of every resource was migrated (or needed no
+// write), and says which were not and why.
 func (o *MigrateOptions) Run(ctx context.Context) error {
+	if err := o.resolve(); err != nil {
+		return err
+	}
 	var notDone []string
 	for _, gvr := range o.resources {
 		if err := o.migrateOne(ctx, gvr); err != nil {

@@ -42,8 +42,11 @@ type RetireOptions struct {
 	Out, ErrOut io.Writer
 	Terminal    bool
 
-	config *rest.Config
-	gvr    schema.GroupVersionResource
+	config  *rest.Config
+	clients *kubeclients.Set
+	// name, version and group are the parts of Arg.
+	name, version, group string
+	gvr                  schema.GroupVersionResource
 }
 
 var retireOutputs = []string{"table", "json", "yaml"}
@@ -77,10 +80,7 @@ func newRetireCommand(configFlags *genericclioptions.ConfigFlags, out, errOut io
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Arg = args[0]
-			if err := o.Complete(cmd.Context()); err != nil {
-				return err
-			}
-			return o.Run(cmd.Context())
+			return runOptions(o, func(ctx context.Context) (int, error) { return 0, o.Run(ctx) })(cmd, args)
 		},
 	}
 	o.Engine.addFlags(cmd.Flags())
@@ -94,10 +94,19 @@ func newRetireCommand(configFlags *genericclioptions.ConfigFlags, out, errOut io
 	return cmd
 }
 
-// Complete validates the flags and reads RESOURCE.VERSION.GROUP. The
-// version need not be served any longer (an upgrade may have stopped it);
-// the resource must be, in another version.
-func (o *RetireOptions) Complete(ctx context.Context) error {
+// Complete loads the client configuration and builds the clients. It
+// sends no request.
+func (o *RetireOptions) Complete() error {
+	var err error
+	if o.config, err = restConfig(o.ConfigFlags); err != nil {
+		return err
+	}
+	o.clients, err = kubeclients.New(discoveryConfig(o.config))
+	return err
+}
+
+// Validate checks the flags and RESOURCE.VERSION.GROUP.
+func (o *RetireOptions) Validate() error {
 	if err := o.Engine.validate(); err != nil {
 		return err
 	}
@@ -115,33 +124,36 @@ func (o *RetireOptions) Complete(ctx context.Context) error {
 	if group == "" {
 		return fmt.Errorf("%q: the core group has one version, v1: there is none to retire it for", o.Arg)
 	}
-	var err error
-	if o.config, err = restConfig(o.ConfigFlags); err != nil {
-		return err
-	}
-	clients, err := kubeclients.New(discoveryConfig(o.config))
-	if err != nil {
-		return err
-	}
-	lists, failed, err := servedResources(clients.Discovery)
-	if err != nil {
-		return err
-	}
-	// The resource is named as everywhere else in svm (plural, singular,
-	// short name or kind), in its group, whatever versions are served.
-	r, err := resources.Resolve(lists, failed, name+"."+group)
-	if err != nil {
-		return err
-	}
-	if r.Group != group {
-		return fmt.Errorf("%q: %s is in group %q, not %q", o.Arg, name, r.Group, group)
-	}
-	o.gvr = r.GroupResource().WithVersion(version)
+	o.name, o.version, o.group = name, version, group
 	return nil
 }
 
-// Run retires the version and prints what it found and did.
+// resolve finds the resource named, as everywhere else in svm (plural,
+// singular, short name or kind), in its group, whatever versions are
+// served: the version need not be served any longer (an upgrade may have
+// stopped it); the resource must be, in another version.
+func (o *RetireOptions) resolve() error {
+	lists, failed, err := servedResources(o.clients.Discovery)
+	if err != nil {
+		return err
+	}
+	r, err := resources.Resolve(lists, failed, o.name+"."+o.group)
+	if err != nil {
+		return err
+	}
+	if r.Group != o.group {
+		return fmt.Errorf("%q: %s is in group %q, not %q", o.Arg, o.name, r.Group, o.group)
+	}
+	o.gvr = r.GroupResource().WithVersion(o.version)
+	return nil
+}
+
+// Run resolves the resource, retires the version and prints what it found
+// and did.
 func (o *RetireOptions) Run(ctx context.Context) error {
+	if err := o.resolve(); err != nil {
+		return err
+	}
 	opts := migrate.RetireOptions{
 		Options: migrate.Options{
 			Workers: o.Engine.Workers, QPS: o.Engine.QPS, Burst: o.Engine.Burst, ChunkSize: o.Engine.ChunkSize, ChunkBytes: o.Engine.chunkBytes,
