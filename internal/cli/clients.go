@@ -75,13 +75,12 @@ func (f *EngineFlags) validate() error {
 // it does. svm's own limiter replaces client-go's on the engine's
 // requests, so --qps is the one limit and --qps 0 means none.
 func (f *EngineFlags) newMigrator(cfg *rest.Config, disc discovery.DiscoveryInterface, observer migrator.Observer) (*migrator.Migrator, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.QPS, cfg.Burst, cfg.RateLimiter = -1, 0, nil
-	opts := migrator.Options{ChunkSize: f.ChunkSize, ChunkBytes: f.chunkBytes, Workers: f.Workers, Observer: observer, DisablePacing: !f.AdaptivePacing, Discovery: disc}
-	if f.QPS > 0 {
-		opts.Limiter = migrator.NewLimiter(f.QPS, f.Burst)
-	}
-	return migrator.New(cfg, opts)
+	return migrator.NewTuned(cfg, f.tuning(), disc, observer)
+}
+
+// tuning is what the flags say of the engine, in the engine's words.
+func (f *EngineFlags) tuning() migrator.Tuning {
+	return migrator.Tuning{Workers: f.Workers, QPS: f.QPS, Burst: f.Burst, ChunkSize: f.ChunkSize, ChunkBytes: f.chunkBytes, DisablePacing: !f.AdaptivePacing}
 }
 
 // restConfig loads the client configuration named by the kubectl flags and

@@ -91,14 +91,9 @@ func (o Options) validate() error {
 	return nil
 }
 
-// engineOptions are the engine's options for o: the engine's defaults
-// fill the zero values.
-func (o Options) engineOptions() migrator.Options {
-	opts := migrator.Options{Workers: o.Workers, ChunkSize: o.ChunkSize, ChunkBytes: o.ChunkBytes, FieldManager: o.FieldManager, DisablePacing: o.DisableAdaptivePacing}
-	if o.QPS > 0 {
-		opts.Limiter = migrator.NewLimiter(o.QPS, o.Burst)
-	}
-	return opts
+// tuning is what o says of the engine, in the engine's words.
+func (o Options) tuning() migrator.Tuning {
+	return migrator.Tuning{Workers: o.Workers, QPS: o.QPS, Burst: o.Burst, ChunkSize: o.ChunkSize, ChunkBytes: o.ChunkBytes, DisablePacing: o.DisableAdaptivePacing, FieldManager: o.FieldManager}
 }
 
 func (o Options) fieldManager() string {
@@ -278,11 +273,7 @@ func migrateWith(ctx context.Context, m *migrator.Migrator, gvr schema.GroupVers
 // engine's limiter as the one limit on requests, looking resources up with
 // disc, the call's discovery client (nil: the engine builds its own).
 func newEngine(cfg *rest.Config, opts Options, disc discovery.DiscoveryInterface) (*migrator.Migrator, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.QPS, cfg.Burst, cfg.RateLimiter = -1, 0, nil
-	engineOpts := opts.engineOptions()
-	engineOpts.Discovery = disc
-	m, err := migrator.New(cfg, engineOpts)
+	m, err := migrator.NewTuned(cfg, opts.tuning(), disc, nil)
 	if err != nil {
 		return nil, terminal(ReasonInvalidOptions, "%w", err)
 	}

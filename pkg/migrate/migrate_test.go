@@ -60,12 +60,12 @@ func TestEngineOptions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.qps, "/", tt.burst), func(t *testing.T) {
-			got := Options{QPS: tt.qps, Burst: tt.burst, Workers: 3, ChunkSize: 7, FieldManager: "fm"}.engineOptions()
+			got := Options{QPS: tt.qps, Burst: tt.burst, Workers: 3, ChunkSize: 7, FieldManager: "fm"}.tuning().Options()
 			if got.Workers != 3 || got.ChunkSize != 7 || got.FieldManager != "fm" {
-				t.Errorf("engineOptions = %+v, want workers 3, chunk size 7, field manager fm", got)
+				t.Errorf("engine options = %+v, want workers 3, chunk size 7, field manager fm", got)
 			}
 			if (got.Limiter != nil) != tt.wantLimit {
-				t.Fatalf("engineOptions(qps %v) limiter = %v, want one: %v", tt.qps, got.Limiter, tt.wantLimit)
+				t.Fatalf("engine options (qps %v) limiter = %v, want one: %v", tt.qps, got.Limiter, tt.wantLimit)
 			}
 			if got.Limiter != nil && (float64(got.Limiter.Limit()) != tt.qps || got.Limiter.Burst() != tt.wantBurst) {
 				t.Errorf("limiter = %v/s burst %d, want %v/s burst %d", got.Limiter.Limit(), got.Limiter.Burst(), tt.qps, tt.wantBurst)
