@@ -96,6 +96,28 @@ func restConfig(flags *genericclioptions.ConfigFlags) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// connectForDiscovery loads the client configuration named by the kubectl
+// flags and builds the command's clients over it, at discoveryConfig's
+// rate. It sends no request.
+func connectForDiscovery(flags *genericclioptions.ConfigFlags) (*rest.Config, *kubeclients.Set, error) {
+	cfg, err := restConfig(flags)
+	if err != nil {
+		return nil, nil, err
+	}
+	clients, err := kubeclients.New(discoveryConfig(cfg))
+	return cfg, clients, err
+}
+
+// discoveryConfig is cfg with the client-side rate limit kubectl allows
+// discovery, for the clients of a command whose requests of its own are
+// mostly discovery: one request per group version, which client-go's
+// default limit would queue.
+func discoveryConfig(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 50, 300
+	return cfg
+}
+
 // clusterReader holds the clients of a command that reads the cluster,
 // from its kubeclients.Set: the dynamic one for svm's API, which has no
 // generated clientset, the typed one for the rest, and discovery.

@@ -61,10 +61,7 @@ func newMigrateCommand(configFlags *genericclioptions.ConfigFlags, out, errOut i
 // sends no request.
 func (o *MigrateOptions) Complete() error {
 	var err error
-	if o.config, err = restConfig(o.ConfigFlags); err != nil {
-		return err
-	}
-	o.clients, err = kubeclients.New(discoveryConfig(o.config))
+	o.config, o.clients, err = connectForDiscovery(o.ConfigFlags)
 	return err
 }
 
@@ -229,14 +226,4 @@ func allMigratable(disc discovery.DiscoveryInterface) ([]schema.GroupVersionReso
 // may well be resolved without them, and Resolve says when they cannot.
 func servedResources(disc discovery.DiscoveryInterface) ([]*metav1.APIResourceList, map[schema.GroupVersion]error, error) {
 	return resources.DiscoverServed(disc)
-}
-
-// discoveryConfig is cfg with the client-side rate limit kubectl allows
-// discovery, for the clients of a command whose requests of its own are
-// mostly discovery: one request per group version, which client-go's
-// default limit would queue.
-func discoveryConfig(cfg *rest.Config) *rest.Config {
-	cfg = rest.CopyConfig(cfg)
-	cfg.QPS, cfg.Burst = 50, 300
-	return cfg
 }

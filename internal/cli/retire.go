@@ -98,10 +98,7 @@ func newRetireCommand(configFlags *genericclioptions.ConfigFlags, out, errOut io
 // sends no request.
 func (o *RetireOptions) Complete() error {
 	var err error
-	if o.config, err = restConfig(o.ConfigFlags); err != nil {
-		return err
-	}
-	o.clients, err = kubeclients.New(discoveryConfig(o.config))
+	o.config, o.clients, err = connectForDiscovery(o.ConfigFlags)
 	return err
 }
 
