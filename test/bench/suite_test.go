@@ -297,6 +297,9 @@ func benchControlPlane(apiServerFlags ...string) controlplane.Options {
 		// etcd's default quota, 2 GiB, is its database file, free pages
 		// included: a million Secrets written twice come near it.
 		EtcdFlags: []string{"--quota-backend-bytes=8589934592"},
+		// An API server restarted over a million objects fills its watch
+		// cache before it is ready: over a minute on two shared cores.
+		StartTimeout: 10 * time.Minute,
 	}
 }
 
