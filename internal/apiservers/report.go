@@ -51,7 +51,7 @@ type Report struct {
 }
 
 // Scrape reads the report of the API server at endpoint (an https URL),
-// with cfg's credentials.
+// through client, which reaches that server (kubeclients.Endpoints).
 func Scrape(ctx context.Context, client rest.Interface, endpoint string) (Report, error) {
 	raw, err := readMetrics(ctx, client, endpoint)
 	if err != nil {

@@ -37,8 +37,9 @@ type Usage struct {
 	Open float64
 }
 
-// ScrapeUsage reads, from the API server at endpoint (an https URL) with
-// cfg's credentials, how many requests it served for gvr.
+// ScrapeUsage reads, from the API server at endpoint (an https URL)
+// through client, which reaches that server (kubeclients.Endpoints), how
+// many requests it served for gvr.
 func ScrapeUsage(ctx context.Context, client rest.Interface, endpoint string, gvr schema.GroupVersionResource) (Usage, error) {
 	raw, err := readMetrics(ctx, client, endpoint)
 	if err != nil {

@@ -126,8 +126,7 @@ func (o *CheckUpgradeOptions) Complete() error {
 			return fmt.Errorf("target file %s: %w", path, err)
 		}
 	}
-	_, err := o.connect(o.ConfigFlags)
-	return err
+	return o.connect(o.ConfigFlags)
 }
 
 // Validate checks the flags.
@@ -148,7 +147,7 @@ func (o *CheckUpgradeOptions) Run(ctx context.Context) (upgrade.Verdict, error) 
 		return "", err
 	}
 	if o.to != nil {
-		v, err := o.discovery.ServerVersion()
+		v, err := o.Discovery.ServerVersion()
 		if err != nil {
 			return "", fmt.Errorf("read the server's version: %w", err)
 		}
@@ -178,7 +177,7 @@ func (o *CheckUpgradeOptions) Run(ctx context.Context) (upgrade.Verdict, error) 
 // resources it holds are judged unknown.
 func (o *CheckUpgradeOptions) fetch(ctx context.Context) (*upgrade.Input, error) {
 	in := &upgrade.Input{Target: o.target}
-	groups, lists, err := o.discovery.ServerGroupsAndResourcesWithContext(ctx)
+	groups, lists, err := o.Discovery.ServerGroupsAndResourcesWithContext(ctx)
 	if failed, ok := discovery.GroupDiscoveryFailedErrorGroups(err); ok {
 		for gv := range failed {
 			in.Discovery.FailedGroupVersions = append(in.Discovery.FailedGroupVersions, gv)
@@ -212,18 +211,18 @@ func (o *CheckUpgradeOptions) fetch(ctx context.Context) (*upgrade.Input, error)
 
 	in.SVMServed = served(groupList, migrationv1alpha1.GroupVersion)
 	if in.SVMServed {
-		if in.StorageStates, err = listAs[migrationv1alpha1.StorageState](ctx, o.dynamic, storageStatesResource); err != nil {
+		if in.StorageStates, err = listAs[migrationv1alpha1.StorageState](ctx, o.Dynamic, storageStatesResource); err != nil {
 			return nil, err
 		}
 	}
 	if served(groupList, apiextensionsv1.SchemeGroupVersion) {
-		if in.CRDs, err = listAs[apiextensionsv1.CustomResourceDefinition](ctx, o.dynamic, crdResource); err != nil {
+		if in.CRDs, err = listAs[apiextensionsv1.CustomResourceDefinition](ctx, o.Dynamic, crdResource); err != nil {
 			return nil, err
 		}
 	}
 	in.StorageVersionAPIServed = served(groupList, storageVersionAPIGroupVersion)
 	if in.StorageVersionAPIServed {
-		list, err := o.kube.InternalV1alpha1().StorageVersions().List(ctx, metav1.ListOptions{})
+		list, err := o.Kube.InternalV1alpha1().StorageVersions().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("list storageversions.%s: %w", storageVersionAPIGroupVersion.Group, err)
 		}

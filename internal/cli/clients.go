@@ -12,8 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/svm-project/svm/internal/kubeclients"
@@ -98,7 +96,16 @@ func restConfig(flags *genericclioptions.ConfigFlags) (*rest.Config, error) {
 
 // connectForDiscovery loads the client configuration named by the kubectl
 // flags and builds the command's clients over it, at discoveryConfig's
-// rate. It sends no request.
+// rate, for svm migrate and svm retire, which resolve the names on their
+// command line from what the server serves. It sends no request. They
+// read discovery with these clients, not kubectl's cached mapper
+// (ConfigFlags.ToRESTMapper): that logs every failed discovery through
+// klog before returning the error, so an unreachable server or rejected
+// credentials would print the same failure two more times around svm's
+// one-line error, and a migration wants what the server serves now, not a
+// cache hours old. The set's discovery client reads the per-group-version
+// documents, which report storageVersionHash: only with it can
+// resources.Resolve tell that two candidates share one storage.
 func connectForDiscovery(flags *genericclioptions.ConfigFlags) (*rest.Config, *kubeclients.Set, error) {
 	cfg, err := restConfig(flags)
 	if err != nil {
@@ -118,32 +125,22 @@ func discoveryConfig(cfg *rest.Config) *rest.Config {
 	return cfg
 }
 
-// clusterReader holds the clients of a command that reads the cluster,
-// from its kubeclients.Set: the dynamic one for svm's API, which has no
-// generated clientset, the typed one for the rest, and discovery.
+// clusterReader holds the clients of a command that reads the cluster:
+// the dynamic one for svm's API, which has no generated clientset, the
+// typed one for the rest, discovery, and each API server's.
 type clusterReader struct {
-	// host is the API server's address, for errors.
-	host      string
-	dynamic   dynamic.Interface
-	kube      kubernetes.Interface
-	discovery *discovery.DiscoveryClient
-	servers   *kubeclients.Endpoints
+	*kubeclients.Set
 }
 
 // connect loads the client configuration named by the kubectl flags and
 // builds the clients over it. It sends no request.
-func (c *clusterReader) connect(flags *genericclioptions.ConfigFlags) (*rest.Config, error) {
+func (c *clusterReader) connect(flags *genericclioptions.ConfigFlags) error {
 	cfg, err := restConfig(flags)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	c.host = cfg.Host
-	clients, err := kubeclients.New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	c.dynamic, c.kube, c.discovery, c.servers = clients.Dynamic, clients.Kube, clients.Discovery, clients.Servers
-	return cfg, nil
+	c.Set, err = kubeclients.New(cfg)
+	return err
 }
 
 // unreachable is the error of a command's first request, the one that
@@ -154,7 +151,7 @@ func (c *clusterReader) unreachable(err error) error {
 	if errors.As(err, &urlErr) {
 		err = urlErr.Err
 	}
-	return fmt.Errorf("reach the API server at %s: %w", c.host, err)
+	return fmt.Errorf("reach the API server at %s: %w", c.Config.Host, err)
 }
 
 // validateOutput checks --output against the formats a command prints.

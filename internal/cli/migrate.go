@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery"
@@ -86,7 +85,7 @@ func (o *MigrateOptions) resolve() error {
 		o.resources, err = allMigratable(o.clients.Discovery)
 		return err
 	}
-	lists, failed, err := servedResources(o.clients.Discovery)
+	lists, failed, err := resources.DiscoverServed(o.clients.Discovery)
 	if err != nil {
 		return err
 	}
@@ -210,20 +209,4 @@ func allMigratable(disc discovery.DiscoveryInterface) ([]schema.GroupVersionReso
 		out = append(out, r.GroupVersionResource)
 	}
 	return out, nil
-}
-
-// servedResources reads what the server serves, for resolving the names on
-// the command line, with the command's uncached discovery client (built
-// over discoveryConfig). kubectl's cached
-// mapper (ConfigFlags.ToRESTMapper) logs every failed discovery through
-// klog before returning the error, so an unreachable server or rejected
-// credentials would print the same failure two more times, as log lines,
-// around svm's one-line error. A migration also wants what the server
-// serves now, not a discovery cache hours old. The client reads the
-// per-group-version documents, which report storageVersionHash: only with
-// it can resources.Resolve tell that two candidates share one storage.
-// Groups whose discovery failed are returned, not an error: the names given
-// may well be resolved without them, and Resolve says when they cannot.
-func servedResources(disc discovery.DiscoveryInterface) ([]*metav1.APIResourceList, map[schema.GroupVersion]error, error) {
-	return resources.DiscoverServed(disc)
 }

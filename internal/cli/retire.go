@@ -130,7 +130,7 @@ func (o *RetireOptions) Validate() error {
 // served: the version need not be served any longer (an upgrade may have
 // stopped it); the resource must be, in another version.
 func (o *RetireOptions) resolve() error {
-	lists, failed, err := servedResources(o.clients.Discovery)
+	lists, failed, err := resources.DiscoverServed(o.clients.Discovery)
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controller/encryption"
@@ -45,7 +44,6 @@ type StatusOptions struct {
 	Terminal bool
 
 	clusterReader
-	config *rest.Config
 	// noted is the note last printed about an API that is not available,
 	// so that --watch says it once.
 	noted string
@@ -56,8 +54,6 @@ var statusOutputs = []string{"table", "wide", "json", "yaml"}
 var (
 	migrationsResource    = migrationv1alpha1.GroupVersion.WithResource("storageversionmigrations")
 	storageStatesResource = migrationv1alpha1.GroupVersion.WithResource("storagestates")
-	// inTreeMigrationsResource is the in-tree migrator's API.
-	inTreeMigrationsResource = storagemigrationv1.SchemeGroupVersion.WithResource("storageversionmigrations")
 )
 
 func newStatusCommand(configFlags *genericclioptions.ConfigFlags, out, errOut io.Writer) *cobra.Command {
@@ -89,12 +85,7 @@ func newStatusCommand(configFlags *genericclioptions.ConfigFlags, out, errOut io
 // Complete builds the clients. It sends no request: a server that cannot
 // be reached is reported by Run.
 func (o *StatusOptions) Complete() error {
-	cfg, err := o.connect(o.ConfigFlags)
-	if err != nil {
-		return err
-	}
-	o.config = cfg
-	return nil
+	return o.connect(o.ConfigFlags)
 }
 
 // Validate checks the flags.
@@ -136,7 +127,7 @@ func (o *StatusOptions) Run(ctx context.Context) error {
 // Discovery comes first, so that an unreachable server is one plain error
 // and an API that is not served is skipped rather than failed on.
 func (o *StatusOptions) fetch(ctx context.Context) (*status.Report, error) {
-	groups, err := o.discovery.ServerGroups()
+	groups, err := o.Discovery.ServerGroups()
 	if err != nil {
 		return nil, o.unreachable(err)
 	}
@@ -145,16 +136,16 @@ func (o *StatusOptions) fetch(ctx context.Context) (*status.Report, error) {
 		InTreeServed: served(groups, storagemigrationv1.SchemeGroupVersion),
 	}
 	if in.SVMServed {
-		if in.Migrations, err = listAs[migrationv1alpha1.StorageVersionMigration](ctx, o.dynamic, migrationsResource); err != nil {
+		if in.Migrations, err = listAs[migrationv1alpha1.StorageVersionMigration](ctx, o.Dynamic, migrationsResource); err != nil {
 			return nil, err
 		}
-		if in.StorageStates, err = listAs[migrationv1alpha1.StorageState](ctx, o.dynamic, storageStatesResource); err != nil {
+		if in.StorageStates, err = listAs[migrationv1alpha1.StorageState](ctx, o.Dynamic, storageStatesResource); err != nil {
 			return nil, err
 		}
 	}
 	note := ""
 	if in.InTreeServed {
-		list, err := o.kube.StoragemigrationV1().StorageVersionMigrations().List(ctx, metav1.ListOptions{})
+		list, err := o.Kube.StoragemigrationV1().StorageVersionMigrations().List(ctx, metav1.ListOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
 			// Gone since discovery: as if never served.
@@ -202,7 +193,7 @@ const encryptionTimeout = 15 * time.Second
 func (o *StatusOptions) lookAtEncryption(ctx context.Context) (*rotation.Agreement, string) {
 	ctx, cancel := context.WithTimeout(ctx, encryptionTimeout)
 	defer cancel()
-	a, err := encryption.Look(ctx, o.kube.CoordinationV1(), o.servers, o.APIServerEndpoints, time.Now())
+	a, err := encryption.Look(ctx, o.Kube.CoordinationV1(), o.Servers, o.APIServerEndpoints, time.Now())
 	if err != nil {
 		return &a, err.Error()
 	}

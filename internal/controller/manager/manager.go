@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"time"
 
-	storagemigrationv1 "k8s.io/api/storagemigration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -77,7 +76,7 @@ var (
 	// be allowed to list.
 	migrationsResource = migrationv1alpha1.GroupVersion.WithResource("storageversionmigrations")
 	// inTreeMigrationsResource is the in-tree migrator's API.
-	inTreeMigrationsResource = storagemigrationv1.SchemeGroupVersion.WithResource("storageversionmigrations")
+	inTreeMigrationsResource = intree.GroupVersion.WithResource("storageversionmigrations")
 )
 
 // Run checks that svm controller can start, then runs it until ctx ends,
@@ -92,7 +91,7 @@ func Run(ctx context.Context, o Config) error {
 	if err := requireAccess(ctx, o.Clients.Metadata, migrationsResource); err != nil {
 		return err
 	}
-	b, err := o.newBase(ctx, o.Clients)
+	b, err := o.newBase(ctx)
 	if err != nil {
 		return err
 	}
@@ -118,8 +117,8 @@ type controllerBase struct {
 
 // newBase registers svm's metrics and builds the manager, with its leader
 // election lock (see electionLock) wrapped for the probes.
-func (o *Config) newBase(ctx context.Context, clients *kubeclients.Set) (*controllerBase, error) {
-	cfg := clients.Config
+func (o *Config) newBase(ctx context.Context) (*controllerBase, error) {
+	clients := o.Clients
 	svmMetrics := metrics.New()
 	if err := svmMetrics.Register(ctrlmetrics.Registry); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
@@ -136,14 +135,14 @@ func (o *Config) newBase(ctx context.Context, clients *kubeclients.Set) (*contro
 		GracefulShutdownTimeout:       ptr(30 * time.Second),
 	}
 	if o.LeaderElect {
-		lock, err := o.electionLock(ctx, clients)
+		lock, err := o.electionLock(ctx)
 		if err != nil {
 			return nil, err
 		}
 		opts.LeaderElectionNamespace = lock.namespace
 		opts.LeaderElectionResourceLockInterface = tracker.WrapLock(lock.Interface)
 	}
-	mgr, err := ctrl.NewManager(cfg, opts)
+	mgr, err := ctrl.NewManager(clients.Config, opts)
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)
 	}

@@ -52,7 +52,8 @@ type namespacedLock struct {
 // seconds and only log it, forever; svm says so once and stops instead.
 // The line naming the lease is logged only once these checks pass, so that
 // a refusal stays a one-line answer.
-func (o *Config) electionLock(ctx context.Context, clients *kubeclients.Set) (namespacedLock, error) {
+func (o *Config) electionLock(ctx context.Context) (namespacedLock, error) {
+	clients := o.Clients
 	in := readLeaseNamespaceInputs(o.LeaderElectionNamespace, o.ConfigFlags, podNamespaceFile)
 	ns, why, err := chooseLeaseNamespace(in)
 	if err != nil {
