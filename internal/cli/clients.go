@@ -11,11 +11,10 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 
 	"github.com/svm-project/svm/internal/kubeclients"
-	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/internal/operation"
 )
 
 // EngineFlags are the tuning flags shared by commands that migrate.
@@ -40,11 +39,11 @@ func (f *EngineFlags) addFlags(fs interface {
 	BoolVar(*bool, string, bool, string)
 	StringVar(*string, string, string, string)
 }) {
-	fs.IntVar(&f.Workers, "workers", migrator.DefaultWorkers, "the most writes in flight per migration; with adaptive pacing, how many below it is decided by the API server's latency")
+	fs.IntVar(&f.Workers, "workers", operation.DefaultWorkers, "the most writes in flight per migration; with adaptive pacing, how many below it is decided by the API server's latency")
 	fs.Float64Var(&f.QPS, "qps", 0, "requests per second to the API server, shared by all migrations (0: unlimited)")
-	fs.IntVar(&f.Burst, "burst", migrator.DefaultBurst, "requests sent at once at most under --qps; 1 spaces them evenly, which costs other clients the least")
+	fs.IntVar(&f.Burst, "burst", operation.DefaultBurst, "requests sent at once at most under --qps; 1 spaces them evenly, which costs other clients the least")
 	fs.Int64Var(&f.ChunkSize, "chunk-size", 500, "the most objects listed per request; under --qps, a list brings about a second's writes at that rate at most")
-	fs.StringVar(&f.ChunkBytes, "chunk-bytes", resource.NewQuantity(migrator.DefaultChunkBytes, resource.BinarySI).String(),
+	fs.StringVar(&f.ChunkBytes, "chunk-bytes", resource.NewQuantity(operation.DefaultChunkBytes, resource.BinarySI).String(),
 		"bytes of object metadata a list brings at most, such as 8Mi: each list asks for as many objects as fit at the size of the last chunk's, and one that reaches it first is cut and asked again for fewer; with --chunk-size, bounds what svm holds (docs/design.md)")
 	fs.BoolVar(&f.AdaptivePacing, "adaptive-pacing", true, "keep the writes in flight just past the knee of the API server's rate curve (the fewest that get 0.95 of the best rate measured, with a margin above), and halve them when it throttles or its rate collapses (--workers is the most; --qps stays a hard cap)")
 }
@@ -68,17 +67,12 @@ func (f *EngineFlags) validate() error {
 	return nil
 }
 
-// newMigrator builds the engine over cfg, looking resources up with the
-// process's discovery client disc, and telling observer (if not nil) what
-// it does. svm's own limiter replaces client-go's on the engine's
-// requests, so --qps is the one limit and --qps 0 means none.
-func (f *EngineFlags) newMigrator(cfg *rest.Config, disc discovery.DiscoveryInterface, observer migrator.Observer) (*migrator.Migrator, error) {
-	return migrator.NewTuned(cfg, f.tuning(), disc, observer)
-}
-
-// tuning is what the flags say of the engine, in the engine's words.
-func (f *EngineFlags) tuning() migrator.Tuning {
-	return migrator.Tuning{Workers: f.Workers, QPS: f.QPS, Burst: f.Burst, ChunkSize: f.ChunkSize, ChunkBytes: f.chunkBytes, DisablePacing: !f.AdaptivePacing}
+// tuning is what the flags say of the engine, in the engine's words. The
+// operations built with it (operation.New) replace client-go's limiter on
+// the engine's requests with svm's own, so --qps is the one limit and
+// --qps 0 means none.
+func (f *EngineFlags) tuning() operation.Tuning {
+	return operation.Tuning{Workers: f.Workers, QPS: f.QPS, Burst: f.Burst, ChunkSize: f.ChunkSize, ChunkBytes: f.chunkBytes, DisablePacing: !f.AdaptivePacing}
 }
 
 // restConfig loads the client configuration named by the kubectl flags and

@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -17,7 +16,6 @@ import (
 	"github.com/svm-project/svm/internal/controller/manager"
 	"github.com/svm-project/svm/internal/intree"
 	"github.com/svm-project/svm/internal/kubeclients"
-	"github.com/svm-project/svm/internal/migrator"
 	"github.com/svm-project/svm/pkg/migrate"
 )
 
@@ -109,9 +107,7 @@ func (o *ControllerOptions) Complete() error {
 	if o.Clients, err = kubeclients.New(cfg); err != nil {
 		return err
 	}
-	o.NewEngine = func(disc discovery.DiscoveryInterface, observer migrator.Observer) (*migrator.Migrator, error) {
-		return o.Engine.newMigrator(cfg, disc, observer)
-	}
+	o.Tuning = o.Engine.tuning()
 	return nil
 }
 

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/svm-project/svm/internal/kubeclients"
-	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/internal/operation"
 	"github.com/svm-project/svm/internal/resources"
 )
 
@@ -34,7 +34,7 @@ type MigrateOptions struct {
 	config    *rest.Config
 	clients   *kubeclients.Set
 	resources []schema.GroupVersionResource
-	migrator  *migrator.Migrator
+	ops       *operation.Operations
 }
 
 func newMigrateCommand(configFlags *genericclioptions.ConfigFlags, out, errOut io.Writer) *cobra.Command {
@@ -75,10 +75,10 @@ func (o *MigrateOptions) Validate() error {
 	return nil
 }
 
-// resolve builds the engine and finds the resources to migrate.
+// resolve builds the operations and finds the resources to migrate.
 func (o *MigrateOptions) resolve() error {
 	var err error
-	if o.migrator, err = o.Engine.newMigrator(o.config, o.clients.Discovery, nil); err != nil {
+	if o.ops, err = operation.New(o.config, o.clients, operation.Options{Tuning: o.Engine.tuning()}); err != nil {
 		return err
 	}
 	if o.All {
@@ -128,7 +128,7 @@ func (o *MigrateOptions) migrateOne(ctx context.Context, gvr schema.GroupVersion
 	name := resources.DisplayName(gvr.GroupResource())
 	progress := newProgressPrinter(o.Out, name, o.Terminal)
 	start := time.Now()
-	res, err := o.migrator.Run(ctx, migrator.Request{Resource: gvr, OnProgress: progress.update})
+	res, err := o.ops.Run(ctx, operation.Request{Resource: gvr, OnProgress: progress.update})
 	progress.done()
 	printSummary(o.Out, name, res, err, time.Since(start))
 	printFailure(o.ErrOut, name, res, err)
@@ -137,8 +137,8 @@ func (o *MigrateOptions) migrateOne(ctx context.Context, gvr schema.GroupVersion
 
 // outcomeOf names how a run ended, for summaries: "done" when err is nil.
 func outcomeOf(err error) string {
-	var partial *migrator.ObjectsFailedError
-	var terminal *migrator.TerminalError
+	var partial *operation.ObjectsFailedError
+	var terminal *operation.TerminalError
 	switch {
 	case err == nil:
 		return "done"
@@ -152,12 +152,12 @@ func outcomeOf(err error) string {
 }
 
 // printSummary tells what a migration did, in the words svm uses
-// everywhere (migrator.Progress.Outcomes): how it ended, then every listed
+// everywhere (operation.Counts.Outcomes): how it ended, then every listed
 // object under exactly one outcome, then the objects that failed. A run
 // that stopped says so in its first word (and printFailure says why), and
 // its counters are those of its last completed chunk: nothing more is
 // claimed than what is known to be stored.
-func printSummary(out io.Writer, name string, res migrator.Result, err error, took time.Duration) {
+func printSummary(out io.Writer, name string, res operation.RunResult, err error, took time.Duration) {
 	p := res.Progress
 	fmt.Fprintf(out, "%s: %s: %d listed: %s in %s\n", name, outcomeOf(err), p.Listed, p.Outcomes(), took.Round(time.Millisecond))
 	if p.Skipped() > 0 {
@@ -174,8 +174,8 @@ func printSummary(out io.Writer, name string, res migrator.Result, err error, to
 
 // printFailure says, on the error output, why a migration stopped or
 // failed; failed objects are named in the summary.
-func printFailure(errOut io.Writer, name string, res migrator.Result, err error) {
-	var partial *migrator.ObjectsFailedError
+func printFailure(errOut io.Writer, name string, res operation.RunResult, err error) {
+	var partial *operation.ObjectsFailedError
 	switch {
 	case err == nil || errors.As(err, &partial):
 	case outcomeOf(err) == "stopped":

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/internal/operation"
 )
 
 func isTerminal(w io.Writer) bool {
@@ -35,7 +35,7 @@ func newProgressPrinter(out io.Writer, name string, terminal bool) *progressPrin
 	return &progressPrinter{out: out, name: name, terminal: terminal, start: time.Now()}
 }
 
-func (p *progressPrinter) update(pr migrator.Progress) {
+func (p *progressPrinter) update(pr operation.Progress) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
@@ -62,7 +62,7 @@ func (p *progressPrinter) done() {
 
 // progressLine renders counters, rate and, when the server estimates how
 // many objects remain, a bar and the time left.
-func progressLine(name string, pr migrator.Progress, elapsed time.Duration) string {
+func progressLine(name string, pr operation.Progress, elapsed time.Duration) string {
 	handled := pr.Handled()
 	rate := 0.0
 	if s := elapsed.Seconds(); s > 0 {

@@ -15,9 +15,8 @@ import (
 
 	"github.com/svm-project/svm/internal/document"
 	"github.com/svm-project/svm/internal/kubeclients"
-	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/internal/operation"
 	"github.com/svm-project/svm/internal/resources"
-	"github.com/svm-project/svm/pkg/migrate"
 )
 
 // RetireReportVersion identifies the shape of `svm retire -o json` (and
@@ -33,7 +32,7 @@ type RetireOptions struct {
 	DryRun      bool
 	Unserve     bool
 	QuietFor    time.Duration
-	// CRDDrainMargin is migrate.Options.CRDDrainMargin.
+	// CRDDrainMargin is operation.Options.CRDDrainMargin.
 	CRDDrainMargin time.Duration
 	// APIServerEndpoints are the API servers whose requests are counted.
 	APIServerEndpoints []string
@@ -87,8 +86,8 @@ func newRetireCommand(configFlags *genericclioptions.ConfigFlags, out, errOut io
 	fs := cmd.Flags()
 	fs.BoolVar(&o.DryRun, "dry-run", false, "show what may be stored in the version, which objects' managedFields name it and the requests for it each API server saw; write nothing")
 	fs.BoolVar(&o.Unserve, "unserve", false, "once done, stop serving the version (CRDs only), if no API server saw a request for it during --quiet-for")
-	fs.DurationVar(&o.QuietFor, "quiet-for", migrate.DefaultQuietFor, "how long every API server must answer no request for the version before --unserve stops serving it")
-	fs.DurationVar(&o.CRDDrainMargin, "crd-drain-margin", migrate.DefaultCRDDrainMargin, "before a CRD's objects are rewritten for a prune of its storedVersions, wait until this long has passed since its spec last changed: how long a write an API server accepted under the previous storage version may still land in etcd (twice kube-apiserver's --request-timeout, which is 1m by default); negative does not wait")
+	fs.DurationVar(&o.QuietFor, "quiet-for", operation.DefaultQuietFor, "how long every API server must answer no request for the version before --unserve stops serving it")
+	fs.DurationVar(&o.CRDDrainMargin, "crd-drain-margin", operation.DefaultCRDDrainMargin, "before a CRD's objects are rewritten for a prune of its storedVersions, wait until this long has passed since its spec last changed: how long a write an API server accepted under the previous storage version may still land in etcd (twice kube-apiserver's --request-timeout, which is 1m by default); negative does not wait")
 	fs.StringSliceVar(&o.APIServerEndpoints, "apiserver-endpoints", nil, "URLs of every API server, whose /metrics count the requests for the version (default: the kubeconfig's server and the addresses the API servers' identity leases publish)")
 	fs.StringVarP(&o.Output, "output", "o", "table", "output format: "+strings.Join(retireOutputs, ", ")+" (json and yaml have a stable, versioned structure)")
 	return cmd
@@ -151,25 +150,25 @@ func (o *RetireOptions) Run(ctx context.Context) error {
 	if err := o.resolve(); err != nil {
 		return err
 	}
-	opts := migrate.RetireOptions{
-		Options: migrate.Options{
-			Workers: o.Engine.Workers, QPS: o.Engine.QPS, Burst: o.Engine.Burst, ChunkSize: o.Engine.ChunkSize, ChunkBytes: o.Engine.chunkBytes,
-			DisableAdaptivePacing: !o.Engine.AdaptivePacing, CRDDrainMargin: o.CRDDrainMargin,
-			OnDrainWait: func(until time.Time) {
-				fmt.Fprintf(o.ErrOut, "waiting until %s (%s) for writes the API servers accepted under the previous storage version to land (--crd-drain-margin %s)\n",
-					until.Format(time.TimeOnly), time.Until(until).Round(time.Second), o.CRDDrainMargin)
-			},
+	opts := operation.Options{
+		Tuning: o.Engine.tuning(), CRDDrainMargin: o.CRDDrainMargin,
+		OnDrainWait: func(until time.Time) {
+			fmt.Fprintf(o.ErrOut, "waiting until %s (%s) for writes the API servers accepted under the previous storage version to land (--crd-drain-margin %s)\n",
+				until.Format(time.TimeOnly), time.Until(until).Round(time.Second), o.CRDDrainMargin)
 		},
-		DryRun: o.DryRun, Unserve: o.Unserve, QuietFor: o.QuietFor, APIServers: o.APIServerEndpoints,
 	}
 	name := retireName(o.gvr)
 	var progress *progressPrinter
 	if o.Output == "table" && !o.DryRun {
 		progress = newProgressPrinter(o.Out, name, o.Terminal)
-		opts.OnProgress = func(p migrate.Progress) { progress.update(engineProgress(p)) }
+		opts.OnProgress = func(_ schema.GroupVersionResource, p operation.Progress) { progress.update(p) }
+	}
+	ops, err := operation.New(o.config, o.clients, opts)
+	if err != nil {
+		return err
 	}
 	start := time.Now()
-	res, err := migrate.Retire(ctx, o.config, o.gvr, opts)
+	res, err := ops.Retire(ctx, o.gvr, operation.RetireOptions{DryRun: o.DryRun, Unserve: o.Unserve, QuietFor: o.QuietFor, APIServers: o.APIServerEndpoints})
 	if progress != nil {
 		progress.done()
 	}
@@ -194,9 +193,9 @@ func (o *RetireOptions) Run(ctx context.Context) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, migrate.ErrVersionInUse):
+	case errors.Is(err, operation.ErrVersionInUse):
 		return ExitError(ExitUnsafe)
-	case errors.Is(err, migrate.ErrUsageUnknown):
+	case errors.Is(err, operation.ErrUsageUnknown):
 		return ExitError(ExitUnknown)
 	}
 	return err
@@ -205,15 +204,6 @@ func (o *RetireOptions) Run(ctx context.Context) error {
 // retireName is how svm names a resource in one version: RESOURCE.VERSION.GROUP.
 func retireName(gvr schema.GroupVersionResource) string {
 	return gvr.Resource + "." + gvr.Version + "." + gvr.Group
-}
-
-// engineProgress is a public Progress as the progress printer takes it.
-func engineProgress(p migrate.Progress) migrator.Progress {
-	return migrator.Progress{
-		Listed: p.Listed, Restored: p.Restored, AlreadyCurrent: p.AlreadyCurrent,
-		WrittenSinceStart: p.WrittenSinceStart, Gone: p.Gone, Failed: p.Failed,
-		NothingToRewrite: p.NothingToRewrite, RemainingEstimate: p.RemainingEstimate,
-	}
 }
 
 // RetireReport is what `svm retire -o json` and `-o yaml` print.
@@ -274,6 +264,9 @@ type RetireRewrite struct {
 	ManagedFieldsLeft *LeftCounts    `json:"managedFieldsLeft,omitempty"`
 	LeftEntries       []LeftEntry    `json:"managedFieldsLeftEntries,omitempty"`
 	FailedObjects     []FailedObject `json:"failedObjects,omitempty"`
+
+	// counts are the counts the fields above show, for the table.
+	counts operation.Counts
 }
 
 // LeftCounts counts the managedFields entries left naming the version, by
@@ -297,22 +290,6 @@ type LeftEntry struct {
 	Message     string `json:"message"`
 }
 
-// outcomes says where the objects went, in the words svm uses everywhere.
-func (w RetireRewrite) outcomes() string {
-	return migrate.Counts{
-		Listed: w.Listed, Restored: w.Restored, AlreadyCurrent: w.AlreadyCurrent, WrittenSinceStart: w.WrittenSinceStart,
-		Gone: w.Gone, Failed: w.Failed, NothingToRewrite: w.NothingToRewrite,
-		ManagedFieldsRewritten: w.ManagedFieldsRewritten, ManagedFieldsLeft: w.leftCounts(),
-	}.Outcomes()
-}
-
-func (w RetireRewrite) leftCounts() migrate.LeftCounts {
-	if w.ManagedFieldsLeft == nil {
-		return migrate.LeftCounts{}
-	}
-	return migrate.LeftCounts(*w.ManagedFieldsLeft)
-}
-
 // FailedObject is an object that could not be rewritten, and why.
 type FailedObject struct {
 	Namespace string `json:"namespace,omitempty"`
@@ -320,7 +297,7 @@ type FailedObject struct {
 	Reason    string `json:"reason"`
 }
 
-func newRetireReport(res migrate.RetireResult, dryRun bool, err error) RetireReport {
+func newRetireReport(res operation.RetireResult, dryRun bool, err error) RetireReport {
 	r := RetireReport{
 		Version: RetireReportVersion, Resource: retireName(res.Resource), Kept: res.Target, CRD: res.CRD, DryRun: dryRun,
 		MayBeStored: res.MayBeStored, StoredBecause: res.StoredBecause, Objects: res.Objects, NamingVersion: res.NamingVersion,
@@ -338,7 +315,7 @@ func newRetireReport(res migrate.RetireResult, dryRun bool, err error) RetireRep
 		r.Rewrite = &RetireRewrite{
 			Listed: c.Listed, Restored: c.Restored, AlreadyCurrent: c.AlreadyCurrent, WrittenSinceStart: c.WrittenSinceStart,
 			Gone: c.Gone, Failed: c.Failed, NothingToRewrite: c.NothingToRewrite,
-			ManagedFieldsRewritten: c.ManagedFieldsRewritten,
+			ManagedFieldsRewritten: c.ManagedFieldsRewritten, counts: c,
 		}
 		if c.ManagedFieldsLeft.Total() > 0 {
 			left := LeftCounts(c.ManagedFieldsLeft)
@@ -353,11 +330,11 @@ func newRetireReport(res migrate.RetireResult, dryRun bool, err error) RetireRep
 		}
 	}
 	switch {
-	case errors.Is(err, migrate.ErrVersionInUse):
+	case errors.Is(err, operation.ErrVersionInUse):
 		r.Outcome = "inUse"
-	case errors.Is(err, migrate.ErrUsageUnknown):
+	case errors.Is(err, operation.ErrUsageUnknown):
 		r.Outcome = "unknown"
-	case errors.Is(err, migrate.ErrManagedFieldsLeft):
+	case errors.Is(err, operation.ErrManagedFieldsLeft):
 		r.Outcome = "managedFieldsLeft"
 	case err != nil:
 		r.Outcome = "failed"
@@ -413,7 +390,7 @@ func writeRetireTable(out io.Writer, r RetireReport, took time.Duration) {
 		return
 	}
 	if w := r.Rewrite; w != nil {
-		fmt.Fprintf(out, "rewrote: %s\n", w.outcomes())
+		fmt.Fprintf(out, "rewrote: listed %d: %s\n", w.Listed, w.counts.Outcomes())
 		for _, f := range w.FailedObjects {
 			fmt.Fprintf(out, "  failed %s: %s\n", objectKey(f.Namespace, f.Name), f.Reason)
 		}

@@ -22,7 +22,7 @@ import (
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controller/encryption"
-	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/internal/operation"
 	"github.com/svm-project/svm/internal/rotation"
 	"github.com/svm-project/svm/internal/status"
 )
@@ -272,10 +272,10 @@ func watchLines(r *status.Report, now time.Time) []string {
 			elapsed = now.Sub(m.StartTime.Time)
 		}
 		p := m.Progress
-		line := progressLine(m.Name, migrator.Progress{
+		line := progressLine(m.Name, operation.Progress{Counts: operation.Counts{
 			Listed: p.Listed, Restored: p.Restored, AlreadyCurrent: p.AlreadyCurrent, WrittenSinceStart: p.WrittenSinceStart,
-			WrittenSinceChange: p.WrittenSinceChange, Gone: p.Gone, Failed: p.Failed, RemainingEstimate: p.RemainingEstimate,
-		}, elapsed)
+			WrittenSinceChange: p.WrittenSinceChange, Gone: p.Gone, Failed: p.Failed,
+		}, RemainingEstimate: p.RemainingEstimate}, elapsed)
 		if m.State == status.StateRetrying {
 			line += " retrying: " + strings.Join(strings.Fields(m.Message), " ")
 		}

@@ -122,6 +122,24 @@ func isRBACDenial(err error) bool {
 	return ok && strings.HasPrefix(rest, `User "`) && strings.Contains(rest, " cannot ")
 }
 
+// Reasons the engine's TerminalErrors give: the Failed condition's reason,
+// and pkg/migrate's.
+const (
+	// ReasonResourceNotFound: the API server does not serve the resource.
+	ReasonResourceNotFound = "ResourceNotFound"
+	// ReasonNotMigratable: the resource cannot be both listed and patched.
+	ReasonNotMigratable = "NotMigratable"
+	// ReasonForbidden: RBAC denies a list or a write.
+	ReasonForbidden = "Forbidden"
+	// ReasonDiscoveryFailed: discovery answered with an error no retry
+	// can fix.
+	ReasonDiscoveryFailed = "DiscoveryFailed"
+	// ReasonListFailed and ReasonWriteFailed: the API server refused a
+	// list, or a write for a reason that holds for every object alike.
+	ReasonListFailed  = "ListFailed"
+	ReasonWriteFailed = "WriteFailed"
+)
+
 // TerminalError stops a migration: retrying will not help.
 type TerminalError struct {
 	// Reason is a CamelCase reason for the Failed condition.

@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/svm-project/svm/internal/kubeclients"
-	"github.com/svm-project/svm/internal/managedfields"
 )
 
 // maxRecordedChanges bounds the objects written by others that a migration
@@ -174,89 +173,6 @@ func New(cfg *rest.Config, opts Options) (*Migrator, error) {
 	return &Migrator{metadata: md, rest: rc, discovery: disc, opts: opts.withDefaults()}, nil
 }
 
-// Progress counts the objects a migration has handled. Every listed
-// object ends in exactly one of Restored, AlreadyCurrent,
-// WrittenSinceStart, Gone and Failed.
-type Progress struct {
-	Listed int64
-	// Restored counts objects svm wrote and the API server stored anew:
-	// its answer carried another resourceVersion than the one listed, so
-	// new bytes went to etcd (the storage version or the encryption key
-	// had changed, or the object needed re-encoding).
-	Restored int64
-	// AlreadyCurrent counts objects svm wrote that the API server left as
-	// they were: its answer carried the listed resourceVersion, because
-	// the bytes it would store were the stored ones.
-	AlreadyCurrent int64
-	// WrittenSinceStart counts objects svm did not need to write: written
-	// after the migration started, so stored in the current form already,
-	// by another client or by this migration before it was interrupted
-	// (found newer than the checkpoint, by the watch, or by a write
-	// answered with a conflict).
-	WrittenSinceStart int64
-	// WrittenSinceChange counts objects svm did not need to write
-	// because they were written after Request.StoredSince, before the
-	// migration started: the target is what they are stored in. None
-	// cost a request.
-	WrittenSinceChange int64
-	// Gone counts objects deleted after they were listed (found by the
-	// watch, or by a write answered with not found).
-	Gone int64
-	// Failed counts objects that could not be written.
-	Failed int64
-	// NothingToRewrite counts objects a run with ManagedFields.Only left
-	// alone: their managedFields named no retired version, and their
-	// bytes were not to be rewritten.
-	NothingToRewrite int64
-	// SkippedWithoutWrite is the part of WrittenSinceStart,
-	// WrittenSinceChange and Gone that cost no request.
-	SkippedWithoutWrite int64
-	// ManagedFieldsRewritten counts the objects whose managedFields svm
-	// moved off retired versions (Request.ManagedFields); each is also
-	// counted as Restored.
-	ManagedFieldsRewritten int64
-	// ManagedFieldsLeft counts, by why, the entries svm left naming a
-	// retired version because their fields could not be placed in the
-	// target version (see managedfields.Reason); nil when none was.
-	ManagedFieldsLeft map[managedfields.Reason]int64
-	// RemainingEstimate is the API server's estimate of objects not yet
-	// listed, when it gives one.
-	RemainingEstimate *int64
-}
-
-// Migrated counts the objects that are in the current form because svm
-// wrote them: re-stored or already current.
-func (p Progress) Migrated() int64 { return p.Restored + p.AlreadyCurrent }
-
-// Skipped counts the objects svm did not need to write.
-func (p Progress) Skipped() int64 { return p.WrittenSinceStart + p.WrittenSinceChange + p.Gone }
-
-// Handled counts the listed objects whose outcome is known.
-func (p Progress) Handled() int64 {
-	return p.Migrated() + p.Skipped() + p.Failed + p.NothingToRewrite
-}
-
-// Outcomes says where the objects went, in the words svm uses for them
-// everywhere: the CLI's summary, the Succeeded condition and its event.
-// What only a run with Request.ManagedFields does is said when it did it.
-func (p Progress) Outcomes() string {
-	s := fmt.Sprintf("migrated %d (re-stored %d, already current %d), written since the start %d, gone %d, failed %d",
-		p.Migrated(), p.Restored, p.AlreadyCurrent, p.WrittenSinceStart, p.Gone, p.Failed)
-	if p.WrittenSinceChange > 0 {
-		s += fmt.Sprintf(", written since the storage change %d", p.WrittenSinceChange)
-	}
-	if p.NothingToRewrite > 0 {
-		s += fmt.Sprintf(", nothing to rewrite %d", p.NothingToRewrite)
-	}
-	if p.ManagedFieldsRewritten > 0 || len(p.ManagedFieldsLeft) > 0 {
-		s += fmt.Sprintf("; managedFields moved off the retired versions on %d objects", p.ManagedFieldsRewritten)
-	}
-	if len(p.ManagedFieldsLeft) > 0 {
-		s += ", " + LeftOutcomes(p.ManagedFieldsLeft)
-	}
-	return s
-}
-
 // FailedObject is an object that could not be rewritten.
 type FailedObject struct {
 	Namespace, Name, Reason string
@@ -406,12 +322,12 @@ func (m *Migrator) lookup(ctx context.Context, gvr schema.GroupVersionResource) 
 			return nil, ctx.Err()
 		}
 		if apierrors.IsNotFound(err) {
-			return nil, terminal("ResourceNotFound", "the server does not serve %s", gvr.GroupVersion())
+			return nil, terminal(ReasonResourceNotFound, "the server does not serve %s", gvr.GroupVersion())
 		}
 		if IsTransient(err) {
 			return nil, fmt.Errorf("discover %s: %w", gvr.GroupVersion(), err)
 		}
-		return nil, terminal("DiscoveryFailed", "discover %s: %w", gvr.GroupVersion(), err)
+		return nil, terminal(ReasonDiscoveryFailed, "discover %s: %w", gvr.GroupVersion(), err)
 	}
 	for i := range list.APIResources {
 		r := &list.APIResources[i]
@@ -419,11 +335,11 @@ func (m *Migrator) lookup(ctx context.Context, gvr schema.GroupVersionResource) 
 			continue
 		}
 		if !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "patch") {
-			return nil, terminal("NotMigratable", "%s does not support both list and patch (verbs: %v)", gvr, r.Verbs)
+			return nil, terminal(ReasonNotMigratable, "%s does not support both list and patch (verbs: %v)", gvr, r.Verbs)
 		}
 		return r, nil
 	}
-	return nil, terminal("ResourceNotFound", "the server does not serve %s", gvr)
+	return nil, terminal(ReasonResourceNotFound, "the server does not serve %s", gvr)
 }
 
 // run is the state of one migration in progress.
@@ -583,15 +499,15 @@ func classifyListError(gvr schema.GroupVersionResource, err error) error {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
 	case apierrors.IsNotFound(err):
-		return terminal("ResourceNotFound", "list %s: %w", gvr, err)
+		return terminal(ReasonResourceNotFound, "list %s: %w", gvr, err)
 	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
-		return terminal("Forbidden", "list %s: %w", gvr, err)
+		return terminal(ReasonForbidden, "list %s: %w", gvr, err)
 	case apierrors.IsMethodNotSupported(err):
-		return terminal("NotMigratable", "list %s: %w", gvr, err)
+		return terminal(ReasonNotMigratable, "list %s: %w", gvr, err)
 	case IsTransient(err):
 		return fmt.Errorf("list %s: %w", gvr, err)
 	}
-	return terminal("ListFailed", "list %s: %w", gvr, err)
+	return terminal(ReasonListFailed, "list %s: %w", gvr, err)
 }
 
 // rewriteChunk writes every object of a chunk with a bounded pool of workers
@@ -745,11 +661,11 @@ func (r *run) watchOthers() {
 func terminalReason(err error) string {
 	switch {
 	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
-		return "Forbidden"
+		return ReasonForbidden
 	case apierrors.IsMethodNotSupported(err):
-		return "NotMigratable"
+		return ReasonNotMigratable
 	}
-	return "WriteFailed"
+	return ReasonWriteFailed
 }
 
 func (r *run) recordFailure(obj *metav1.PartialObjectMetadata, err error) {
@@ -940,7 +856,7 @@ type counters struct {
 	skippedWithoutWrite, nothingToRewrite, managedFieldsRewritten                         atomic.Int64
 
 	leftMu sync.Mutex
-	left   map[managedfields.Reason]int64
+	left   LeftCounts
 }
 
 func (c *counters) load(p Progress) {
@@ -955,12 +871,12 @@ func (c *counters) load(p Progress) {
 	c.nothingToRewrite.Store(p.NothingToRewrite)
 	c.managedFieldsRewritten.Store(p.ManagedFieldsRewritten)
 	c.leftMu.Lock()
-	c.left = leftCounts(p.ManagedFieldsLeft)
+	c.left = p.ManagedFieldsLeft
 	c.leftMu.Unlock()
 }
 
 func (c *counters) snapshot(remaining *int64) Progress {
-	return Progress{
+	return Progress{RemainingEstimate: remaining, Counts: Counts{
 		Listed:                 c.listed.Load(),
 		Restored:               c.restored.Load(),
 		AlreadyCurrent:         c.alreadyCurrent.Load(),
@@ -970,14 +886,13 @@ func (c *counters) snapshot(remaining *int64) Progress {
 		Failed:                 c.failed.Load(),
 		SkippedWithoutWrite:    c.skippedWithoutWrite.Load(),
 		NothingToRewrite:       c.nothingToRewrite.Load(),
-		RemainingEstimate:      remaining,
 		ManagedFieldsRewritten: c.managedFieldsRewritten.Load(),
 		ManagedFieldsLeft:      c.leftSnapshot(),
-	}
+	}}
 }
 
-func (c *counters) leftSnapshot() map[managedfields.Reason]int64 {
+func (c *counters) leftSnapshot() LeftCounts {
 	c.leftMu.Lock()
 	defer c.leftMu.Unlock()
-	return leftCounts(c.left)
+	return c.left
 }

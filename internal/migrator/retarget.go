@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,10 +39,28 @@ type ManagedFields struct {
 }
 
 // LeftEntry is a managedFields entry a migration left naming a retired
-// version, on the object it names, and why.
+// version: on which object, whose it is, and why; never the object's
+// contents.
 type LeftEntry struct {
 	Namespace, Name string
-	managedfields.Left
+	// Manager, Operation, Subresource and APIVersion are the entry's.
+	Manager, Operation, Subresource, APIVersion string
+	// Reason is one word (managedfields.Reason): NotInVersion (the
+	// version kept has no such field), NotServed (the API server cannot
+	// convert from the version), NotConverted (the conversion does not
+	// carry the fields one to one), Refused (the API server refused the
+	// dry run that converts them), or Unplaced (no change to the object
+	// shows where a field is). Message says which field, or what the API
+	// server answered.
+	Reason, Message string
+}
+
+// leftEntry is the entry l left on o.
+func leftEntry(o *managedfields.Object, l managedfields.Left) LeftEntry {
+	return LeftEntry{
+		Namespace: o.Namespace, Name: o.Name, Manager: l.Manager, Operation: string(l.Operation), Subresource: l.Subresource,
+		APIVersion: l.APIVersion, Reason: string(l.Reason), Message: l.Message,
+	}
 }
 
 // maxRetargetAttempts bounds the writes of one object's managedFields that
@@ -182,18 +197,15 @@ func (r *run) left(o *managedfields.Object, left []managedfields.Left) {
 		return
 	}
 	r.counters.leftMu.Lock()
-	if r.counters.left == nil {
-		r.counters.left = map[managedfields.Reason]int64{}
-	}
 	for _, l := range left {
-		r.counters.left[l.Reason]++
+		r.counters.left.Add(l.Reason, 1)
 	}
 	r.counters.leftMu.Unlock()
 	r.failedMu.Lock()
 	defer r.failedMu.Unlock()
 	for _, l := range left {
 		if len(r.res.LeftEntries) < r.m.opts.MaxFailedObjects {
-			r.res.LeftEntries = append(r.res.LeftEntries, LeftEntry{Namespace: o.Namespace, Name: o.Name, Left: l})
+			r.res.LeftEntries = append(r.res.LeftEntries, leftEntry(o, l))
 		}
 	}
 }
@@ -204,25 +216,4 @@ func (r *run) left(o *managedfields.Object, left []managedfields.Left) {
 func isRequestError(err error) bool {
 	var status apierrors.APIStatus
 	return errors.As(err, &status) || IsTransient(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
-}
-
-// leftCounts copies the entries left, by reason; nil when there are none.
-func leftCounts(m map[managedfields.Reason]int64) map[managedfields.Reason]int64 {
-	if len(m) == 0 {
-		return nil
-	}
-	return maps.Clone(m)
-}
-
-// LeftOutcomes says how many managedFields entries were left naming a
-// retired version, and why, in the words svm uses for them everywhere.
-func LeftOutcomes(left map[managedfields.Reason]int64) string {
-	reasons := slices.Sorted(maps.Keys(left))
-	total := int64(0)
-	parts := make([]string, 0, len(reasons))
-	for _, r := range reasons {
-		total += left[r]
-		parts = append(parts, fmt.Sprintf("%s %d", r, left[r]))
-	}
-	return fmt.Sprintf("entries left naming a retired version %d (%s)", total, strings.Join(parts, ", "))
 }

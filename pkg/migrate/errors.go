@@ -1,11 +1,9 @@
 package migrate
 
 import (
-	"context"
-	"errors"
 	"fmt"
 
-	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/internal/operation"
 )
 
 // Reasons a TerminalError gives. The list may grow: compare with the
@@ -13,62 +11,79 @@ import (
 const (
 	// ReasonResourceNotFound: the API server does not serve the resource
 	// (a CRD not yet established, a mistyped group or version).
-	ReasonResourceNotFound = "ResourceNotFound"
+	ReasonResourceNotFound = operation.ReasonResourceNotFound
 	// ReasonNotMigratable: the resource cannot be both listed and patched.
-	ReasonNotMigratable = "NotMigratable"
+	ReasonNotMigratable = operation.ReasonNotMigratable
 	// ReasonForbidden: RBAC denies a list, a patch, or the CRD's read or
 	// status update (see the package documentation for the RBAC needed).
-	ReasonForbidden = "Forbidden"
+	ReasonForbidden = operation.ReasonForbidden
 	// ReasonDiscoveryFailed: discovery answered with an error no retry
 	// can fix.
-	ReasonDiscoveryFailed = "DiscoveryFailed"
+	ReasonDiscoveryFailed = operation.ReasonDiscoveryFailed
 	// ReasonListFailed and ReasonWriteFailed: the API server refused a
 	// list, or a write for a reason that holds for every object alike.
-	ReasonListFailed  = "ListFailed"
-	ReasonWriteFailed = "WriteFailed"
+	ReasonListFailed  = operation.ReasonListFailed
+	ReasonWriteFailed = operation.ReasonWriteFailed
 	// ReasonCRDNotFound: the named CustomResourceDefinition does not
 	// exist, or was deleted while its resource was being migrated.
-	ReasonCRDNotFound = "CRDNotFound"
+	ReasonCRDNotFound = operation.ReasonCRDNotFound
 	// ReasonNotServed: the CRD serves no version to write through.
-	ReasonNotServed = "NotServed"
+	ReasonNotServed = operation.ReasonNotServed
 	// ReasonInvalidOptions: an Options field is out of range.
-	ReasonInvalidOptions = "InvalidOptions"
+	ReasonInvalidOptions = operation.ReasonInvalidOptions
+	// ReasonCRDRejected: the API server refused to read the CRD or to
+	// update its status for a reason no retry fixes.
+	ReasonCRDRejected = operation.ReasonCRDRejected
+	// ReasonStorageVersion: the version to retire is the one objects are
+	// stored in; make another the storage version first.
+	ReasonStorageVersion = operation.ReasonStorageVersion
+	// ReasonNoOtherVersion: no other version of the resource is served
+	// for its objects to be written through and its managedFields to name.
+	ReasonNoOtherVersion = operation.ReasonNoOtherVersion
+	// ReasonNotACRD: only a CustomResourceDefinition's version can be
+	// unserved by svm; kube-apiserver's own are served by its flags.
+	ReasonNotACRD = operation.ReasonNotACRD
 )
 
 // TerminalError means that calling again will not help until something
 // else changes: the resource is not served, RBAC forbids the requests, the
-// options are wrong. Test for it with errors.As.
-type TerminalError struct {
-	// Reason is a CamelCase word for why, one of the Reason constants.
-	Reason string
-	// Err is the cause, with the API server's answer where there was one
-	// (apierrors.IsForbidden and the like work on it).
-	Err error
-}
-
-func (e *TerminalError) Error() string { return e.Err.Error() }
-
-// Unwrap returns the cause.
-func (e *TerminalError) Unwrap() error { return e.Err }
+// options are wrong. Its Reason is a CamelCase word for why, one of the
+// Reason constants; its Err is the cause, with the API server's answer
+// where there was one (apierrors.IsForbidden and the like work on it).
+// Test for it with errors.As.
+type TerminalError = operation.TerminalError
 
 // ObjectsFailedError means that some objects could not be rewritten, for
 // reasons about each of them (an admission webhook or policy denied the
-// write, say); every other object was. Result.FailedObjects names them.
-// Calling again rewrites them once whatever refused them allows it.
-type ObjectsFailedError struct {
-	// Count is how many objects could not be rewritten.
-	Count int64
-}
-
-func (e *ObjectsFailedError) Error() string {
-	return fmt.Sprintf("%d objects could not be rewritten", e.Count)
-}
+// write, say); every other object was. Result.FailedObjects names them,
+// and Count says how many. Calling again rewrites them once whatever
+// refused them allows it.
+type ObjectsFailedError = operation.ObjectsFailedError
 
 // ErrCRDChanged means that a CRD's generation, storage version or
 // identity changed while its resource was being migrated: the migration
 // proves nothing about the new storage version, so storedVersions were
 // left alone. Calling CRD again migrates to the new one.
-var ErrCRDChanged = errors.New("the CRD changed while its resource was being migrated")
+var ErrCRDChanged = operation.ErrCRDChanged
+
+// ErrVersionInUse means that an API server answered requests for the
+// version during the quiet window, or holds a watch on it open: some
+// client still uses it, and serving it was not stopped. RetireResult.Usage
+// says which servers.
+var ErrVersionInUse = operation.ErrVersionInUse
+
+// ErrManagedFieldsLeft means that managedFields entries still name the
+// version retired: their fields could not be placed in the version kept,
+// so they were left as they were, and no manager lost a field. Removing
+// the version would make server-side apply fail on their objects.
+// RetireResult.Migration.LeftEntries says which and why; serving the
+// version was not stopped.
+var ErrManagedFieldsLeft = operation.ErrManagedFieldsLeft
+
+// ErrUsageUnknown means that whether clients still use the version could
+// not be told (an API server's metrics could not be read, or it restarted
+// during the quiet window): serving it was not stopped.
+var ErrUsageUnknown = operation.ErrUsageUnknown
 
 // IsTransient reports whether err may go away when the same call is made
 // again later, with nothing else changed: the API server was unavailable
@@ -76,33 +91,7 @@ var ErrCRDChanged = errors.New("the CRD changed while its resource was being mig
 // migration, the API server had not yet taken up a CRD's new storage
 // version. It is false for nil, a *TerminalError, an *ObjectsFailedError,
 // and the context's own cancellation or deadline.
-func IsTransient(err error) bool {
-	var terminal *TerminalError
-	var failed *ObjectsFailedError
-	switch {
-	case err == nil, errors.As(err, &terminal), errors.As(err, &failed),
-		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return false
-	}
-	return true
-}
-
-// publicError translates the engine's errors into this package's types,
-// so that callers never see internal ones; what is said is wrapped once
-// with the resource's name.
-func publicError(resource string, err error) error {
-	var terminal *migrator.TerminalError
-	var failed *migrator.ObjectsFailedError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &terminal):
-		return &TerminalError{Reason: terminal.Reason, Err: fmt.Errorf("migrate %s: %w", resource, terminal.Err)}
-	case errors.As(err, &failed):
-		return fmt.Errorf("migrate %s: %w", resource, &ObjectsFailedError{Count: failed.Count})
-	}
-	return fmt.Errorf("migrate %s: %w", resource, err)
-}
+func IsTransient(err error) bool { return operation.IsTransient(err) }
 
 func terminal(reason string, format string, args ...any) *TerminalError {
 	return &TerminalError{Reason: reason, Err: fmt.Errorf(format, args...)}

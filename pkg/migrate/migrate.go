@@ -2,22 +2,18 @@ package migrate
 
 import (
 	"context"
-	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 
-	"github.com/svm-project/svm/internal/managedfields"
-	"github.com/svm-project/svm/internal/migrator"
-	"github.com/svm-project/svm/internal/resources"
+	"github.com/svm-project/svm/internal/kubeclients"
+	"github.com/svm-project/svm/internal/operation"
 )
 
 // DefaultFieldManager names the writes when Options.FieldManager is empty.
-const DefaultFieldManager = migrator.DefaultFieldManager
+const DefaultFieldManager = operation.DefaultFieldManager
 
 // Options tune a migration. The zero value is a good start.
 type Options struct {
@@ -73,7 +69,7 @@ type Options struct {
 // DefaultCRDDrainMargin is twice kube-apiserver's default --request-timeout
 // (1 minute): how long a write accepted under a CRD's previous storage
 // version may land after the change (Options.CRDDrainMargin).
-const DefaultCRDDrainMargin = 2 * time.Minute
+const DefaultCRDDrainMargin = operation.DefaultCRDDrainMargin
 
 func (o Options) validate() error {
 	switch {
@@ -92,88 +88,30 @@ func (o Options) validate() error {
 }
 
 // tuning is what o says of the engine, in the engine's words.
-func (o Options) tuning() migrator.Tuning {
-	return migrator.Tuning{Workers: o.Workers, QPS: o.QPS, Burst: o.Burst, ChunkSize: o.ChunkSize, ChunkBytes: o.ChunkBytes, DisablePacing: o.DisableAdaptivePacing, FieldManager: o.FieldManager}
+func (o Options) tuning() operation.Tuning {
+	return operation.Tuning{Workers: o.Workers, QPS: o.QPS, Burst: o.Burst, ChunkSize: o.ChunkSize, ChunkBytes: o.ChunkBytes, DisablePacing: o.DisableAdaptivePacing, FieldManager: o.FieldManager}
 }
 
-func (o Options) fieldManager() string {
-	if o.FieldManager == "" {
-		return DefaultFieldManager
+// operations is what o says of the operations, in the layer's words.
+func (o Options) operations() operation.Options {
+	out := operation.Options{Tuning: o.tuning(), CRDDrainMargin: o.CRDDrainMargin, OnDrainWait: o.OnDrainWait}
+	if o.OnProgress != nil {
+		out.OnProgress = func(gvr schema.GroupVersionResource, p operation.Progress) {
+			o.OnProgress(Progress{Resource: gvr, Counts: p.Counts, RemainingEstimate: p.RemainingEstimate})
+		}
 	}
-	return o.FieldManager
+	return out
 }
 
 // Counts says where the listed objects went: each is counted under
-// exactly one of Restored, AlreadyCurrent, WrittenSinceStart, Gone and
-// Failed.
-type Counts struct {
-	// Listed counts the objects listed.
-	Listed int64
-	// Restored counts objects written back and stored anew: they were in
-	// an old storage version (or under an old encryption key).
-	Restored int64
-	// AlreadyCurrent counts objects written back that the API server
-	// left as they were: they were stored in the current form already.
-	AlreadyCurrent int64
-	// WrittenSinceStart counts objects another client wrote (or deleted
-	// and re-created) after they were listed: that write stored them in
-	// the current form, so they were not written again.
-	WrittenSinceStart int64
-	// Gone counts objects deleted after they were listed.
-	Gone int64
-	// Failed counts objects that could not be written back.
-	Failed int64
-	// NothingToRewrite counts objects a pass over managedFields alone
-	// (Retire, when no object can be stored in the version retired) did
-	// not write: none of their managedFields entries named the version.
-	NothingToRewrite int64
-	// ManagedFieldsRewritten counts the objects whose managedFields
-	// entries were moved off the versions given up (CRD, Retire); each is
-	// also counted in Restored.
-	ManagedFieldsRewritten int64
-	// ManagedFieldsLeft counts, by reason, the entries left naming a
-	// version given up because their fields could not be placed in the
-	// version kept. No manager loses a field: such an entry stays as it
-	// was (Result.LeftEntries names them).
-	ManagedFieldsLeft LeftCounts
-	// Deprecated: svm drops no owned field, so this is always 0; an entry
-	// whose fields cannot be placed is left whole (ManagedFieldsLeft).
-	ManagedFieldsDropped int64
-}
+// exactly one of Restored, AlreadyCurrent, WrittenSinceStart, Gone,
+// Failed and NothingToRewrite (WrittenSinceChange is svm's controller's,
+// and always 0 here). Counts.Outcomes says so in svm's words.
+type Counts = operation.Counts
 
 // LeftCounts counts managedFields entries left naming a version given up,
 // by reason (see LeftEntry.Reason).
-type LeftCounts struct {
-	NotInVersion, NotServed, NotConverted, Refused, Unplaced int64
-}
-
-// Total is the number of entries left, whatever the reason.
-func (l LeftCounts) Total() int64 {
-	return l.NotInVersion + l.NotServed + l.NotConverted + l.Refused + l.Unplaced
-}
-
-// String says how many were left for each reason that left any.
-func (l LeftCounts) String() string {
-	var parts []string
-	for _, r := range []struct {
-		name string
-		n    int64
-	}{{"NotInVersion", l.NotInVersion}, {"NotServed", l.NotServed}, {"NotConverted", l.NotConverted}, {"Refused", l.Refused}, {"Unplaced", l.Unplaced}} {
-		if r.n > 0 {
-			parts = append(parts, fmt.Sprintf("%s %d", r.name, r.n))
-		}
-	}
-	return strings.Join(parts, ", ")
-}
-
-// Migrated counts the objects now in the current form because the
-// migration wrote them.
-func (c Counts) Migrated() int64 { return c.Restored + c.AlreadyCurrent }
-
-// Handled counts the listed objects whose outcome is known.
-func (c Counts) Handled() int64 {
-	return c.Migrated() + c.WrittenSinceStart + c.Gone + c.Failed + c.NothingToRewrite
-}
+type LeftCounts = operation.LeftCounts
 
 // Progress is a migration's counts so far.
 type Progress struct {
@@ -187,37 +125,18 @@ type Progress struct {
 
 // FailedObject is an object that could not be rewritten: its name and the
 // API server's reason, never its contents.
-type FailedObject struct {
-	Namespace, Name, Reason string
-}
+type FailedObject = operation.FailedObject
 
 // LeftEntry is a managedFields entry left naming a version given up: whose
 // it is, on which object, and why; never the object's contents.
-type LeftEntry struct {
-	Namespace, Name string
-	// Manager, Operation, Subresource and APIVersion are the entry's.
-	Manager, Operation, Subresource, APIVersion string
-	// Reason is one word: NotInVersion (the version kept has no such
-	// field), NotServed (the API server cannot convert from the version),
-	// NotConverted (the conversion does not carry the fields one to one),
-	// Refused (the API server refused the dry run that converts them), or
-	// Unplaced (no change to the object shows where a field is). Message
-	// says which field, or what the API server answered.
-	Reason, Message string
-}
+type LeftEntry = operation.LeftEntry
 
-// Result is what a migration did. When it stopped early (see Resource's
-// errors), the counts are those of its last completed chunk.
-type Result struct {
-	// Resource is the resource migrated.
-	Resource schema.GroupVersionResource
-	Counts
-	// FailedObjects names the objects counted in Failed, the first 100.
-	FailedObjects []FailedObject
-	// LeftEntries names the entries counted in Counts.ManagedFieldsLeft,
-	// the first 100.
-	LeftEntries []LeftEntry
-}
+// Result is what a migration did: the resource, its Counts, the objects
+// counted in Failed (FailedObjects, the first 100) and the entries
+// counted in Counts.ManagedFieldsLeft (LeftEntries, the first 100). When
+// it stopped early (see Resource's errors), the counts are those of its
+// last completed chunk.
+type Result = operation.Result
 
 // Resource rewrites every object of gvr, through the API server cfg
 // points at, so that each is stored again in the current storage version
@@ -231,91 +150,25 @@ type Result struct {
 // outlived the engine's retries (see IsTransient): call again later. The
 // Result holds the counts in every case.
 func Resource(ctx context.Context, cfg *rest.Config, gvr schema.GroupVersionResource, opts Options) (Result, error) {
-	if cfg == nil {
-		return Result{Resource: gvr}, terminal(ReasonInvalidOptions, "no rest.Config")
-	}
-	if err := opts.validate(); err != nil {
-		return Result{Resource: gvr}, err
-	}
-	m, err := newEngine(cfg, opts, nil)
+	ops, err := connect(cfg, opts)
 	if err != nil {
 		return Result{Resource: gvr}, err
 	}
-	res, _, err := migrateWith(ctx, m, gvr, nil, opts)
-	return res, err
+	return ops.Resource(ctx, gvr)
 }
 
-// migrateWith migrates gvr with m, moving managedFields as mf says (nil:
-// leaving them), and also returns the storage version hash discovery
-// reported at the start, which CRD compares with the CRD's.
-func migrateWith(ctx context.Context, m *migrator.Migrator, gvr schema.GroupVersionResource, mf *migrator.ManagedFields, opts Options) (Result, string, error) {
-	req := migrator.Request{Resource: gvr, ManagedFields: mf}
-	if opts.OnProgress != nil {
-		req.OnProgress = func(p migrator.Progress) {
-			opts.OnProgress(Progress{Resource: gvr, Counts: countsOf(p), RemainingEstimate: p.RemainingEstimate})
-		}
+// connect checks opts and builds the operations of one call over cfg,
+// with clients of its own.
+func connect(cfg *rest.Config, opts Options) (*operation.Operations, error) {
+	if cfg == nil {
+		return nil, terminal(ReasonInvalidOptions, "no rest.Config")
 	}
-	res, err := m.Run(ctx, req)
-	out := Result{Resource: gvr, Counts: countsOf(res.Progress)}
-	for _, f := range res.FailedObjects {
-		out.FailedObjects = append(out.FailedObjects, FailedObject{Namespace: f.Namespace, Name: f.Name, Reason: f.Reason})
+	if err := opts.validate(); err != nil {
+		return nil, err
 	}
-	for _, l := range res.LeftEntries {
-		out.LeftEntries = append(out.LeftEntries, LeftEntry{
-			Namespace: l.Namespace, Name: l.Name, Manager: l.Manager, Operation: string(l.Operation), Subresource: l.Subresource,
-			APIVersion: l.APIVersion, Reason: string(l.Reason), Message: l.Message,
-		})
-	}
-	return out, res.StorageVersionHash, publicError(resources.DisplayName(gvr.GroupResource()), err)
-}
-
-// newEngine builds the engine over cfg as `svm migrate` does, with the
-// engine's limiter as the one limit on requests, looking resources up with
-// disc, the call's discovery client (nil: the engine builds its own).
-func newEngine(cfg *rest.Config, opts Options, disc discovery.DiscoveryInterface) (*migrator.Migrator, error) {
-	m, err := migrator.NewTuned(cfg, opts.tuning(), disc, nil)
+	clients, err := kubeclients.New(cfg)
 	if err != nil {
 		return nil, terminal(ReasonInvalidOptions, "%w", err)
 	}
-	return m, nil
-}
-
-func countsOf(p migrator.Progress) Counts {
-	return Counts{
-		Listed:            p.Listed,
-		Restored:          p.Restored,
-		AlreadyCurrent:    p.AlreadyCurrent,
-		WrittenSinceStart: p.WrittenSinceStart,
-		Gone:              p.Gone,
-		Failed:            p.Failed,
-		NothingToRewrite:  p.NothingToRewrite,
-
-		ManagedFieldsRewritten: p.ManagedFieldsRewritten,
-		ManagedFieldsLeft:      leftOf(p.ManagedFieldsLeft),
-	}
-}
-
-func leftOf(left map[managedfields.Reason]int64) LeftCounts {
-	return LeftCounts{
-		NotInVersion: left[managedfields.NotInVersion], NotServed: left[managedfields.NotServed],
-		NotConverted: left[managedfields.NotConverted], Refused: left[managedfields.Refused], Unplaced: left[managedfields.Unplaced],
-	}
-}
-
-// Outcomes says where the objects went, in the words svm uses for them
-// everywhere.
-func (c Counts) Outcomes() string {
-	s := fmt.Sprintf("listed %d: migrated %d (re-stored %d, already current %d), written since the start %d, gone %d, failed %d",
-		c.Listed, c.Migrated(), c.Restored, c.AlreadyCurrent, c.WrittenSinceStart, c.Gone, c.Failed)
-	if c.NothingToRewrite > 0 {
-		s += fmt.Sprintf(", nothing to rewrite %d", c.NothingToRewrite)
-	}
-	left := c.ManagedFieldsLeft.Total()
-	if c.ManagedFieldsRewritten > 0 || left > 0 {
-		s += fmt.Sprintf("; managedFields moved on %d objects", c.ManagedFieldsRewritten)
-	}
-	if left > 0 {
-		s += fmt.Sprintf(", entries left naming a version given up %d (%s)", left, c.ManagedFieldsLeft)
-	}
-	return s
+	return operation.New(cfg, clients, opts.operations())
 }

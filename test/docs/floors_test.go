@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -107,6 +108,42 @@ func TestArchitectureFloorsAreTheImports(t *testing.T) {
 		if !listed[pkg] {
 			t.Errorf("architecture.md has a floor for %s, which is not a package of svm", pkg)
 		}
+	}
+}
+
+// TestOneWayIntoTheEngine: of what svm runs, only internal/operation
+// calls the engine (docs/architecture.md); the engine's observers
+// (metrics, health) implement its Observer and call nothing. Every
+// command, controller and pkg/migrate goes through the layer, so that
+// each rule about what is stored has one home.
+func TestOneWayIntoTheEngine(t *testing.T) {
+	const engine = "github.com/svm-project/svm/internal/migrator"
+	allowed := map[string]bool{
+		"github.com/svm-project/svm/internal/operation": true,
+		"github.com/svm-project/svm/internal/metrics":   true,
+		"github.com/svm-project/svm/internal/health":    true,
+	}
+	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./cmd/...", "./internal/...", "./pkg/...")
+	cmd.Dir = repoRoot()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	importers := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		if !slices.Contains(fields[1:], engine) {
+			continue
+		}
+		importers++
+		if !allowed[fields[0]] {
+			t.Errorf("%s imports the engine (internal/migrator): go through internal/operation instead", fields[0])
+		}
+	}
+	if importers == 0 {
+		t.Fatal("nothing imports internal/migrator: has the engine moved? Update this test")
 	}
 }
 

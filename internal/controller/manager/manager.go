@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/client-go/discovery"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -28,7 +27,7 @@ import (
 	"github.com/svm-project/svm/internal/intree"
 	"github.com/svm-project/svm/internal/kubeclients"
 	"github.com/svm-project/svm/internal/metrics"
-	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/internal/operation"
 	"github.com/svm-project/svm/internal/scheme"
 )
 
@@ -38,9 +37,8 @@ type Config struct {
 	// Clients are the process's (kubeclients.New): every check and
 	// controller asks with them.
 	Clients *kubeclients.Set
-	// NewEngine builds svm's engine as the flags tune it, looking
-	// resources up with disc and telling observer what it does.
-	NewEngine func(disc discovery.DiscoveryInterface, observer migrator.Observer) (*migrator.Migrator, error)
+	// Tuning tunes svm's engine, as the flags say.
+	Tuning operation.Tuning
 	// RequestInterval is how long a migration may go without a request
 	// under --qps before its progress is called stalled (0: no cap).
 	RequestInterval time.Duration
@@ -166,11 +164,13 @@ func (b *controllerBase) start(ctx context.Context) error {
 // served in v1beta1 only.
 func (o *Config) setUpMigrations(b *controllerBase) (betaServed bool, _ error) {
 	stallAfter := health.StallAfter(o.RequestInterval)
-	m, err := o.NewEngine(b.clients.Discovery, migrator.Observers(b.metrics, b.tracker.MigrationObserver(stallAfter)))
+	ops, err := operation.New(b.clients.Config, b.clients, operation.Options{
+		Tuning: o.Tuning, Observer: operation.Observers(b.metrics, b.tracker.MigrationObserver(stallAfter)),
+	})
 	if err != nil {
 		return false, err
 	}
-	choice, served, betaServed, err := o.setUpExecutors(b, m)
+	choice, served, betaServed, err := o.setUpExecutors(b, ops)
 	if err != nil {
 		return false, err
 	}
@@ -233,12 +233,12 @@ func (o *Config) setUpEncryption(ctx context.Context, b *controllerBase) error {
 // leads, who executes its migrations (see intree.Choose), and returns where
 // the choice will be found and whether the in-tree API is served in v1
 // or in v1beta1 only (see inTreeAPI).
-func (o *Config) setUpExecutors(b *controllerBase, m *migrator.Migrator) (_ *migration.Choice, served, betaServed bool, _ error) {
+func (o *Config) setUpExecutors(b *controllerBase, ops *operation.Operations) (_ *migration.Choice, served, betaServed bool, _ error) {
 	served, betaServed, err := inTreeAPI(b.clients)
 	if err != nil {
 		return nil, false, false, err
 	}
-	engine, inTree := newExecutors(b.clients, b.mgr, m)
+	engine, inTree := newExecutors(b.clients, b.mgr, ops)
 	choice := &migration.Choice{}
 	chooser := &migration.Chooser{
 		Asked: o.Executor, Served: served, BetaServed: betaServed, Choice: choice, Metrics: b.metrics, Recheck: o.ExecutorRecheck,
@@ -253,13 +253,13 @@ func (o *Config) setUpExecutors(b *controllerBase, m *migrator.Migrator) (_ *mig
 }
 
 // newExecutors builds the two executors a chooser chooses from: svm's
-// engine m, and the hand-over to kube-controller-manager, which falls back
+// engine (through ops), and the hand-over to kube-controller-manager, which falls back
 // to it. Both mark a custom resource's CRD while they migrate it.
-func newExecutors(clients *kubeclients.Set, mgr ctrl.Manager, m *migrator.Migrator) (migration.EngineExecutor, migration.InTreeExecutor) {
-	marker := &migration.CRDMarker{Reader: mgr.GetAPIReader(), CRDs: clients.CRDs.ApiextensionsV1().CustomResourceDefinitions(), Objects: clients.Dynamic}
-	engine := migration.EngineExecutor{Migrator: m, CRDs: marker}
+func newExecutors(clients *kubeclients.Set, mgr ctrl.Manager, ops *operation.Operations) (migration.EngineExecutor, migration.InTreeExecutor) {
+	marker := &migration.CRDMarker{Reader: mgr.GetAPIReader(), CRDs: clients.CRDs.ApiextensionsV1().CustomResourceDefinitions()}
+	engine := migration.EngineExecutor{Operations: ops, CRDs: marker}
 	inTree := migration.InTreeExecutor{
-		Client: mgr.GetClient(), Reader: mgr.GetClient(), Lookup: m.Lookup, Fallback: engine, Engine: m, CRDs: marker,
+		Client: mgr.GetClient(), Reader: mgr.GetClient(), Lookup: ops.Lookup, Fallback: engine, Operations: ops, CRDs: marker,
 		Empty: func(ctx context.Context, gvr schema.GroupVersionResource) (bool, error) {
 			// One object's metadata, from the API server: not a cache.
 			list, err := clients.Metadata.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})

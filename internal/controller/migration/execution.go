@@ -14,7 +14,7 @@ import (
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/followup"
 	"github.com/svm-project/svm/internal/metrics"
-	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/internal/operation"
 )
 
 // execution is one run of a migration: the status it keeps saving, and the
@@ -25,10 +25,10 @@ type execution struct {
 	ex     Executor
 	gvr    schema.GroupVersionResource
 	status *migrationv1alpha1.StorageVersionMigrationStatus
-	resume *migrator.State
+	resume *operation.State
 	// storedSince is what the guard read before the run: objects written
-	// since are skipped (migrator.Request.StoredSince).
-	storedSince *migrator.StoredSince
+	// since are skipped (operation.Request.StoredSince).
+	storedSince *operation.StoredSince
 	log         klog.Logger
 }
 
@@ -129,7 +129,7 @@ func (e *execution) guardBefore(ctx context.Context, fp Fingerprint) bool {
 
 // rewrite has the executor rewrite every object, saving the engine's state
 // after each chunk.
-func (e *execution) rewrite(ctx context.Context) (migrator.Result, error) {
+func (e *execution) rewrite(ctx context.Context) (operation.RunResult, error) {
 	return e.ex.Execute(ctx, Run{
 		Migration:   e.m,
 		Resource:    e.gvr,
@@ -156,7 +156,7 @@ func (e *execution) delegated(ctx context.Context, inTree string) error {
 // again, as it counts any chunk listed again, whereas a saved token with
 // unsaved counters would lose the chunk from them for good and report
 // fewer objects than exist.
-func (e *execution) saveChunk(ctx context.Context, s migrator.State) error {
+func (e *execution) saveChunk(ctx context.Context, s operation.State) error {
 	applyState(e.status, s, "")
 	if err := e.r.patchStatus(ctx, e.m, e.status); err != nil {
 		return err
@@ -210,7 +210,7 @@ func (e *execution) guardAfter(ctx context.Context, fp Fingerprint) bool {
 
 // end saves the outcome of a run the executor ended, err being its error:
 // succeeded, failed, or to be retried.
-func (e *execution) end(ctx context.Context, res migrator.Result, err error) {
+func (e *execution) end(ctx context.Context, res operation.RunResult, err error) {
 	out := finish(e.status, res, err, metav1.NewTime(e.r.Clock.Now()))
 	// The final writes must outlive the run's context: once the API server
 	// has stored Succeeded or Failed, the scheduler stops this run, which
@@ -240,7 +240,7 @@ func (e *execution) end(ctx context.Context, res migrator.Result, err error) {
 }
 
 // succeeded reports a migration that ended with Succeeded=True.
-func (e *execution) succeeded(res migrator.Result) {
+func (e *execution) succeeded(res operation.RunResult) {
 	e.r.forget(e.m)
 	e.r.Metrics.MigrationFinished(e.gvr.GroupResource(), metrics.StatusSucceeded, took(e.status))
 	e.r.event(e.m, corev1.EventTypeNormal, ReasonAllObjectsRewritten, condition(e.status, migrationv1alpha1.MigrationSucceeded).Message)
@@ -250,7 +250,7 @@ func (e *execution) succeeded(res migrator.Result) {
 // outcomeValues are the log's key/value pairs of where the listed objects
 // went: every one of them under exactly one outcome, so that they add up
 // to listed as the migration's status and objects_total do.
-func outcomeValues(p migrator.Progress) []any {
+func outcomeValues(p operation.Progress) []any {
 	return []any{"listed", p.Listed, "restored", p.Restored, "alreadyCurrent", p.AlreadyCurrent,
 		"writtenSinceStart", p.WrittenSinceStart, "writtenSinceChange", p.WrittenSinceChange, "gone", p.Gone, "failed", p.Failed}
 }

@@ -15,7 +15,7 @@ import (
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/followup"
-	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/internal/operation"
 	"github.com/svm-project/svm/internal/scheme"
 )
 
@@ -24,11 +24,11 @@ import (
 type fingerprints struct {
 	seq        []Fingerprint
 	reads      int
-	since      *migrator.StoredSince
+	since      *operation.StoredSince
 	sinceReads int
 }
 
-func (f *fingerprints) StoredSince(context.Context, schema.GroupResource, Fingerprint) *migrator.StoredSince {
+func (f *fingerprints) StoredSince(context.Context, schema.GroupResource, Fingerprint) *operation.StoredSince {
 	f.sinceReads++
 	return f.since
 }
@@ -42,9 +42,9 @@ func (f *fingerprints) Fingerprint(context.Context, schema.GroupResource) (Finge
 // recordingExecutor rewrites nothing and succeeds, remembering each run.
 type recordingExecutor struct{ runs []Run }
 
-func (e *recordingExecutor) Execute(_ context.Context, run Run) (migrator.Result, error) {
+func (e *recordingExecutor) Execute(_ context.Context, run Run) (operation.RunResult, error) {
 	e.runs = append(e.runs, run)
-	return migrator.Result{}, nil
+	return operation.RunResult{}, nil
 }
 
 // executed runs m once, as a scheduled run does, with the guard reading
@@ -173,7 +173,7 @@ func TestExecuteStartsOverWhenChangedWhileRunning(t *testing.T) {
 // Only the trigger's migrations skip what was written since the storage
 // change; a user's may be a re-encryption, and must not even read it.
 func TestExecuteSkipsWrittenSinceOnlyForTheTriggersMigrations(t *testing.T) {
-	since := &migrator.StoredSince{Hash: "h2", Revision: "90"}
+	since := &operation.StoredSince{Hash: "h2", Revision: "90"}
 	fp := Fingerprint{Value: "storageversion=10"}
 	owned := stopped(fp.Value)
 	owned.Labels = map[string]string{followup.CreatedByLabel: followup.TriggerValue}
@@ -181,7 +181,7 @@ func TestExecuteSkipsWrittenSinceOnlyForTheTriggersMigrations(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		m         *migrationv1alpha1.StorageVersionMigration
-		want      *migrator.StoredSince
+		want      *operation.StoredSince
 		wantReads int
 	}{
 		{"the trigger's", owned, since, 1},

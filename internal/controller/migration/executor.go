@@ -15,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -23,10 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
-	"github.com/svm-project/svm/internal/crdversions"
 	"github.com/svm-project/svm/internal/intree"
-	"github.com/svm-project/svm/internal/managedfields"
-	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/internal/operation"
 )
 
 // Executor rewrites every object of one resource for a migration. svm has
@@ -37,10 +34,10 @@ import (
 // same whoever rewrote the objects.
 type Executor interface {
 	// Execute runs one migration to its end and returns what the engine
-	// would: a *migrator.TerminalError or *migrator.ObjectsFailedError
+	// would: a *operation.TerminalError or *operation.ObjectsFailedError
 	// for a final failure, the context's error when stopped, any other
 	// error for transient trouble (the migration is run again later).
-	Execute(ctx context.Context, run Run) (migrator.Result, error)
+	Execute(ctx context.Context, run Run) (operation.RunResult, error)
 }
 
 // Run is one execution of a migration.
@@ -51,19 +48,19 @@ type Run struct {
 	Resource schema.GroupVersionResource
 	// Resume is the engine state saved by an earlier run, nil for a fresh
 	// start.
-	Resume *migrator.State
+	Resume *operation.State
 	// StoredSince, if set, lets the engine skip the objects written since
 	// every API server stored the resource in its current version.
-	StoredSince *migrator.StoredSince
+	StoredSince *operation.StoredSince
 	// OnChunk saves the engine's state after every chunk.
-	OnChunk func(context.Context, migrator.State) error
+	OnChunk func(context.Context, operation.State) error
 	// OnDelegated records the in-tree migration that executes this one.
 	OnDelegated func(ctx context.Context, inTree string) error
 }
 
 // EngineExecutor rewrites with svm's own engine.
 type EngineExecutor struct {
-	Migrator *migrator.Migrator
+	Operations *operation.Operations
 	// CRDs, if set, marks a custom resource's CRD with the condition
 	// StorageMigrating while svm rewrites its objects, as
 	// kube-controller-manager does while it migrates one, and moves the
@@ -73,10 +70,10 @@ type EngineExecutor struct {
 }
 
 // Execute implements Executor.
-func (e EngineExecutor) Execute(ctx context.Context, run Run) (res migrator.Result, err error) {
-	req := migrator.Request{Resource: run.Resource, Resume: run.Resume, OnChunk: run.OnChunk, StoredSince: run.StoredSince}
+func (e EngineExecutor) Execute(ctx context.Context, run Run) (res operation.RunResult, err error) {
+	req := operation.Request{Resource: run.Resource, Resume: run.Resume, OnChunk: run.OnChunk, StoredSince: run.StoredSince}
 	if e.CRDs != nil {
-		if req.ManagedFields, err = e.CRDs.RetiredFields(ctx, run.Resource, e.Migrator); err != nil {
+		if req.ManagedFields, err = e.CRDs.RetiredFields(ctx, run.Resource, e.Operations); err != nil {
 			return res, err
 		}
 		if merr := e.CRDs.Mark(ctx, run.Resource.GroupResource(), run.Migration.Name); merr != nil {
@@ -84,29 +81,23 @@ func (e EngineExecutor) Execute(ctx context.Context, run Run) (res migrator.Resu
 		}
 		defer func() { e.CRDs.Unmark(ctx, run.Resource.GroupResource(), run.Migration.Name, err) }()
 	}
-	return e.Migrator.Run(ctx, req)
+	return e.Operations.Run(ctx, req)
 }
 
 // RetiredFields is what a migration of gvr must do to managedFields: move
 // the entries that name a version the CRD's status.storedVersions lists
 // besides the storage version, the versions the trigger prunes once the
 // migration succeeds, to the version objects are written through
-// (crdversions.MoveOff, the choice svm retire and pkg/migrate make too).
-// Left naming a version that is then removed from the CRD, they would
-// make every server-side apply on their objects fail. How their fields
-// move is managedfields.For's rule (Migrator.FieldsMover); m's clients
-// read the versions' schemas. nil when gvr has no CRD or nothing is to be
-// pruned.
-func (c *CRDMarker) RetiredFields(ctx context.Context, gvr schema.GroupVersionResource, m *migrator.Migrator) (*migrator.ManagedFields, error) {
+// (Operations.FieldsToMove, the choice svm retire and pkg/migrate make
+// too). Left naming a version that is then removed from the CRD, they
+// would make every server-side apply on their objects fail. nil when gvr
+// has no CRD or nothing is to be pruned.
+func (c *CRDMarker) RetiredFields(ctx context.Context, gvr schema.GroupVersionResource, ops *operation.Operations) (*operation.ManagedFields, error) {
 	crd, err := c.read(ctx, gvr.GroupResource())
 	if err != nil || crd == nil {
 		return nil, err
 	}
-	kept, off, ok := crdversions.MoveOff(crd, "")
-	if !ok {
-		return nil, nil
-	}
-	return m.FieldsMover(ctx, c.Objects, managedfields.Resource{Kept: gvr.GroupResource().WithVersion(kept), Kind: crd.Spec.Names.Kind, Retired: off, CRD: crd})
+	return ops.FieldsToMove(ctx, crd, "")
 }
 
 // read reads gr's CRD, nil when it has none.
@@ -136,10 +127,6 @@ type CRDMarker struct {
 	// CRDs writes the condition with server-side apply, as
 	// kube-controller-manager does, carrying the resourceVersion read.
 	CRDs apiextensionsclient.CustomResourceDefinitionInterface
-	// Objects reads the objects of a CRD with a conversion webhook, and
-	// sends the dry runs by which the API server converts their
-	// managedFields entries' fields (see RetiredFields).
-	Objects dynamic.Interface
 
 	saidNoGeneration sync.Once
 }
@@ -165,8 +152,8 @@ func (c *CRDMarker) Mark(ctx context.Context, gr schema.GroupResource, migration
 // returned: the run's outcome stands.
 func (c *CRDMarker) Unmark(ctx context.Context, gr schema.GroupResource, migration string, err error) {
 	reason, message := crdReasonSucceeded, "svm migration "+migration+" succeeded"
-	var terminal *migrator.TerminalError
-	var partial *migrator.ObjectsFailedError
+	var terminal *operation.TerminalError
+	var partial *operation.ObjectsFailedError
 	switch {
 	case err == nil:
 	case errors.As(err, &terminal) || errors.As(err, &partial):
@@ -310,13 +297,13 @@ type InTreeExecutor struct {
 	// Fallback executes the resources kube-controller-manager cannot
 	// (intree.CanExecute): svm's engine.
 	Fallback Executor
-	// Engine and CRDs, if set, move the managedFields entries that name a
+	// Operations and CRDs, if set, move the managedFields entries that name a
 	// version kube-controller-manager prunes from a CRD's storedVersions
 	// once its migration succeeds, which it does not do itself (see
 	// CRDMarker.RetiredFields): only the objects with such entries are
 	// written, by svm's engine.
-	Engine *migrator.Migrator
-	CRDs   *CRDMarker
+	Operations *operation.Operations
+	CRDs       *CRDMarker
 	// Empty, if set, tells whether a resource has no object at all. An
 	// empty resource is not handed over but run by Fallback, for which it
 	// is one list: kube-controller-manager takes about a minute for any
@@ -329,20 +316,20 @@ type InTreeExecutor struct {
 
 // moveFields moves the managedFields entries fields names, after the
 // in-tree migration rewrote the objects; nothing when fields is nil.
-func (e InTreeExecutor) moveFields(ctx context.Context, gvr schema.GroupVersionResource, fields *migrator.ManagedFields) error {
+func (e InTreeExecutor) moveFields(ctx context.Context, gvr schema.GroupVersionResource, fields *operation.ManagedFields) error {
 	if fields == nil {
 		return nil
 	}
 	fields.Only = true
-	res, err := e.Engine.Run(ctx, migrator.Request{Resource: gvr, ManagedFields: fields})
+	res, err := e.Operations.Run(ctx, operation.Request{Resource: gvr, ManagedFields: fields})
 	klog.FromContext(ctx).Info("Moved managedFields off the versions the in-tree migration pruned", "resource", gvr.GroupResource(),
 		"retired", fields.Retired, "objects", res.Progress.ManagedFieldsRewritten, "entriesLeft", res.Progress.ManagedFieldsLeft, "failed", res.Progress.Failed)
 	return err
 }
 
 // Execute implements Executor.
-func (e InTreeExecutor) Execute(ctx context.Context, run Run) (migrator.Result, error) {
-	var res migrator.Result
+func (e InTreeExecutor) Execute(ctx context.Context, run Run) (operation.RunResult, error) {
+	var res operation.RunResult
 	info, err := e.Lookup(ctx, run.Resource)
 	if err != nil {
 		return res, err
@@ -355,9 +342,9 @@ func (e InTreeExecutor) Execute(ctx context.Context, run Run) (migrator.Result, 
 	}
 	res.StorageVersionHash = info.StorageVersionHash
 	// Read before kube-controller-manager prunes storedVersions.
-	var fields *migrator.ManagedFields
-	if e.Engine != nil && e.CRDs != nil {
-		if fields, err = e.CRDs.RetiredFields(ctx, run.Resource, e.Engine); err != nil {
+	var fields *operation.ManagedFields
+	if e.Operations != nil && e.CRDs != nil {
+		if fields, err = e.CRDs.RetiredFields(ctx, run.Resource, e.Operations); err != nil {
 			return res, err
 		}
 	}
@@ -406,7 +393,7 @@ func (e InTreeExecutor) handOver(ctx context.Context, run Run) (*storagemigratio
 	case err != nil:
 		return nil, fmt.Errorf("read the in-tree migration %s: %w", m.Name, err)
 	case it.Annotations[intree.ForMigrationAnnotation] != string(m.UID):
-		return nil, &migrator.TerminalError{Reason: ReasonInTreeNameTaken, Err: fmt.Errorf(
+		return nil, &operation.TerminalError{Reason: ReasonInTreeNameTaken, Err: fmt.Errorf(
 			"an in-tree migration named %s exists and is not this migration's: rename one of them", m.Name)}
 	}
 	return it, nil
@@ -433,7 +420,7 @@ func newInTreeMigration(m *migrationv1alpha1.StorageVersionMigration, gr schema.
 
 // follow reads the in-tree migration it until it ends, and then, if it
 // succeeded, moves fields.
-func (e InTreeExecutor) follow(ctx context.Context, run Run, it *storagemigrationv1.StorageVersionMigration, fields *migrator.ManagedFields) error {
+func (e InTreeExecutor) follow(ctx context.Context, run Run, it *storagemigrationv1.StorageVersionMigration, fields *operation.ManagedFields) error {
 	name := run.Migration.Name
 	clk := e.Clock
 	if clk == nil {
@@ -445,7 +432,7 @@ func (e InTreeExecutor) follow(ctx context.Context, run Run, it *storagemigratio
 		case intree.Ended(it) && intree.Succeeded(it):
 			return e.moveFields(ctx, run.Resource, fields)
 		case intree.Ended(it):
-			return &migrator.TerminalError{Reason: ReasonInTreeMigrationFailed, Err: errors.New("in-tree migration " + name + " failed: " + intree.Message(it))}
+			return &operation.TerminalError{Reason: ReasonInTreeMigrationFailed, Err: errors.New("in-tree migration " + name + " failed: " + intree.Message(it))}
 		}
 		select {
 		case <-ctx.Done():

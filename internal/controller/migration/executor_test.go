@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/svm-project/svm/internal/intree"
-	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/internal/operation"
 	"github.com/svm-project/svm/internal/scheme"
 )
 
@@ -100,7 +100,7 @@ func checkInTreeExecutor(t *testing.T, tc inTreeCase) {
 			}
 			return nil
 		}})
-	var terminal *migrator.TerminalError
+	var terminal *operation.TerminalError
 	switch {
 	case tc.wantReason != "":
 		if !errors.As(err, &terminal) || terminal.Reason != tc.wantReason {

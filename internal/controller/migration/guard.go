@@ -13,7 +13,7 @@ import (
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/fingerprint"
-	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/internal/operation"
 	"github.com/svm-project/svm/internal/resources"
 )
 
@@ -31,7 +31,7 @@ type StorageGuard interface {
 	// in its current version, as the resource's StorageState records it
 	// for the storage fp, read just before; nil when it records none for
 	// it, or cannot be read.
-	StoredSince(ctx context.Context, gr schema.GroupResource, fp Fingerprint) *migrator.StoredSince
+	StoredSince(ctx context.Context, gr schema.GroupResource, fp Fingerprint) *operation.StoredSince
 }
 
 // APIStorageGuard reads the fingerprint from the API server: the CRD for a
@@ -74,7 +74,7 @@ func (g APIStorageGuard) Fingerprint(ctx context.Context, gr schema.GroupResourc
 // recorded on gr's StorageState (trigger.Decision.RecordRevision), which
 // holds only while the storage it was recorded for is the same as now's,
 // fp. A state that cannot be read leaves every object to be written.
-func (g APIStorageGuard) StoredSince(ctx context.Context, gr schema.GroupResource, fp Fingerprint) *migrator.StoredSince {
+func (g APIStorageGuard) StoredSince(ctx context.Context, gr schema.GroupResource, fp Fingerprint) *operation.StoredSince {
 	var states migrationv1alpha1.StorageStateList
 	name := migrationv1alpha1.StorageStateName(migrationv1alpha1.GroupResource{Group: gr.Group, Resource: gr.Resource})
 	if err := g.Reader.List(ctx, &states, client.MatchingFields{"metadata.name": name}); err != nil {
@@ -93,10 +93,10 @@ func (g APIStorageGuard) StoredSince(ctx context.Context, gr schema.GroupResourc
 // for the same storage (fingerprint.SameStorage), and while every API
 // server stores the current hash. Read without a fingerprint of its own
 // (a state written before svm recorded one), it holds for nothing.
-func storedSince(st *migrationv1alpha1.StorageStateStatus, fp Fingerprint) *migrator.StoredSince {
+func storedSince(st *migrationv1alpha1.StorageStateStatus, fp Fingerprint) *operation.StoredSince {
 	if st.CurrentStorageVersionRevision == "" || st.CurrentStorageVersionHash == migrationv1alpha1.UnknownStorageVersionHash ||
 		st.StorageFingerprint == "" || !fingerprint.SameStorage(st.StorageFingerprint, fp.Value) {
 		return nil
 	}
-	return &migrator.StoredSince{Hash: st.CurrentStorageVersionHash, Revision: st.CurrentStorageVersionRevision}
+	return &operation.StoredSince{Hash: st.CurrentStorageVersionHash, Revision: st.CurrentStorageVersionRevision}
 }

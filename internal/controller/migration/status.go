@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
-	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/internal/operation"
 )
 
 // Reasons of svm's conditions.
@@ -71,23 +71,23 @@ func setCondition(conds []migrationv1alpha1.MigrationCondition, t migrationv1alp
 }
 
 // resumeState is the engine state saved in m, or nil for a fresh start.
-func resumeState(m *migrationv1alpha1.StorageVersionMigration) *migrator.State {
+func resumeState(m *migrationv1alpha1.StorageVersionMigration) *operation.State {
 	if m.Status.ResourceVersionCheckpoint == "" {
 		return nil
 	}
-	s := &migrator.State{
+	s := &operation.State{
 		ContinueToken: m.Spec.ContinueToken,
 		Checkpoint:    m.Status.ResourceVersionCheckpoint,
 		Progress:      progressFrom(m.Status.Progress),
 	}
 	for _, f := range m.Status.FailedObjects {
-		s.FailedObjects = append(s.FailedObjects, migrator.FailedObject{Namespace: f.Namespace, Name: f.Name, Reason: f.Reason})
+		s.FailedObjects = append(s.FailedObjects, operation.FailedObject{Namespace: f.Namespace, Name: f.Name, Reason: f.Reason})
 	}
 	return s
 }
 
 // applyState writes an engine state into status.
-func applyState(st *migrationv1alpha1.StorageVersionMigrationStatus, s migrator.State, hash string) {
+func applyState(st *migrationv1alpha1.StorageVersionMigrationStatus, s operation.State, hash string) {
 	st.ResourceVersionCheckpoint = s.Checkpoint
 	if hash != "" {
 		st.StorageVersionHash = hash
@@ -101,13 +101,13 @@ func applyState(st *migrationv1alpha1.StorageVersionMigrationStatus, s migrator.
 }
 
 // pacingOf is the engine's pacing state as the API shows it; nil for none.
-func pacingOf(p *migrator.PacerState) *migrationv1alpha1.MigrationPacing {
+func pacingOf(p *operation.PacerState) *migrationv1alpha1.MigrationPacing {
 	if p == nil {
 		return nil
 	}
-	decision := map[migrator.PacerDecision]string{
-		migrator.PacerGrow: "Grow", migrator.PacerKnee: "Knee", migrator.PacerBackOff: "BackOff",
-		migrator.PacerHold: "Hold",
+	decision := map[operation.PacerDecision]string{
+		operation.PacerGrow: "Grow", operation.PacerKnee: "Knee", operation.PacerBackOff: "BackOff",
+		operation.PacerHold: "Hold",
 	}
 	mp := &migrationv1alpha1.MigrationPacing{
 		WritesPerSecond: int32(math.Round(p.Rate)),
@@ -125,7 +125,7 @@ func pacingOf(p *migrator.PacerState) *migrationv1alpha1.MigrationPacing {
 }
 
 // progressOf is the engine's progress as the API keeps it.
-func progressOf(p migrator.Progress) migrationv1alpha1.MigrationProgress {
+func progressOf(p operation.Progress) migrationv1alpha1.MigrationProgress {
 	return migrationv1alpha1.MigrationProgress{
 		Listed: p.Listed, Restored: p.Restored, AlreadyCurrent: p.AlreadyCurrent, WrittenSinceStart: p.WrittenSinceStart,
 		WrittenSinceChange: p.WrittenSinceChange, Gone: p.Gone, Failed: p.Failed, RemainingEstimate: p.RemainingEstimate,
@@ -134,11 +134,11 @@ func progressOf(p migrator.Progress) migrationv1alpha1.MigrationProgress {
 
 // progressFrom is the engine's progress saved in a migration's status,
 // without the estimate: the server is asked again on the next list.
-func progressFrom(p migrationv1alpha1.MigrationProgress) migrator.Progress {
-	return migrator.Progress{
+func progressFrom(p migrationv1alpha1.MigrationProgress) operation.Progress {
+	return operation.Progress{Counts: operation.Counts{
 		Listed: p.Listed, Restored: p.Restored, AlreadyCurrent: p.AlreadyCurrent, WrittenSinceStart: p.WrittenSinceStart,
 		WrittenSinceChange: p.WrittenSinceChange, Gone: p.Gone, Failed: p.Failed,
-	}
+	}}
 }
 
 // outcome is how a finished run changes the status, and whether it should
@@ -149,10 +149,10 @@ type outcome struct {
 
 // finish records the end of a run in st. A run that ended by cancellation
 // leaves the status as it was, so the migration resumes.
-func finish(st *migrationv1alpha1.StorageVersionMigrationStatus, res migrator.Result, err error, now metav1.Time) outcome {
+func finish(st *migrationv1alpha1.StorageVersionMigrationStatus, res operation.RunResult, err error, now metav1.Time) outcome {
 	applyState(st, res.State, res.StorageVersionHash)
-	var terminal *migrator.TerminalError
-	var partial *migrator.ObjectsFailedError
+	var terminal *operation.TerminalError
+	var partial *operation.ObjectsFailedError
 	switch {
 	case err == nil:
 		st.Conditions = setCondition(st.Conditions, migrationv1alpha1.MigrationRunning, corev1.ConditionFalse, ReasonCompleted, "", now)
@@ -180,7 +180,7 @@ func finish(st *migrationv1alpha1.StorageVersionMigrationStatus, res migrator.Re
 	return outcome{}
 }
 
-func failedMessage(res migrator.Result) string {
+func failedMessage(res operation.RunResult) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d of %d objects could not be rewritten", res.Progress.Failed, res.Progress.Listed)
 	for i, f := range res.FailedObjects {

@@ -11,7 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
-	"github.com/svm-project/svm/internal/migrator"
+	"github.com/svm-project/svm/internal/operation"
 )
 
 // TestSavedStateResumes checks that everything the engine needs to resume
@@ -19,13 +19,14 @@ import (
 // controller saves it after every chunk and reads it after a restart.
 func TestSavedStateResumes(t *testing.T) {
 	remaining := int64(40)
-	saved := migrator.State{
+	saved := operation.State{
 		ContinueToken: "token",
 		Checkpoint:    "1234",
-		Progress: migrator.Progress{
-			Listed: 100, Restored: 70, AlreadyCurrent: 10, WrittenSinceStart: 13, Gone: 2, Failed: 5, RemainingEstimate: &remaining,
+		Progress: operation.Progress{
+			Counts:            operation.Counts{Listed: 100, Restored: 70, AlreadyCurrent: 10, WrittenSinceStart: 13, Gone: 2, Failed: 5},
+			RemainingEstimate: &remaining,
 		},
-		FailedObjects: []migrator.FailedObject{{Namespace: "ns", Name: "w-1", Reason: "denied"}},
+		FailedObjects: []operation.FailedObject{{Namespace: "ns", Name: "w-1", Reason: "denied"}},
 	}
 	var m migrationv1alpha1.StorageVersionMigration
 	applyState(&m.Status, saved, "hash")
@@ -57,14 +58,14 @@ func TestFinishedStateIsConditionZero(t *testing.T) {
 	}{
 		{name: "succeeded", want: migrationv1alpha1.MigrationSucceeded, wantText: "migrated 3 (re-stored 2, already current 1), written since the start 1, gone 0, failed 0"},
 		{name: "succeeded in-tree", inTree: "widgets-x", want: migrationv1alpha1.MigrationSucceeded, wantText: "every object rewritten by kube-controller-manager's in-tree migration widgets-x"},
-		{name: "objects failed", err: &migrator.ObjectsFailedError{Count: 1}, want: migrationv1alpha1.MigrationFailed},
-		{name: "terminal", err: &migrator.TerminalError{Reason: "Forbidden", Err: errors.New("no")}, want: migrationv1alpha1.MigrationFailed},
+		{name: "objects failed", err: &operation.ObjectsFailedError{Count: 1}, want: migrationv1alpha1.MigrationFailed},
+		{name: "terminal", err: &operation.TerminalError{Reason: "Forbidden", Err: errors.New("no")}, want: migrationv1alpha1.MigrationFailed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := &migrationv1alpha1.StorageVersionMigrationStatus{InTreeMigration: tt.inTree}
 			st.Conditions = setCondition(st.Conditions, migrationv1alpha1.MigrationRunning, "True", ReasonStarted, "", now)
-			res := migrator.Result{State: migrator.State{Progress: migrator.Progress{Listed: 4, Restored: 2, AlreadyCurrent: 1, WrittenSinceStart: 1}}}
+			res := operation.RunResult{State: operation.State{Progress: operation.Progress{Counts: operation.Counts{Listed: 4, Restored: 2, AlreadyCurrent: 1, WrittenSinceStart: 1}}}}
 			finish(st, res, tt.err, now)
 			if len(st.Conditions) != 2 || st.Conditions[0].Type != tt.want || st.Conditions[0].Status != "True" ||
 				st.Conditions[1].Type != migrationv1alpha1.MigrationRunning || st.Conditions[1].Status != "False" {
@@ -83,7 +84,7 @@ func TestRetryKeepsRunningFirst(t *testing.T) {
 	now := metav1.Now()
 	st := &migrationv1alpha1.StorageVersionMigrationStatus{}
 	st.Conditions = setCondition(st.Conditions, migrationv1alpha1.MigrationRunning, "True", ReasonStarted, "", now)
-	if out := finish(st, migrator.Result{}, errors.New("connection refused"), now); !out.retry {
+	if out := finish(st, operation.RunResult{}, errors.New("connection refused"), now); !out.retry {
 		t.Fatal("a transient error must be retried")
 	}
 	if len(st.Conditions) != 1 || st.Conditions[0].Type != migrationv1alpha1.MigrationRunning || st.Conditions[0].Reason != ReasonRetrying {
@@ -95,8 +96,8 @@ func TestRetryKeepsRunningFirst(t *testing.T) {
 // words and units, and is absent when the engine ran without pacing.
 func TestPacingAsShown(t *testing.T) {
 	var st migrationv1alpha1.StorageVersionMigrationStatus
-	applyState(&st, migrator.State{Pacing: &migrator.PacerState{
-		Window: 12, InFlight: 13, SmoothedLatency: 21*time.Millisecond + 600*time.Microsecond, Knee: 8.6, Decision: migrator.PacerBackOff,
+	applyState(&st, operation.State{Pacing: &operation.PacerState{
+		Window: 12, InFlight: 13, SmoothedLatency: 21*time.Millisecond + 600*time.Microsecond, Knee: 8.6, Decision: operation.PacerBackOff,
 	}}, "")
 	want := &migrationv1alpha1.MigrationPacing{
 		WritesInFlight: 13, Window: 12, SmoothedLatency: metav1.Duration{Duration: 22 * time.Millisecond}, KneeWrites: 9, LastDecision: "BackOff",
@@ -106,8 +107,8 @@ func TestPacingAsShown(t *testing.T) {
 	}
 	// Under a qps cap: the rate measured, the cap, and the writes in
 	// flight it allows.
-	applyState(&st, migrator.State{Pacing: &migrator.PacerState{
-		Window: 8, InFlight: 1, SmoothedLatency: 9 * time.Millisecond, Decision: migrator.PacerHold,
+	applyState(&st, operation.State{Pacing: &operation.PacerState{
+		Window: 8, InFlight: 1, SmoothedLatency: 9 * time.Millisecond, Decision: operation.PacerHold,
 		Rate: 96.6, QPS: 97.5, RateWindow: 2,
 	}}, "")
 	want = &migrationv1alpha1.MigrationPacing{
@@ -117,7 +118,7 @@ func TestPacingAsShown(t *testing.T) {
 	if diff := cmp.Diff(want, st.Pacing); diff != "" {
 		t.Errorf("status.pacing under a cap (-want +got):\n%s", diff)
 	}
-	applyState(&st, migrator.State{}, "")
+	applyState(&st, operation.State{}, "")
 	if st.Pacing != nil {
 		t.Errorf("status.pacing %+v after a run without pacing, want none", st.Pacing)
 	}

@@ -67,7 +67,7 @@ func TestRewritesEveryObjectWithoutChangingIt(t *testing.T) {
 	// write added no managedFields entry and bumped no generation.
 	env.ExpectUnchanged(t, r.GVR("v1"), before)
 	// Every widget was in v1: every write stored new bytes.
-	want := migrator.Progress{Listed: n, Restored: n}
+	want := migrator.Progress{Counts: migrator.Counts{Listed: n, Restored: n}}
 	if diff := cmp.Diff(want, res.Progress, ignoreRemaining); diff != "" {
 		t.Errorf("progress (-want +got):\n%s", diff)
 	}

@@ -320,7 +320,7 @@ func TestRetireConvertsManagedFieldsThroughTheWebhook(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("svm retire: exit %d\n%s\n%s", code, out, errOut)
 	}
-	for _, want := range []string{fmt.Sprintf("managedFields moved on %d objects", n), "storedVersions: pruned to [v2]", "done in "} {
+	for _, want := range []string{fmt.Sprintf("managedFields moved off the retired versions on %d objects", n), "storedVersions: pruned to [v2]", "done in "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("svm retire does not say %q:\n%s", want, out)
 		}

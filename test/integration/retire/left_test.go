@@ -129,7 +129,7 @@ func TestRetireNeverClearsManagedFields(t *testing.T) {
 	for _, want := range []string{
 		"left " + ns + "/refused: entry of alice (Apply): Refused: ", "test policy refuses dry runs",
 		"left " + ns + "/unplaced: entry of alice (Apply): Unplaced: ",
-		"entries left naming a version given up 2 (Refused 1, Unplaced 1)",
+		"entries left naming a retired version 2 (Refused 1, Unplaced 1)",
 		"not done: managedFields entries still name it",
 	} {
 		if !strings.Contains(out, want) {

@@ -214,7 +214,7 @@ func TestRetireKeepsServerSideApplyWorking(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("svm retire: exit %d\n%s\n%s", code, out, errOut)
 	}
-	for _, want := range []string{fmt.Sprintf("managedFields moved on %d objects", n), "storedVersions: pruned to [v2]", "done in "} {
+	for _, want := range []string{fmt.Sprintf("managedFields moved off the retired versions on %d objects", n), "storedVersions: pruned to [v2]", "done in "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("svm retire does not say %q:\n%s", want, out)
 		}
@@ -530,7 +530,7 @@ func TestRetireBuiltInVersionNoLongerServed(t *testing.T) {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
 	// No StorageState tells what is stored: every object is rewritten.
-	for _, want := range []string{"no StorageState records what is stored", fmt.Sprintf("managedFields moved on %d objects", n)} {
+	for _, want := range []string{"no StorageState records what is stored", fmt.Sprintf("managedFields moved off the retired versions on %d objects", n)} {
 		if !strings.Contains(out, want) {
 			t.Errorf("svm retire does not say %q:\n%s", want, out)
 		}

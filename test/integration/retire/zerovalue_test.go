@@ -59,7 +59,7 @@ func TestRetireBuiltInKeepsAZeroValueAnApplyOwns(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("svm retire: exit %d\n%s\n%s", code, out, errOut)
 	}
-	if want := fmt.Sprintf("managedFields moved on %d objects", n); !strings.Contains(out, want) {
+	if want := fmt.Sprintf("managedFields moved off the retired versions on %d objects", n); !strings.Contains(out, want) {
 		t.Errorf("svm retire does not say %q:\n%s", want, out)
 	}
 	for _, o := range env.List(t, beta) {
