@@ -155,6 +155,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	running, ends := r.runner.state()
+	r.settle(ctx, ends)
 	notBefore, ended := r.runState(list.Items)
 	maxParallel := r.MaxParallel
 	if executors.Name == intree.ExecutorInTree {
@@ -163,7 +165,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		maxParallel = max(maxParallel, intree.RunnerWorkers)
 	}
 	d := Schedule(ScheduleInput{
-		Migrations: list.Items, InTree: inTree, Running: r.runner.names(), NotBefore: notBefore, Ended: ended,
+		Migrations: list.Items, InTree: inTree, Running: running, NotBefore: notBefore, Ended: ended,
 		MaxParallel: maxParallel, Now: r.Clock.Now(),
 	})
 	r.apply(d, list.Items, executors)
@@ -204,7 +206,7 @@ func (r *Reconciler) apply(d ScheduleDecision, migrations []migrationv1alpha1.St
 	for _, name := range d.Start {
 		m := byName[name].DeepCopy() // never hand a cached object to a goroutine that edits it
 		ex := executors.For(m)
-		r.runner.start(name, func(ctx context.Context) { r.execute(ctx, m, ex) })
+		r.runner.start(name, func(ctx context.Context) ending { return r.execute(ctx, m, ex) })
 	}
 }
 
@@ -259,56 +261,45 @@ func condition(st *migrationv1alpha1.StorageVersionMigrationStatus, t migrationv
 
 var errGone = errors.New("migration deleted")
 
-// retryLater holds the migration back for a growing backoff; the runner's
-// finish notification triggers the reconcile that honours it.
-func (r *Reconciler) retryLater(ctx context.Context, m *migrationv1alpha1.StorageVersionMigration, err error) {
-	delay := r.backoff.When(m.Name)
-	r.mu.Lock()
-	r.wait[m.Name] = r.Clock.Now().Add(delay)
-	r.mu.Unlock()
-	if !errors.Is(err, errGone) {
-		r.event(m, corev1.EventTypeWarning, ReasonRetrying, truncate(fmt.Sprintf("Retrying in %s: %v", delay, err), 1024))
-	}
-	klog.FromContext(ctx).Info("Migration will be retried", "migration", klog.KObj(m), "after", delay, "err", err)
+// An ending is how a run ended, as far as the scheduler is concerned:
+// handed back by the runner when the run's goroutine returns, and settled
+// by the next Reconcile before it schedules. Besides the migration's
+// status in the API, it is the one way anything of a run reaches the
+// scheduler: no run changes the scheduler's state itself.
+type ending struct {
+	m *migrationv1alpha1.StorageVersionMigration
+	// retry is why the migration is to run again after a growing
+	// backoff; nil when it is not.
+	retry error
+	// final says that the migration ended for good, Succeeded or Failed.
+	final bool
 }
 
-// hold records that a run stopped for an in-tree migration of its
-// resource: the migration stays Running, saying what it waits for, and the
-// scheduler starts it again, resuming, once the in-tree one has ended.
-func (r *Reconciler) hold(ctx context.Context, m *migrationv1alpha1.StorageVersionMigration, status *migrationv1alpha1.StorageVersionMigrationStatus, holder string) {
-	final, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	defer cancel()
-	msg := heldMessage(m, holder)
-	status.Conditions = setCondition(status.Conditions, migrationv1alpha1.MigrationRunning, corev1.ConditionTrue, ReasonWaitingForInTreeMigration, msg, metav1.NewTime(r.Clock.Now()))
-	if err := r.patchStatus(final, m, status); err != nil {
-		klog.FromContext(ctx).Info("Could not record the wait for an in-tree migration", "migration", klog.KObj(m), "err", err)
+// settle records how runs ended: a migration to retry is held back for a
+// growing backoff, and one that ended for good is forgotten by the
+// backoff and remembered as ended until the cache shows it.
+func (r *Reconciler) settle(ctx context.Context, ends []ending) {
+	for _, e := range ends {
+		switch {
+		case e.m == nil:
+			// Stopped or held: nothing to settle.
+		case e.final:
+			r.backoff.Forget(e.m.Name)
+			r.mu.Lock()
+			delete(r.wait, e.m.Name)
+			r.ended[e.m.UID] = true
+			r.mu.Unlock()
+		case e.retry != nil:
+			delay := r.backoff.When(e.m.Name)
+			r.mu.Lock()
+			r.wait[e.m.Name] = r.Clock.Now().Add(delay)
+			r.mu.Unlock()
+			if !errors.Is(e.retry, errGone) {
+				r.event(e.m, corev1.EventTypeWarning, ReasonRetrying, truncate(fmt.Sprintf("Retrying in %s: %v", delay, e.retry), 1024))
+			}
+			klog.FromContext(ctx).Info("Migration will be retried", "migration", klog.KObj(e.m), "after", delay, "err", e.retry)
+		}
 	}
-	r.event(m, corev1.EventTypeNormal, ReasonWaitingForInTreeMigration, msg+"; stopped at its last completed chunk")
-	klog.FromContext(ctx).Info("Migration stopped for an in-tree migration of its resource", "migration", klog.KObj(m), "inTreeMigration", holder)
-}
-
-// waitLater ends this run without error: the migration stays Running with
-// reason and message, and is tried again after the backoff.
-func (r *Reconciler) waitLater(ctx context.Context, m *migrationv1alpha1.StorageVersionMigration, status *migrationv1alpha1.StorageVersionMigrationStatus, reason, message string) {
-	status.Conditions = setCondition(status.Conditions, migrationv1alpha1.MigrationRunning, corev1.ConditionTrue, reason, message, metav1.NewTime(r.Clock.Now()))
-	if err := r.patchStatus(ctx, m, status); err != nil {
-		r.retryLater(ctx, m, err)
-		return
-	}
-	r.retryLater(ctx, m, errors.New(message))
-}
-
-// redo saves a status that starts the migration over and has it run again
-// after the backoff (which also gives the servers time to settle).
-func (r *Reconciler) redo(ctx context.Context, m *migrationv1alpha1.StorageVersionMigration, status *migrationv1alpha1.StorageVersionMigrationStatus, message string) {
-	final, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	defer cancel()
-	status.Conditions = setCondition(status.Conditions, migrationv1alpha1.MigrationRunning, corev1.ConditionTrue, ReasonStorageVersionChanged, message, metav1.NewTime(r.Clock.Now()))
-	if err := r.saveStartOver(final, m, status); err != nil {
-		r.retryLater(ctx, m, err)
-		return
-	}
-	r.retryLater(ctx, m, errors.New(message))
 }
 
 // saveStartOver saves a status that startOver reset, and an empty continue
@@ -340,15 +331,6 @@ func startOver(st *migrationv1alpha1.StorageVersionMigrationStatus, fingerprint 
 	st.StorageVersionHash = ""
 	st.FailedObjects = nil
 	st.StorageFingerprint = fingerprint
-}
-
-// forget records that m's run ended for good.
-func (r *Reconciler) forget(m *migrationv1alpha1.StorageVersionMigration) {
-	r.backoff.Forget(m.Name)
-	r.mu.Lock()
-	delete(r.wait, m.Name)
-	r.ended[m.UID] = true
-	r.mu.Unlock()
 }
 
 // patchStatus writes status with a merge patch that carries the migration's

@@ -30,12 +30,14 @@ type execution struct {
 	// since are skipped (operation.Request.StoredSince).
 	storedSince *operation.StoredSince
 	log         klog.Logger
+	// end is how the run ended, for the scheduler (see ending).
+	end ending
 }
 
 // execute runs one migration with ex to its end, cancellation, or a
-// transient failure. The guard is read before the objects are rewritten
-// and after (see Judge).
-func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVersionMigration, ex Executor) {
+// transient failure, and returns how it ended for the scheduler. The guard
+// is read before the objects are rewritten and after (see Judge).
+func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVersionMigration, ex Executor) ending {
 	e := &execution{
 		r: r, m: m, ex: ex,
 		gvr:    schema.GroupVersionResource{Group: m.Spec.Resource.Group, Version: m.Spec.Resource.Version, Resource: m.Spec.Resource.Resource},
@@ -44,16 +46,61 @@ func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVe
 		log:    klog.FromContext(ctx).WithValues("migration", klog.KObj(m), "resource", m.Spec.Resource),
 	}
 	if !e.begin(ctx) || !e.guard(ctx, e.guardBefore) {
-		return
+		return e.end
 	}
 	res, err := e.rewrite(ctx)
 	if e.interrupted(ctx, err) {
-		return
+		return e.end
 	}
 	if err == nil && !e.guard(ctx, e.guardAfter) {
+		return e.end
+	}
+	e.conclude(ctx, res, err)
+	return e.end
+}
+
+// retryLater ends the run, to be run again after the scheduler's backoff.
+func (e *execution) retryLater(err error) {
+	e.end = ending{m: e.m, retry: err}
+}
+
+// waitLater ends this run without error: the migration stays Running with
+// reason and message, and is tried again after the backoff.
+func (e *execution) waitLater(ctx context.Context, reason, message string) {
+	e.status.Conditions = setCondition(e.status.Conditions, migrationv1alpha1.MigrationRunning, corev1.ConditionTrue, reason, message, metav1.NewTime(e.r.Clock.Now()))
+	if err := e.r.patchStatus(ctx, e.m, e.status); err != nil {
+		e.retryLater(err)
 		return
 	}
-	e.end(ctx, res, err)
+	e.retryLater(errors.New(message))
+}
+
+// hold records that the run stopped for an in-tree migration of its
+// resource: the migration stays Running, saying what it waits for, and the
+// scheduler starts it again, resuming, once the in-tree one has ended.
+func (e *execution) hold(ctx context.Context, holder string) {
+	final, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	msg := heldMessage(e.m, holder)
+	e.status.Conditions = setCondition(e.status.Conditions, migrationv1alpha1.MigrationRunning, corev1.ConditionTrue, ReasonWaitingForInTreeMigration, msg, metav1.NewTime(e.r.Clock.Now()))
+	if err := e.r.patchStatus(final, e.m, e.status); err != nil {
+		e.log.Info("Could not record the wait for an in-tree migration", "err", err)
+	}
+	e.r.event(e.m, corev1.EventTypeNormal, ReasonWaitingForInTreeMigration, msg+"; stopped at its last completed chunk")
+	e.log.Info("Migration stopped for an in-tree migration of its resource", "inTreeMigration", holder)
+}
+
+// redo saves a status that starts the migration over and has it run again
+// after the backoff (which also gives the servers time to settle).
+func (e *execution) redo(ctx context.Context, message string) {
+	final, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	e.status.Conditions = setCondition(e.status.Conditions, migrationv1alpha1.MigrationRunning, corev1.ConditionTrue, ReasonStorageVersionChanged, message, metav1.NewTime(e.r.Clock.Now()))
+	if err := e.r.saveStartOver(final, e.m, e.status); err != nil {
+		e.retryLater(err)
+		return
+	}
+	e.retryLater(errors.New(message))
 }
 
 // begin marks the migration Running, started or resumed, and tells whether
@@ -69,7 +116,7 @@ func (e *execution) begin(ctx context.Context) bool {
 	}
 	e.status.Conditions = setCondition(e.status.Conditions, migrationv1alpha1.MigrationRunning, corev1.ConditionTrue, reason, "", now)
 	if err := e.r.patchStatus(ctx, e.m, e.status); err != nil {
-		e.r.retryLater(ctx, e.m, err)
+		e.retryLater(err)
 		return false
 	}
 	if e.resume != nil {
@@ -91,7 +138,7 @@ func (e *execution) guard(ctx context.Context, act func(context.Context, Fingerp
 	}
 	fp, err := e.r.Guard.Fingerprint(ctx, e.gvr.GroupResource())
 	if err != nil {
-		e.r.retryLater(ctx, e.m, err)
+		e.retryLater(err)
 		return false
 	}
 	return act(ctx, fp)
@@ -103,14 +150,14 @@ func (e *execution) guardBefore(ctx context.Context, fp Fingerprint) bool {
 	v := Judge(GuardInput{Saved: e.status.StorageFingerprint, Now: fp})
 	switch v.Action {
 	case GuardWait:
-		e.r.waitLater(ctx, e.m, e.status, ReasonStorageVersionsDisagree, v.Why+"; waiting for them to agree")
+		e.waitLater(ctx, ReasonStorageVersionsDisagree, v.Why+"; waiting for them to agree")
 		return false
 	case GuardStartOver:
 		e.r.event(e.m, corev1.EventTypeWarning, ReasonStorageVersionChanged, v.Why+": starting over")
 		e.log.Info("Storage version changed since the migration started; starting over", "was", e.status.StorageFingerprint, "now", fp.Value)
 		startOver(e.status, v.Fingerprint)
 		if err := e.r.saveStartOver(ctx, e.m, e.status); err != nil {
-			e.r.retryLater(ctx, e.m, err)
+			e.retryLater(err)
 			return false
 		}
 		e.resume = nil
@@ -172,7 +219,7 @@ func (e *execution) interrupted(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		var held *heldByInTree
 		if errors.As(context.Cause(ctx), &held) {
-			e.r.hold(ctx, e.m, e.status, held.name)
+			e.hold(ctx, held.name)
 			return true
 		}
 		// Shutting down, or the migration was deleted: keep the saved state.
@@ -204,13 +251,13 @@ func (e *execution) guardAfter(ctx context.Context, fp Fingerprint) bool {
 	e.r.event(e.m, corev1.EventTypeWarning, ReasonStorageVersionChanged, v.Why+": starting over")
 	e.log.Info("Storage version changed during the migration; starting over", "was", e.status.StorageFingerprint, "now", fp.Value, "disagreement", fp.Disagreement)
 	startOver(e.status, v.Fingerprint)
-	e.r.redo(ctx, e.m, e.status, v.Why+"; starting over")
+	e.redo(ctx, v.Why+"; starting over")
 	return false
 }
 
-// end saves the outcome of a run the executor ended, err being its error:
-// succeeded, failed, or to be retried.
-func (e *execution) end(ctx context.Context, res operation.RunResult, err error) {
+// conclude saves the outcome of a run the executor ended, err being its
+// error: succeeded, failed, or to be retried.
+func (e *execution) conclude(ctx context.Context, res operation.RunResult, err error) {
 	out := finish(e.status, res, err, metav1.NewTime(e.r.Clock.Now()))
 	// The final writes must outlive the run's context: once the API server
 	// has stored Succeeded or Failed, the scheduler stops this run, which
@@ -222,16 +269,16 @@ func (e *execution) end(ctx context.Context, res operation.RunResult, err error)
 	// from the saved one only when a chunk's save failed, which ends the
 	// run to be retried.
 	if perr := e.r.patchStatus(final, e.m, e.status); perr != nil {
-		e.r.retryLater(ctx, e.m, perr)
+		e.retryLater(perr)
 		return
 	}
 	if terr := e.r.patchContinueToken(final, e.m, res.ContinueToken); terr != nil && !out.retry {
-		e.r.retryLater(ctx, e.m, terr)
+		e.retryLater(terr)
 		return
 	}
 	switch {
 	case out.retry:
-		e.r.retryLater(ctx, e.m, err)
+		e.retryLater(err)
 	case err == nil:
 		e.succeeded(res)
 	default:
@@ -241,7 +288,7 @@ func (e *execution) end(ctx context.Context, res operation.RunResult, err error)
 
 // succeeded reports a migration that ended with Succeeded=True.
 func (e *execution) succeeded(res operation.RunResult) {
-	e.r.forget(e.m)
+	e.end = ending{m: e.m, final: true}
 	e.r.Metrics.MigrationFinished(e.gvr.GroupResource(), metrics.StatusSucceeded, took(e.status))
 	e.r.event(e.m, corev1.EventTypeNormal, ReasonAllObjectsRewritten, condition(e.status, migrationv1alpha1.MigrationSucceeded).Message)
 	e.log.Info("Migration succeeded", append(outcomeValues(res.Progress), "inTreeMigration", e.status.InTreeMigration)...)
@@ -257,7 +304,7 @@ func outcomeValues(p operation.Progress) []any {
 
 // failed reports a migration that ended with Failed=True because of err.
 func (e *execution) failed(err error) {
-	e.r.forget(e.m)
+	e.end = ending{m: e.m, final: true}
 	e.r.Metrics.MigrationFinished(e.gvr.GroupResource(), metrics.StatusFailed, took(e.status))
 	failed := condition(e.status, migrationv1alpha1.MigrationFailed)
 	e.r.event(e.m, corev1.EventTypeWarning, ReasonFailed, truncate(failed.Reason+": "+failed.Message, 1024))

@@ -67,7 +67,8 @@ func executedWith(t *testing.T, m *migrationv1alpha1.StorageVersionMigration, g 
 		t.Fatal(err)
 	}
 	ex := &recordingExecutor{}
-	r.execute(t.Context(), m.DeepCopy(), ex)
+	// As the scheduler does when the run's goroutine returns.
+	r.settle(t.Context(), []ending{r.execute(t.Context(), m.DeepCopy(), ex)})
 	var saved migrationv1alpha1.StorageVersionMigration
 	if err := cl.Get(t.Context(), client.ObjectKeyFromObject(m), &saved); err != nil {
 		t.Fatal(err)
@@ -210,7 +211,11 @@ func TestExecuteWithoutGuardSucceeds(t *testing.T) {
 	if err := cl.Get(t.Context(), client.ObjectKey{Name: "widgets"}, &m); err != nil {
 		t.Fatal(err)
 	}
-	r.execute(t.Context(), &m, &recordingExecutor{})
+	end := r.execute(t.Context(), &m, &recordingExecutor{})
+	if !end.final || end.retry != nil {
+		t.Errorf("the run ended %+v, want for good", end)
+	}
+	r.settle(t.Context(), []ending{end})
 	if err := cl.Get(t.Context(), client.ObjectKey{Name: "widgets"}, &m); err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,8 @@ type runner struct {
 	done    chan string
 	ready   chan struct{}
 	once    sync.Once
+	// ended holds how each run ended, until the scheduler takes it.
+	ended []ending
 }
 
 // Start implements manager.Runnable.
@@ -48,7 +50,10 @@ func (r *runner) readyCh() chan struct{} {
 	return r.ready
 }
 
-func (r *runner) start(name string, fn func(context.Context)) {
+// start runs fn in a goroutine of its own under name, unless one runs
+// already; how it ended is kept for the scheduler (state), then the
+// scheduler is woken (finishedSource).
+func (r *runner) start(name string, fn func(context.Context) ending) {
 	<-r.readyCh()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -58,9 +63,11 @@ func (r *runner) start(name string, fn func(context.Context)) {
 	ctx, cancel := context.WithCancelCause(r.ctx)
 	r.cancels[name] = cancel
 	r.wg.Go(func() {
+		var end ending
 		defer func() {
 			r.mu.Lock()
 			delete(r.cancels, name)
+			r.ended = append(r.ended, end)
 			r.mu.Unlock()
 			cancel(nil)
 			select {
@@ -68,8 +75,23 @@ func (r *runner) start(name string, fn func(context.Context)) {
 			case <-r.ctx.Done():
 			}
 		}()
-		fn(ctx)
+		end = fn(ctx)
 	})
+}
+
+// state returns the names of the runs under way and how the runs that
+// ended since the last call ended, forgetting those, read together: a run
+// missing from the first is in the second, so the scheduler never sees a
+// run gone without its ending (and starts it again before its backoff).
+func (r *runner) state() (running map[string]bool, ended []ending) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	running = make(map[string]bool, len(r.cancels))
+	for name := range r.cancels {
+		running[name] = true
+	}
+	ended, r.ended = r.ended, nil
+	return running, ended
 }
 
 // shuttingDown reports whether the runner is draining, as opposed to
@@ -88,16 +110,6 @@ func (r *runner) stop(name string, cause error) {
 	if cancel := r.cancels[name]; cancel != nil {
 		cancel(cause)
 	}
-}
-
-func (r *runner) names() map[string]bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make(map[string]bool, len(r.cancels))
-	for name := range r.cancels {
-		out[name] = true
-	}
-	return out
 }
 
 // finishedSource turns "a migration goroutine ended" into a reconcile, so
