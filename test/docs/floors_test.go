@@ -76,25 +76,16 @@ func TestArchitectureFloorsAreTheImports(t *testing.T) {
 		t.Fatalf("found only %d packages in architecture.md's floors table; is its format still `| N, name | `package` | what |`?", len(floors))
 	}
 
-	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./cmd/...", "./internal/...", "./pkg/...", "./api/...")
-	cmd.Dir = repoRoot()
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, stderr.String())
-	}
 	listed := map[string]bool{}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		fields := strings.Fields(line)
-		pkg := strings.TrimPrefix(fields[0], module)
+	for path, imports := range packageImports(t, "./cmd/...", "./internal/...", "./pkg/...", "./api/...") {
+		pkg := strings.TrimPrefix(path, module)
 		listed[pkg] = true
 		floor, ok := floors[pkg]
 		if !ok {
 			t.Errorf("%s has no floor in architecture.md: add a row for it", pkg)
 			continue
 		}
-		for _, imp := range fields[1:] {
+		for _, imp := range imports {
 			dep, ok := strings.CutPrefix(imp, module)
 			if !ok {
 				continue
@@ -123,7 +114,25 @@ func TestOneWayIntoTheEngine(t *testing.T) {
 		"github.com/svm-project/svm/internal/metrics":   true,
 		"github.com/svm-project/svm/internal/health":    true,
 	}
-	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./cmd/...", "./internal/...", "./pkg/...")
+	importers := 0
+	for pkg, imports := range packageImports(t, "./cmd/...", "./internal/...", "./pkg/...") {
+		if !slices.Contains(imports, engine) {
+			continue
+		}
+		importers++
+		if !allowed[pkg] {
+			t.Errorf("%s imports the engine (internal/migrator): go through internal/operation instead", pkg)
+		}
+	}
+	if importers == 0 {
+		t.Fatal("nothing imports internal/migrator: has the engine moved? Update this test")
+	}
+}
+
+// packageImports lists the packages patterns match, each with its imports.
+func packageImports(t *testing.T, patterns ...string) map[string][]string {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`}, patterns...)...)
 	cmd.Dir = repoRoot()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -131,20 +140,12 @@ func TestOneWayIntoTheEngine(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, stderr.String())
 	}
-	importers := 0
+	imports := map[string][]string{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)
-		if !slices.Contains(fields[1:], engine) {
-			continue
-		}
-		importers++
-		if !allowed[fields[0]] {
-			t.Errorf("%s imports the engine (internal/migrator): go through internal/operation instead", fields[0])
-		}
+		imports[fields[0]] = fields[1:]
 	}
-	if importers == 0 {
-		t.Fatal("nothing imports internal/migrator: has the engine moved? Update this test")
-	}
+	return imports
 }
 
 // TestClientsAreBuiltInOnePlace: what svm runs builds its clients of the
