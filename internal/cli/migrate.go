@@ -165,7 +165,7 @@ func printSummary(out io.Writer, name string, res operation.RunResult, err error
 		fmt.Fprintf(out, "  not written, known beforehand: %d; found by a conflict or not found: %d\n", p.SkippedWithoutWrite, p.Skipped()-p.SkippedWithoutWrite)
 	}
 	for _, f := range res.FailedObjects {
-		fmt.Fprintf(out, "  failed %s: %s\n", objectKey(f.Namespace, f.Name), f.Reason)
+		fmt.Fprintf(out, "  failed %s: %s\n", resources.ObjectKey(f.Namespace, f.Name), f.Reason)
 	}
 	if p.Failed > int64(len(res.FailedObjects)) {
 		fmt.Fprintf(out, "  ... and %d more\n", p.Failed-int64(len(res.FailedObjects)))

@@ -68,15 +68,6 @@ const (
 	ExitUnknown = 4
 )
 
-// objectKey names an object as the commands print it: NAMESPACE/NAME, or
-// NAME for a cluster-scoped one.
-func objectKey(namespace, name string) string {
-	if namespace == "" {
-		return name
-	}
-	return namespace + "/" + name
-}
-
 // ExitError ends a command that has said what it found with an exit code
 // that tells a script the outcome (check-upgrade's verdict, etcd-scan's
 // failed check): not an error to print, and not exit code 1, which means

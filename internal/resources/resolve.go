@@ -143,6 +143,15 @@ func Resolve(lists []*metav1.APIResourceList, failed map[schema.GroupVersion]err
 	return Resource{}, fmt.Errorf("resource %q is ambiguous: it names %s; name one in full", arg, enumerate(names))
 }
 
+// ObjectKey names an object as svm prints it: NAMESPACE/NAME, or NAME
+// for a cluster-scoped one.
+func ObjectKey(namespace, name string) string {
+	if namespace == "" {
+		return name
+	}
+	return namespace + "/" + name
+}
+
 // DisplayName is how svm names a group-resource to users: resource.group,
 // or the plural alone in the core group, as kubectl takes it back.
 func DisplayName(gr schema.GroupResource) string {
