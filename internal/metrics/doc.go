@@ -50,6 +50,12 @@
 //     since svm listed it), "not_found" and "gone" (deleted).
 //   - failed_objects_total{resource,reason} (counter): objects that could
 //     not be rewritten, by error reason (see below).
+//   - admission_refusals_total{resource,kind,name,then} (counter): writes an
+//     admission webhook (kind "Webhook") or ValidatingAdmissionPolicy
+//     named name refused, and what followed: "written_through_status"
+//     (the object was written through its status subresource instead,
+//     --through-status) or "failed". Names are the cluster's webhooks and
+//     policies, so the series stay few.
 //   - retries_total{resource,reason} (counter): requests that failed with a
 //     transient error and were retried, by error reason.
 //   - requests_total{resource,verb} (counter): requests sent, verb "list" or

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/svm-project/svm/internal/admission"
 	"github.com/svm-project/svm/internal/migrator"
 )
 
@@ -80,6 +81,7 @@ type Metrics struct {
 	pacerLatency      *prometheus.GaugeVec
 	pacerKnee         *prometheus.GaugeVec
 	pacerDecisions    *prometheus.CounterVec
+	admissionRefusals *prometheus.CounterVec
 
 	executor *prometheus.GaugeVec
 
@@ -149,6 +151,9 @@ func New() *Metrics {
 		pacerDecisions: prometheus.NewCounterVec(prometheus.CounterOpts(engine("pacer_decisions_total",
 			"Decisions of adaptive pacing, by resource and decision: grow (only the most writes tried get the best rate, or a relief forgot the points; the window grows by half), knee (the window set around the measured knee), back-off (a 429, a surge or a failed write cut it), hold (under --qps, the rate needed fewer writes in flight than the window: the epoch measured the cap, and the window holds).")), []string{"resource", "decision"}),
 
+		admissionRefusals: prometheus.NewCounterVec(prometheus.CounterOpts(engine("admission_refusals_total",
+			"Writes an admission webhook or policy refused, by resource, kind (Webhook, ValidatingAdmissionPolicy), name and then: written_through_status (the object was written through its status subresource instead) or failed.")), []string{"resource", "kind", "name", "then"}),
+
 		executor: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "executor",
 			Help: "1 for who executes svm's migrations in this process (svm or in-tree), once chosen."}, []string{"executor"}),
 
@@ -179,7 +184,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.migratedObjects, m.objects, m.remainingObjects, m.migrations, m.migrationDuration, m.runningMigrations,
 		m.listedObjects, m.skippedObjects, m.failedObjects, m.retries, m.requests, m.limiterWait,
-		m.pacerInFlight, m.pacerWindow, m.pacerLatency, m.pacerKnee, m.pacerDecisions,
+		m.pacerInFlight, m.pacerWindow, m.pacerLatency, m.pacerKnee, m.pacerDecisions, m.admissionRefusals,
 		m.executor, m.discoveryPolls, m.discoveryErrors, m.stateTransitions,
 		m.encryptionAgreed, m.encryptionServers, m.encryptionRewritten, m.reencryptions,
 	}
@@ -268,6 +273,18 @@ func (m *Metrics) ObjectSkipped(r schema.GroupResource, why migrator.SkipReason,
 	}
 	m.skippedObjects.WithLabelValues(label(r), reason).Inc()
 	m.objects.WithLabelValues(label(r), outcome).Inc()
+}
+
+// Refused implements migrator.Observer.
+func (m *Metrics) Refused(r schema.GroupResource, d admission.Denial, throughStatus bool) {
+	if m == nil {
+		return
+	}
+	then := "failed"
+	if throughStatus {
+		then = "written_through_status"
+	}
+	m.admissionRefusals.WithLabelValues(label(r), string(d.Kind), d.Name, then).Inc()
 }
 
 // ObjectFailed implements migrator.Observer.

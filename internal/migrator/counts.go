@@ -51,6 +51,11 @@ type Counts struct {
 	// moved off retired versions (Request.ManagedFields); each is also
 	// counted as Restored.
 	ManagedFieldsRewritten int64
+	// ThroughStatus counts the objects svm wrote through their status
+	// subresource after an admission webhook or policy refused their own
+	// write (Request.ThroughStatus); each is also counted in Restored or
+	// AlreadyCurrent.
+	ThroughStatus int64
 	// ManagedFieldsLeft counts, by why, the entries svm left naming a
 	// retired version because their fields could not be placed in the
 	// target version. No manager loses a field: such an entry stays as it
@@ -81,6 +86,9 @@ func (c Counts) Outcomes() string {
 	}
 	if c.NothingToRewrite > 0 {
 		s += fmt.Sprintf(", nothing to rewrite %d", c.NothingToRewrite)
+	}
+	if c.ThroughStatus > 0 {
+		s += fmt.Sprintf("; written through the status subresource after an admission denial %d", c.ThroughStatus)
 	}
 	left := c.ManagedFieldsLeft.Total()
 	if c.ManagedFieldsRewritten > 0 || left > 0 {

@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/svm-project/svm/internal/admission"
 )
 
 // Class is what an error means for a migration.
@@ -37,6 +39,11 @@ func Classify(err error) Class {
 	switch {
 	case apierrors.IsConflict(err), apierrors.IsNotFound(err), apierrors.IsGone(err):
 		return Skip
+	case isAdmissionDenial(err):
+		// A webhook's or policy's no, whatever status code it chose (a
+		// webhook that gives none is answered with 400, which would
+		// otherwise read as svm's own bad request and stop everything).
+		return ObjectFailure
 	case IsTransient(err):
 		// An admission webhook the API server could not call in time (or
 		// at all) fails the writes it covers with 500 while the server is
@@ -98,6 +105,11 @@ func IsTransient(err error) bool {
 
 // isWebhookCallFailure reports whether err is kube-apiserver's answer when
 // calling an admission webhook failed and its failurePolicy is Fail.
+func isAdmissionDenial(err error) bool {
+	_, ok := admission.Denied(err)
+	return ok
+}
+
 func isWebhookCallFailure(err error) bool {
 	var status apierrors.APIStatus
 	return errors.As(err, &status) && status.Status().Code == 500 &&

@@ -16,6 +16,7 @@ import (
 func TestClassify(t *testing.T) {
 	gr := schema.GroupResource{Group: "example.com", Resource: "widgets"}
 	webhookDenial := apierrors.NewForbidden(gr, "w1", errors.New(`admission webhook "deny.example.com" denied the request: no`))
+	webhookDenialBadRequest := apierrors.NewBadRequest(`admission webhook "deny.example.com" denied the request without explanation`)
 	rbacDenial := apierrors.NewForbidden(gr, "w1", errors.New(`User "system:serviceaccount:svm:svm" cannot patch resource "widgets" in API group "example.com"`))
 	// What kube-apiserver answers when a webhook with failurePolicy Fail
 	// times out: retried as transient (IsTransient), then failed.
@@ -36,6 +37,8 @@ func TestClassify(t *testing.T) {
 		{"connection refused", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, Transient},
 		{"unexpected EOF", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), Transient},
 		{"webhook denial", webhookDenial, ObjectFailure},
+		{"webhook denial without a code, answered with 400", webhookDenialBadRequest, ObjectFailure},
+		{"policy denial", apierrors.NewForbidden(gr, "w1", errors.New(`ValidatingAdmissionPolicy 'frozen' with binding 'frozen' denied request: no`)), ObjectFailure},
 		{"webhook not answering", webhookTimeout, ObjectFailure},
 		{"invalid", apierrors.NewInvalid(schema.GroupKind{Kind: "Widget"}, "w1", nil), ObjectFailure},
 		{"rbac denial", rbacDenial, Terminal},

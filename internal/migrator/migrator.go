@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
+	"github.com/svm-project/svm/internal/admission"
 	"github.com/svm-project/svm/internal/kubeclients"
 )
 
@@ -191,6 +192,9 @@ type State struct {
 	// LeftEntries names the entries counted in
 	// Progress.ManagedFieldsLeft (at most Options.MaxFailedObjects).
 	LeftEntries []LeftEntry
+	// Refusals are the admission webhooks and policies that refused
+	// writes, each with the objects it left failed.
+	Refusals []Refusal
 	// Pacing is adaptive pacing's state when the State was taken: set in
 	// the States given to OnChunk while pacing is on, for display; a
 	// resumed run measures the server afresh.
@@ -215,6 +219,11 @@ type Request struct {
 	// stored in the target: objects written later are skipped without a
 	// request (Progress.WrittenSinceChange).
 	StoredSince *StoredSince
+	// ThroughStatus: an object whose write an admission webhook or policy
+	// denies is written again, the same empty patch, through the
+	// resource's status subresource, where it has one (see
+	// writeThroughStatus). Off, such an object fails.
+	ThroughStatus bool
 }
 
 // StoredSince is the etcd revision from which every API server stored a
@@ -255,6 +264,7 @@ func (m *Migrator) migrate(ctx context.Context, req Request) (Result, error) {
 		res.State = *req.Resume
 		res.FailedObjects = slices.Clone(req.Resume.FailedObjects)
 		res.LeftEntries = slices.Clone(req.Resume.LeftEntries)
+		res.Refusals = slices.Clone(req.Resume.Refusals)
 	}
 	run := &run{m: m, req: req, res: &res, saved: res.State, gr: req.Resource.GroupResource(), observer: m.opts.Observer}
 	run.sizer = chunkSizer{most: m.opts.ChunkSize, budget: m.opts.ChunkBytes}
@@ -272,7 +282,7 @@ func (m *Migrator) migrate(ctx context.Context, req Request) (Result, error) {
 	// observers count the migration's lists and writes.
 	err := run.retry(ctx, "", func(ctx context.Context) error {
 		var err error
-		info, err = m.lookup(ctx, req.Resource)
+		info, run.hasStatus, err = m.lookup(ctx, req.Resource)
 		return err
 	})
 	if err != nil {
@@ -285,8 +295,10 @@ func (m *Migrator) migrate(ctx context.Context, req Request) (Result, error) {
 	}
 
 	run.counters.load(res.Progress)
+	run.refusals.list = slices.Clone(res.Refusals)
 	err = run.listAndRewrite(ctx)
 	res.Progress = run.counters.snapshot(res.Progress.RemainingEstimate)
+	res.Refusals = run.refusals.snapshot()
 	var terminal *TerminalError
 	if err != nil && !errors.As(err, &terminal) {
 		// The migration will be resumed from the returned state: the last
@@ -308,26 +320,28 @@ func (m *Migrator) migrate(ctx context.Context, req Request) (Result, error) {
 // and checks that it can be migrated (listed and patched): a
 // *TerminalError says why not.
 func (m *Migrator) Lookup(ctx context.Context, gvr schema.GroupVersionResource) (*metav1.APIResource, error) {
-	return m.lookup(ctx, gvr)
+	r, _, err := m.lookup(ctx, gvr)
+	return r, err
 }
 
-// lookup finds the resource in discovery and checks svm can migrate it.
-func (m *Migrator) lookup(ctx context.Context, gvr schema.GroupVersionResource) (*metav1.APIResource, error) {
+// lookup finds the resource in discovery and checks svm can migrate it;
+// status says whether it has a status subresource svm can patch.
+func (m *Migrator) lookup(ctx context.Context, gvr schema.GroupVersionResource) (_ *metav1.APIResource, status bool, _ error) {
 	// Discovery clients that take no context (fakes, wrappers) ignore it;
 	// client-go's own honours it.
 	disc := discovery.ToServerResourcesInterfaceWithContext(m.discovery)
 	list, err := disc.ServerResourcesForGroupVersionWithContext(ctx, gvr.GroupVersion().String())
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, false, ctx.Err()
 		}
 		if apierrors.IsNotFound(err) {
-			return nil, terminal(ReasonResourceNotFound, "the server does not serve %s", gvr.GroupVersion())
+			return nil, false, terminal(ReasonResourceNotFound, "the server does not serve %s", gvr.GroupVersion())
 		}
 		if IsTransient(err) {
-			return nil, fmt.Errorf("discover %s: %w", gvr.GroupVersion(), err)
+			return nil, false, fmt.Errorf("discover %s: %w", gvr.GroupVersion(), err)
 		}
-		return nil, terminal(ReasonDiscoveryFailed, "discover %s: %w", gvr.GroupVersion(), err)
+		return nil, false, terminal(ReasonDiscoveryFailed, "discover %s: %w", gvr.GroupVersion(), err)
 	}
 	for i := range list.APIResources {
 		r := &list.APIResources[i]
@@ -335,11 +349,14 @@ func (m *Migrator) lookup(ctx context.Context, gvr schema.GroupVersionResource) 
 			continue
 		}
 		if !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "patch") {
-			return nil, terminal(ReasonNotMigratable, "%s does not support both list and patch (verbs: %v)", gvr, r.Verbs)
+			return nil, false, terminal(ReasonNotMigratable, "%s does not support both list and patch (verbs: %v)", gvr, r.Verbs)
 		}
-		return r, nil
+		status := slices.ContainsFunc(list.APIResources, func(s metav1.APIResource) bool {
+			return s.Name == gvr.Resource+"/status" && slices.Contains(s.Verbs, "patch")
+		})
+		return r, status, nil
 	}
-	return nil, terminal(ReasonResourceNotFound, "the server does not serve %s", gvr)
+	return nil, false, terminal(ReasonResourceNotFound, "the server does not serve %s", gvr)
 }
 
 // run is the state of one migration in progress.
@@ -351,9 +368,12 @@ type run struct {
 	// storedSince is Request.StoredSince's revision when it applies to
 	// this run, "" when every object is to be written.
 	storedSince string
-	counters    counters
-	gr          schema.GroupResource
-	observer    Observer
+	// hasStatus says that the resource has a status subresource svm can
+	// patch (Request.ThroughStatus).
+	hasStatus bool
+	counters  counters
+	gr        schema.GroupResource
+	observer  Observer
 	// saved is the state after the last completed chunk: where the
 	// migration resumes if this run stops early.
 	saved State
@@ -372,6 +392,7 @@ type run struct {
 	watching  sync.WaitGroup
 
 	failedMu sync.Mutex
+	refusals refusals
 }
 
 func (r *run) listAndRewrite(ctx context.Context) error {
@@ -588,12 +609,15 @@ func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata) er
 	var written *metav1.PartialObjectMetadata
 	err := r.retry(ctx, "patch", func(ctx context.Context) error {
 		var err error
-		written, err = r.patch(ctx, obj)
+		written, err = r.patch(ctx, obj, "")
 		return err
 	})
 	if err == nil {
 		r.written(obj, written)
 		return nil
+	}
+	if denial, ok := admission.Denied(err); ok {
+		return r.denied(ctx, obj, denial, err)
 	}
 	return r.settle(ctx, obj, err)
 }
@@ -701,6 +725,7 @@ func (r *run) snapshotState() State {
 	s := r.res.State
 	s.FailedObjects = slices.Clone(r.res.FailedObjects)
 	s.LeftEntries = slices.Clone(r.res.LeftEntries)
+	s.Refusals = r.refusals.snapshot()
 	if r.pacer != nil {
 		ps := r.pacer.state()
 		s.Pacing = &ps
@@ -853,7 +878,7 @@ func newerThan(rv, checkpoint string) bool {
 // counters are updated by many workers at once.
 type counters struct {
 	listed, restored, alreadyCurrent, writtenSinceStart, writtenSinceChange, gone, failed atomic.Int64
-	skippedWithoutWrite, nothingToRewrite, managedFieldsRewritten                         atomic.Int64
+	skippedWithoutWrite, nothingToRewrite, managedFieldsRewritten, throughStatus          atomic.Int64
 
 	leftMu sync.Mutex
 	left   LeftCounts
@@ -870,6 +895,7 @@ func (c *counters) load(p Progress) {
 	c.skippedWithoutWrite.Store(p.SkippedWithoutWrite)
 	c.nothingToRewrite.Store(p.NothingToRewrite)
 	c.managedFieldsRewritten.Store(p.ManagedFieldsRewritten)
+	c.throughStatus.Store(p.ThroughStatus)
 	c.leftMu.Lock()
 	c.left = p.ManagedFieldsLeft
 	c.leftMu.Unlock()
@@ -888,6 +914,7 @@ func (c *counters) snapshot(remaining *int64) Progress {
 		NothingToRewrite:       c.nothingToRewrite.Load(),
 		ManagedFieldsRewritten: c.managedFieldsRewritten.Load(),
 		ManagedFieldsLeft:      c.leftSnapshot(),
+		ThroughStatus:          c.throughStatus.Load(),
 	}}
 }
 

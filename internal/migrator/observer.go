@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/svm-project/svm/internal/admission"
 )
 
 // Observer is told what the engine does, so that metrics and health checks
@@ -34,6 +36,10 @@ type Observer interface {
 	ObjectSkipped(resource schema.GroupResource, why SkipReason, err error)
 	// ObjectFailed reports an object that could not be rewritten.
 	ObjectFailed(resource schema.GroupResource, err error)
+	// Refused reports a write an admission webhook or policy refused,
+	// and whether the object was then written through its status
+	// subresource (Request.ThroughStatus).
+	Refused(resource schema.GroupResource, denial admission.Denial, throughStatus bool)
 	// Retry reports a transient error that the engine will retry.
 	Retry(resource schema.GroupResource, err error)
 	// LimiterWaited reports how long a request waited for the rate limiter.
@@ -81,6 +87,9 @@ func (NopObserver) ObjectSkipped(schema.GroupResource, SkipReason, error) {}
 
 // ObjectFailed implements Observer.
 func (NopObserver) ObjectFailed(schema.GroupResource, error) {}
+
+// Refused implements Observer.
+func (NopObserver) Refused(schema.GroupResource, admission.Denial, bool) {}
 
 // Retry implements Observer.
 func (NopObserver) Retry(schema.GroupResource, error) {}
@@ -158,6 +167,12 @@ func (m multiObserver) Retry(r schema.GroupResource, err error) {
 func (m multiObserver) LimiterWaited(r schema.GroupResource, d time.Duration) {
 	for _, o := range m {
 		o.LimiterWaited(r, d)
+	}
+}
+
+func (m multiObserver) Refused(r schema.GroupResource, d admission.Denial, throughStatus bool) {
+	for _, o := range m {
+		o.Refused(r, d, throughStatus)
 	}
 }
 

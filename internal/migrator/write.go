@@ -21,7 +21,10 @@ import (
 // tells re-stored from already current (see readResourceVersion): the
 // rest, annotations of up to 256 KiB among it, is discarded unread, so
 // writes in flight hold little whatever the objects' size.
-func (r *run) patch(ctx context.Context, obj *metav1.PartialObjectMetadata) (*metav1.PartialObjectMetadata, error) {
+//
+// subresource is "" for the object itself, or "status" (see
+// writeThroughStatus).
+func (r *run) patch(ctx context.Context, obj *metav1.PartialObjectMetadata, subresource string) (*metav1.PartialObjectMetadata, error) {
 	body := fmt.Appendf(nil, `{"metadata":{"uid":%q,"resourceVersion":%q}}`, obj.UID, obj.ResourceVersion)
 	namespace := ""
 	if r.namespaced {
@@ -31,7 +34,11 @@ func (r *run) patch(ctx context.Context, obj *metav1.PartialObjectMetadata) (*me
 	// uid and resourceVersion. Left at its default (Warn), it would only
 	// make the server decode every object strictly, and report as svm's
 	// any duplicate or unknown field it finds in the stored one.
-	answer, err := r.m.rest.Patch(types.MergePatchType).AbsPath(resourcePath(r.req.Resource, namespace, obj.Name)...).
+	path := resourcePath(r.req.Resource, namespace, obj.Name)
+	if subresource != "" {
+		path = append(path, subresource)
+	}
+	answer, err := r.m.rest.Patch(types.MergePatchType).AbsPath(path...).
 		Param("fieldManager", r.m.opts.FieldManager).Param("fieldValidation", metav1.FieldValidationIgnore).
 		SetHeader("Accept", metadataJSON).Body(body).Stream(ctx)
 	if err != nil {

@@ -42,6 +42,8 @@ type (
 	// entry left, never with the object's contents.
 	FailedObject = migrator.FailedObject
 	LeftEntry    = migrator.LeftEntry
+	// Refusal is an admission webhook or policy that refused writes.
+	Refusal = migrator.Refusal
 	// PacerState is adaptive pacing's state, for display, and
 	// PacerDecision its last decision.
 	PacerState    = migrator.PacerState

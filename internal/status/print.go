@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 
+	"github.com/svm-project/svm/internal/admission"
 	"github.com/svm-project/svm/internal/document"
 )
 
@@ -165,6 +166,20 @@ func writeMigrations(b *strings.Builder, r *Report, wide bool) {
 	}
 	_ = tw.Flush()
 	writePacing(b, r.Migrations)
+	writeRefusals(b, r.Migrations)
+}
+
+// writeRefusals says, under the migrations, which admission webhooks and
+// policies refused svm's writes, and how many objects each left
+// unmigrated: what the user has to change, or let svm write through the
+// status subresource (spec.throughStatus).
+func writeRefusals(b *strings.Builder, migrations []Migration) {
+	for _, m := range migrations {
+		for _, r := range m.RefusedBy {
+			d := admission.Denial{Kind: admission.Kind(r.Kind), Name: r.Name, Binding: r.Binding, Message: oneLine(r.Message)}
+			writeWrapped(b, m.Name+": "+d.Refused(r.Objects, r.Subresource))
+		}
+	}
 }
 
 // writePacing says, under the migrations, how adaptive pacing drives each

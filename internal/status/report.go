@@ -117,6 +117,10 @@ type Migration struct {
 	// and counts nothing itself.
 	InTreeMigration string `json:"inTreeMigration,omitempty"`
 
+	// RefusedBy are the admission webhooks and policies that refused
+	// svm's writes, each with the objects it left unmigrated.
+	RefusedBy []migrationv1alpha1.AdmissionRefusal `json:"refusedBy,omitempty"`
+
 	// Progress counts objects; the in-tree API reports none, so it is
 	// absent for in-tree migrations and for svm migrations executed by
 	// one.
@@ -144,10 +148,14 @@ type Progress struct {
 	WrittenSinceStart int64 `json:"writtenSinceStart"`
 	// WrittenSinceChange is the objects skipped without a request:
 	// written after the storage version change, before the migration.
-	WrittenSinceChange int64  `json:"writtenSinceChange"`
-	Gone               int64  `json:"gone"`
-	Failed             int64  `json:"failed"`
-	RemainingEstimate  *int64 `json:"remainingEstimate,omitempty"`
+	WrittenSinceChange int64 `json:"writtenSinceChange"`
+	Gone               int64 `json:"gone"`
+	Failed             int64 `json:"failed"`
+	// ThroughStatus is the part of Migrated written through the status
+	// subresource after an admission webhook or policy refused the
+	// object's own write.
+	ThroughStatus     int64  `json:"throughStatus,omitempty"`
+	RemainingEstimate *int64 `json:"remainingEstimate,omitempty"`
 	// Total is listed plus the remaining estimate when the server gave
 	// one, else listed.
 	Total int64 `json:"total"`
@@ -251,7 +259,9 @@ func svmMigration(m *migrationv1alpha1.StorageVersionMigration, now time.Time) M
 	}
 	p := m.Status.Progress
 	pr := &Progress{Listed: p.Listed, Migrated: p.Migrated(), Restored: p.Restored, AlreadyCurrent: p.AlreadyCurrent,
-		WrittenSinceStart: p.WrittenSinceStart, WrittenSinceChange: p.WrittenSinceChange, Gone: p.Gone, Failed: p.Failed, Total: p.Listed}
+		WrittenSinceStart: p.WrittenSinceStart, WrittenSinceChange: p.WrittenSinceChange, Gone: p.Gone, Failed: p.Failed,
+		ThroughStatus: p.ThroughStatus, Total: p.Listed}
+	row.RefusedBy = slices.Clone(m.Status.RefusedBy)
 	// A finished migration has listed everything there was.
 	pr.TotalKnown = row.State == StateSucceeded || row.State == StateFailed
 	if p.RemainingEstimate != nil {

@@ -203,6 +203,21 @@ func (e *Env) CreateResourceWithShortNames(t testing.TB, r Resource, shortNames 
 // and waits until it is served.
 func (e *Env) createCRD(t testing.TB, r Resource, storageVersion string, shortNames ...string) {
 	t.Helper()
+	e.createCRDWith(t, r, storageVersion, nil, shortNames...)
+}
+
+// NewResourceWithStatus is NewResource with a status subresource, whose
+// writes keep everything but status from the stored object.
+func (e *Env) NewResourceWithStatus(t testing.TB) Resource {
+	t.Helper()
+	r := Resource{Group: TestName(t) + ".example.com", Plural: "widgets", Kind: "Widget"}
+	e.createCRDWith(t, r, "v1", &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}})
+	return r
+}
+
+// createCRDWith is createCRD with subresources on both versions.
+func (e *Env) createCRDWith(t testing.TB, r Resource, storageVersion string, sub *apiextensionsv1.CustomResourceSubresources, shortNames ...string) {
+	t.Helper()
 	schemaProps := &apiextensionsv1.CustomResourceValidation{
 		OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
 			Type: "object",
@@ -219,8 +234,8 @@ func (e *Env) createCRD(t testing.TB, r Resource, storageVersion string, shortNa
 			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: r.Plural, Singular: strings.ToLower(r.Kind), Kind: r.Kind, ListKind: r.Kind + "List", ShortNames: shortNames},
 			Scope: apiextensionsv1.NamespaceScoped,
 			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{
-				{Name: "v1", Served: true, Storage: storageVersion == "v1", Schema: schemaProps},
-				{Name: "v2", Served: true, Storage: storageVersion == "v2", Schema: schemaProps},
+				{Name: "v1", Served: true, Storage: storageVersion == "v1", Schema: schemaProps, Subresources: sub},
+				{Name: "v2", Served: true, Storage: storageVersion == "v2", Schema: schemaProps, Subresources: sub},
 			},
 		},
 	}

@@ -20,7 +20,15 @@ import (
 
 // Webhook is a real admission webhook served by the test on loopback,
 // which counts its calls.
-type Webhook struct{ calls tally }
+type Webhook struct{ calls, subresourceCalls tally }
+
+// SubresourceCalls is how often the webhook was asked about a write of a
+// subresource ("status") of namespace/name.
+func (w *Webhook) SubresourceCalls(key string) int { return w.subresourceCalls.get(key) }
+
+// TotalSubresourceCalls is how often it was asked about a subresource's
+// write of anything.
+func (w *Webhook) TotalSubresourceCalls() int { return w.subresourceCalls.totalBut() }
 
 // Calls is how often the webhook was asked about namespace/name.
 func (w *Webhook) Calls(key string) int { return w.calls.get(key) }
@@ -81,7 +89,11 @@ func StartAdmissionWebhook(t testing.TB, e *Env, hook AdmissionHook) *Webhook {
 			return
 		}
 		req := review.Request
-		w.calls.add(req.Namespace + "/" + req.Name)
+		if req.SubResource != "" {
+			w.subresourceCalls.add(req.Namespace + "/" + req.Name)
+		} else {
+			w.calls.add(req.Namespace + "/" + req.Name)
+		}
 		resp := &admissionv1.AdmissionResponse{Allowed: true}
 		if req.Name != webhookProbe {
 			resp = hook.Review(r.Context(), req)

@@ -45,6 +45,19 @@ type StorageVersionMigrationSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=8192
 	ContinueToken string `json:"continueToken,omitempty"`
+
+	// ThroughStatus lets svm write an object whose write an admission
+	// webhook or ValidatingAdmissionPolicy refuses through the resource's
+	// status subresource instead, where it has one. The write changes no
+	// field either way, and the API server stores the object in the
+	// storage version alike; webhooks and policies registered for the
+	// resource alone are not asked about its status. Off by default: it
+	// passes by a policy, which the cluster's owner should choose to. svm
+	// needs patch on the status subresources for it (the opt-in
+	// svm-status-writer role, where svm's RBAC is narrowed to named
+	// resources).
+	// +optional
+	ThroughStatus bool `json:"throughStatus,omitempty"`
 }
 
 // MigrationConditionType is the type of a migration's condition.
@@ -122,6 +135,12 @@ type MigrationProgress struct {
 	// Failed is the number of objects svm could not write.
 	// +optional
 	Failed int64 `json:"failed,omitempty"`
+	// ThroughStatus is the number of objects svm wrote through their
+	// status subresource after an admission webhook or policy refused
+	// their own write (spec.throughStatus); each is also counted in
+	// restored or alreadyCurrent.
+	// +optional
+	ThroughStatus int64 `json:"throughStatus,omitempty"`
 	// RemainingEstimate is the API server's estimate of the objects still to
 	// be listed (the list's remainingItemCount); absent when unknown.
 	// +optional
@@ -184,6 +203,36 @@ type FailedObject struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Reason string `json:"reason,omitempty"`
+}
+
+// AdmissionRefusal is an admission webhook or ValidatingAdmissionPolicy
+// that refused svm's writes, and how many objects it left unmigrated.
+type AdmissionRefusal struct {
+	// Kind is Webhook or ValidatingAdmissionPolicy.
+	// +required
+	// +kubebuilder:validation:Enum=Webhook;ValidatingAdmissionPolicy
+	Kind string `json:"kind"`
+	// Name is the webhook's name, or the policy's.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Binding is the ValidatingAdmissionPolicyBinding that applied the
+	// policy; empty for a webhook.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Binding string `json:"binding,omitempty"`
+	// Subresource is "status" when it refused the write through the
+	// status subresource (spec.throughStatus), empty for the object's own.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Subresource string `json:"subresource,omitempty"`
+	// Objects is the number of objects it refused that stayed unmigrated.
+	Objects int64 `json:"objects"`
+	// Message is what the API server said the first time, the refuser's
+	// own words.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
 }
 
 // StorageVersionMigrationStatus is what svm observed while migrating.
@@ -253,6 +302,13 @@ type StorageVersionMigrationStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=100
 	FailedObjects []FailedObject `json:"failedObjects,omitempty"`
+
+	// RefusedBy names the admission webhooks and policies that refused
+	// svm's writes, each with the objects it left unmigrated (at most 32).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	RefusedBy []AdmissionRefusal `json:"refusedBy,omitempty"`
 }
 
 // StorageVersionMigration asks svm to rewrite every object of one resource so

@@ -71,7 +71,10 @@ type EngineExecutor struct {
 
 // Execute implements Executor.
 func (e EngineExecutor) Execute(ctx context.Context, run Run) (res operation.RunResult, err error) {
-	req := operation.Request{Resource: run.Resource, Resume: run.Resume, OnChunk: run.OnChunk, StoredSince: run.StoredSince}
+	req := operation.Request{
+		Resource: run.Resource, Resume: run.Resume, OnChunk: run.OnChunk, StoredSince: run.StoredSince,
+		ThroughStatus: run.Migration.Spec.ThroughStatus,
+	}
 	if e.CRDs != nil {
 		if req.ManagedFields, err = e.CRDs.RetiredFields(ctx, run.Resource, e.Operations); err != nil {
 			return res, err
@@ -330,6 +333,11 @@ func (e InTreeExecutor) moveFields(ctx context.Context, gvr schema.GroupVersionR
 // Execute implements Executor.
 func (e InTreeExecutor) Execute(ctx context.Context, run Run) (operation.RunResult, error) {
 	var res operation.RunResult
+	if run.Migration.Spec.ThroughStatus {
+		// kube-controller-manager fails what admission refuses; only
+		// svm's engine writes through the status subresource.
+		return e.Fallback.Execute(ctx, run)
+	}
 	info, err := e.Lookup(ctx, run.Resource)
 	if err != nil {
 		return res, err

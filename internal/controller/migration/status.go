@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/admission"
 	"github.com/svm-project/svm/internal/operation"
 )
 
@@ -83,6 +84,12 @@ func resumeState(m *migrationv1alpha1.StorageVersionMigration) *operation.State 
 	for _, f := range m.Status.FailedObjects {
 		s.FailedObjects = append(s.FailedObjects, operation.FailedObject{Namespace: f.Namespace, Name: f.Name, Reason: f.Reason})
 	}
+	for _, r := range m.Status.RefusedBy {
+		s.Refusals = append(s.Refusals, operation.Refusal{
+			Denial:      admission.Denial{Kind: admission.Kind(r.Kind), Name: r.Name, Binding: r.Binding, Message: r.Message},
+			Subresource: r.Subresource, Objects: r.Objects,
+		})
+	}
 	return s
 }
 
@@ -98,7 +105,19 @@ func applyState(st *migrationv1alpha1.StorageVersionMigrationStatus, s operation
 	for _, f := range s.FailedObjects {
 		st.FailedObjects = append(st.FailedObjects, migrationv1alpha1.FailedObject{Namespace: f.Namespace, Name: f.Name, Reason: f.Reason})
 	}
+	st.RefusedBy = nil
+	for _, r := range s.Refusals {
+		if len(st.RefusedBy) == maxRefusals {
+			break
+		}
+		st.RefusedBy = append(st.RefusedBy, migrationv1alpha1.AdmissionRefusal{
+			Kind: string(r.Kind), Name: r.Name, Binding: r.Binding, Subresource: r.Subresource, Objects: r.Objects, Message: truncate(r.Message, 1000),
+		})
+	}
 }
+
+// maxRefusals is the most refusers status.refusedBy names.
+const maxRefusals = 32
 
 // pacingOf is the engine's pacing state as the API shows it; nil for none.
 func pacingOf(p *operation.PacerState) *migrationv1alpha1.MigrationPacing {
@@ -128,7 +147,7 @@ func pacingOf(p *operation.PacerState) *migrationv1alpha1.MigrationPacing {
 func progressOf(p operation.Progress) migrationv1alpha1.MigrationProgress {
 	return migrationv1alpha1.MigrationProgress{
 		Listed: p.Listed, Restored: p.Restored, AlreadyCurrent: p.AlreadyCurrent, WrittenSinceStart: p.WrittenSinceStart,
-		WrittenSinceChange: p.WrittenSinceChange, Gone: p.Gone, Failed: p.Failed, RemainingEstimate: p.RemainingEstimate,
+		WrittenSinceChange: p.WrittenSinceChange, Gone: p.Gone, Failed: p.Failed, ThroughStatus: p.ThroughStatus, RemainingEstimate: p.RemainingEstimate,
 	}
 }
 
@@ -137,7 +156,7 @@ func progressOf(p operation.Progress) migrationv1alpha1.MigrationProgress {
 func progressFrom(p migrationv1alpha1.MigrationProgress) operation.Progress {
 	return operation.Progress{Counts: operation.Counts{
 		Listed: p.Listed, Restored: p.Restored, AlreadyCurrent: p.AlreadyCurrent, WrittenSinceStart: p.WrittenSinceStart,
-		WrittenSinceChange: p.WrittenSinceChange, Gone: p.Gone, Failed: p.Failed,
+		WrittenSinceChange: p.WrittenSinceChange, Gone: p.Gone, Failed: p.Failed, ThroughStatus: p.ThroughStatus,
 	}}
 }
 
@@ -183,6 +202,9 @@ func finish(st *migrationv1alpha1.StorageVersionMigrationStatus, res operation.R
 func failedMessage(res operation.RunResult) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d of %d objects could not be rewritten", res.Progress.Failed, res.Progress.Listed)
+	for _, r := range res.Refusals {
+		fmt.Fprintf(&b, "; %s", r)
+	}
 	for i, f := range res.FailedObjects {
 		if i == 10 {
 			fmt.Fprintf(&b, "; and %d more (see status.failedObjects)", res.Progress.Failed-10)

@@ -1,0 +1,112 @@
+package migrator
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/svm-project/svm/internal/admission"
+)
+
+// ReasonStatusForbidden: RBAC denies svm the patch of the status
+// subresource that Request.ThroughStatus asked for.
+const ReasonStatusForbidden = "StatusWriteForbidden"
+
+// Refusal is an admission webhook or policy that refused svm's writes, and
+// how many objects it left failed. Objects re-stored through the status
+// subresource after a refusal are not counted: they are migrated.
+type Refusal struct {
+	admission.Denial
+	// Subresource is "status" when it refused the write through the
+	// status subresource, "" for the object itself.
+	Subresource string
+	// Objects counts the objects it refused and that stayed failed.
+	Objects int64
+}
+
+// String says who refused how many objects, and what it said, as the
+// Failed condition and svm migrate's summary say it.
+func (r Refusal) String() string { return r.Refused(r.Objects, r.Subresource) }
+
+// refusals tallies refusals by who refused; each keeps the API server's
+// first message.
+type refusals struct {
+	mu   sync.Mutex
+	list []Refusal
+}
+
+func (t *refusals) add(d admission.Denial, subresource string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := range t.list {
+		r := &t.list[i]
+		if r.Kind == d.Kind && r.Name == d.Name && r.Binding == d.Binding && r.Subresource == subresource {
+			r.Objects++
+			return
+		}
+	}
+	t.list = append(t.list, Refusal{Denial: d, Subresource: subresource, Objects: 1})
+}
+
+func (t *refusals) snapshot() []Refusal {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]Refusal(nil), t.list...)
+}
+
+// denied handles an object whose write an admission webhook or policy
+// refused (denial, err). With Request.ThroughStatus, on a resource with a
+// status subresource, it writes the object again through that subresource
+// (writeThroughStatus); otherwise, or when that is refused too, the object
+// fails and its refuser is counted. It returns an error only when the
+// whole migration must stop.
+func (r *run) denied(ctx context.Context, obj *metav1.PartialObjectMetadata, denial admission.Denial, err error) error {
+	if !r.req.ThroughStatus || !r.hasStatus {
+		r.observer.Refused(r.gr, denial, false)
+		r.refusals.add(denial, "")
+		r.recordFailure(obj, err)
+		return nil
+	}
+	written, serr := r.writeThroughStatus(ctx, obj)
+	if serr == nil {
+		r.observer.Refused(r.gr, denial, true)
+		r.counters.throughStatus.Add(1)
+		r.written(obj, written)
+		return nil
+	}
+	r.observer.Refused(r.gr, denial, false)
+	if again, ok := admission.Denied(serr); ok {
+		r.refusals.add(again, "status")
+		r.recordFailure(obj, serr)
+		return nil
+	}
+	if apierrors.IsForbidden(serr) && isRBACDenial(serr) {
+		return terminal(ReasonStatusForbidden, "rewrite %s %s through its status subresource, after %s %s refused its write: %w; "+
+			"bind svm's status-writer role to let it, or turn the re-store through status off",
+			r.req.Resource.Resource, objectName(obj), denial.Kind, denial.Name, serr)
+	}
+	// Anything else (a conflict, the object gone, an outage) is what it
+	// would be for the object's own write.
+	return r.settle(ctx, obj, fmt.Errorf("through its status subresource: %w", serr))
+}
+
+// writeThroughStatus writes obj back through the status subresource: the
+// same empty merge patch, with the same uid and resourceVersion
+// preconditions. The API server's status strategy keeps every field but
+// status from the stored object and, since the patch sets nothing, status
+// too, so the object is stored as it was, re-encoded in the storage
+// version and under the current key, exactly as the object's own write
+// would have stored it. Admission rules name the subresources they cover:
+// a webhook or policy registered for the resource alone is not asked.
+func (r *run) writeThroughStatus(ctx context.Context, obj *metav1.PartialObjectMetadata) (*metav1.PartialObjectMetadata, error) {
+	var written *metav1.PartialObjectMetadata
+	err := r.retry(ctx, "patch", func(ctx context.Context) error {
+		var err error
+		written, err = r.patch(ctx, obj, "status")
+		return err
+	})
+	return written, err
+}
