@@ -85,7 +85,7 @@ func (r *run) denied(ctx context.Context, obj *metav1.PartialObjectMetadata, den
 	}
 	if apierrors.IsForbidden(serr) && isRBACDenial(serr) {
 		return terminal(ReasonStatusForbidden, "rewrite %s %s through its status subresource, after %s %s refused its write: %w; "+
-			"bind svm's status-writer role to let it, or turn the re-store through status off",
+			"grant patch on its status subresource (the svm-status-writer ClusterRole, config/rbac/cli), or write without going through status",
 			r.req.Resource.Resource, objectName(obj), denial.Kind, denial.Name, serr)
 	}
 	// Anything else (a conflict, the object gone, an outage) is what it
