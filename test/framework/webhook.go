@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	certutil "k8s.io/client-go/util/cert"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,7 +22,11 @@ import (
 
 // Webhook is a real admission webhook served by the test on loopback,
 // which counts its calls.
-type Webhook struct{ calls, subresourceCalls tally }
+type Webhook struct {
+	calls, subresourceCalls tally
+	// probe is the key of the object the helper probed with.
+	probe string
+}
 
 // SubresourceCalls is how often the webhook was asked about a write of a
 // subresource ("status") of namespace/name.
@@ -65,6 +71,14 @@ type AdmissionHook struct {
 	// FailurePolicy is what the API server does when the call fails or
 	// times out. Default Fail.
 	FailurePolicy admissionregistrationv1.FailurePolicyType
+	// Namespace, if set, limits the webhook to the objects of that
+	// namespace (a namespaceSelector), where its probe is made: for a
+	// resource all tests share, such as Secrets.
+	Namespace string
+	// Probe, if set, is the object the helper creates and updates until
+	// the API server calls the webhook (named webhook-probe); nil makes
+	// one of Resource's in v1 (Resource.Object).
+	Probe *unstructured.Unstructured
 	// Review answers one UPDATE. ctx ends when the API server gives up on
 	// the call. It is not asked about the probe the helper uses to see that
 	// the API server calls the webhook.
@@ -80,7 +94,10 @@ const webhookProbe = "webhook-probe"
 // Webhook counts the calls by namespace/name.
 func StartAdmissionWebhook(t testing.TB, e *Env, hook AdmissionHook) *Webhook {
 	t.Helper()
-	w := &Webhook{}
+	w := &Webhook{probe: "default/" + webhookProbe}
+	if hook.Namespace != "" {
+		w.probe = hook.Namespace + "/" + webhookProbe
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/review", func(rw http.ResponseWriter, r *http.Request) {
 		var review admissionv1.AdmissionReview
@@ -115,18 +132,27 @@ func StartAdmissionWebhook(t testing.TB, e *Env, hook AdmissionHook) *Webhook {
 	}
 	none := admissionregistrationv1.SideEffectClassNone
 	clientConfig := admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: certPEM}
+	var namespaces *metav1.LabelSelector
+	probeNamespace := "default"
+	if hook.Namespace != "" {
+		namespaces = &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": hook.Namespace}}
+		probeNamespace = hook.Namespace
+	}
 	rules := []admissionregistrationv1.RuleWithOperations{{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
 		Rule:       admissionregistrationv1.Rule{APIGroups: []string{hook.Resource.Group}, APIVersions: []string{"*"}, Resources: []string{hook.Resource.Plural}},
 	}}
-	name := "test-" + hook.Resource.CRDName()
+	name := "test-" + strings.TrimSuffix(hook.Resource.CRDName(), ".")
+	if hook.Namespace != "" {
+		name += "-" + hook.Namespace
+	}
 	var cfg client.Object
 	if hook.Mutating {
 		never := admissionregistrationv1.NeverReinvocationPolicy
 		cfg = &admissionregistrationv1.MutatingWebhookConfiguration{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Webhooks: []admissionregistrationv1.MutatingWebhook{{
-				Name: "mutate.example.com", ClientConfig: clientConfig, Rules: rules, FailurePolicy: &failurePolicy,
+				Name: "mutate.example.com", ClientConfig: clientConfig, Rules: rules, FailurePolicy: &failurePolicy, NamespaceSelector: namespaces,
 				SideEffects: &none, TimeoutSeconds: timeout, AdmissionReviewVersions: []string{"v1"}, ReinvocationPolicy: &never,
 			}},
 		}
@@ -134,7 +160,7 @@ func StartAdmissionWebhook(t testing.TB, e *Env, hook AdmissionHook) *Webhook {
 		cfg = &admissionregistrationv1.ValidatingWebhookConfiguration{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-				Name: "validate.example.com", ClientConfig: clientConfig, Rules: rules, FailurePolicy: &failurePolicy,
+				Name: "validate.example.com", ClientConfig: clientConfig, Rules: rules, FailurePolicy: &failurePolicy, NamespaceSelector: namespaces,
 				SideEffects: &none, TimeoutSeconds: timeout, AdmissionReviewVersions: []string{"v1"},
 			}},
 		}
@@ -153,11 +179,16 @@ func StartAdmissionWebhook(t testing.TB, e *Env, hook AdmissionHook) *Webhook {
 	// The API server picks the configuration up asynchronously: update a
 	// probe object until the webhook sees it, then remove the probe.
 	ctx := Context(t, time.Minute)
-	probe := e.Dynamic.Resource(hook.Resource.GVR("v1")).Namespace("default")
-	if _, err := probe.Create(ctx, hook.Resource.Object("v1", webhookProbe, 0), metav1.CreateOptions{}); err != nil {
+	probe := e.Dynamic.Resource(hook.Resource.GVR("v1")).Namespace(probeNamespace)
+	probeObject := hook.Resource.Object("v1", webhookProbe, 0)
+	if hook.Probe != nil {
+		probeObject = hook.Probe.DeepCopy()
+		probeObject.SetName(webhookProbe)
+	}
+	if _, err := probe.Create(ctx, probeObject, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create webhook probe: %v", err)
 	}
-	for i := 0; w.Calls("default/"+webhookProbe) == 0; i++ {
+	for i := 0; w.Calls(probeNamespace+"/"+webhookProbe) == 0; i++ {
 		if i == 300 {
 			t.Fatal("the API server never called the webhook")
 		}
@@ -175,7 +206,7 @@ func StartAdmissionWebhook(t testing.TB, e *Env, hook AdmissionHook) *Webhook {
 
 // TotalCalls is how often the webhook was asked about anything but its
 // probe.
-func (w *Webhook) TotalCalls() int { return w.calls.totalBut("default/" + webhookProbe) }
+func (w *Webhook) TotalCalls() int { return w.calls.totalBut(w.probe) }
 
 // serveTLS serves handler on a loopback port over TLS with a certificate
 // made for it, until the test ends, and returns its https base URL and the
