@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/openapi"
 
+	"github.com/svm-project/svm/internal/admission"
 	"github.com/svm-project/svm/internal/managedfields"
 )
 
@@ -136,6 +137,16 @@ func (r *run) retarget(ctx context.Context, obj *metav1.PartialObjectMetadata) (
 			r.recordFailure(obj, err)
 			return true, nil
 		default:
+			if denial, ok := admission.Denied(err); ok {
+				// The write moves managedFields entries, which a write
+				// through the status subresource cannot carry: the
+				// object fails, its refuser counted, whatever
+				// Request.ThroughStatus says.
+				r.observer.Refused(r.gr, denial, false)
+				r.refusals.add(denial, "")
+				r.recordFailure(obj, err)
+				return true, nil
+			}
 			return true, r.settle(ctx, obj, err)
 		}
 	}
