@@ -165,7 +165,7 @@ func prune(ctx context.Context, crds apiextensionsv1client.CustomResourceDefinit
 		}
 		// The update carries the resourceVersion just read: if anything
 		// changed since, it is refused, and the loop decides again.
-		updated, err := crds.UpdateStatus(ctx, crdversions.Pruned(crd), metav1.UpdateOptions{FieldManager: fieldManager})
+		updated, err := PruneStoredVersions(ctx, crds, crd, fieldManager)
 		switch {
 		case apierrors.IsConflict(err):
 			continue
@@ -178,6 +178,15 @@ func prune(ctx context.Context, crds apiextensionsv1client.CustomResourceDefinit
 	}
 	out.NotPrunedReason = "the CRD kept changing"
 	return out, fmt.Errorf("prune storedVersions of customresourcedefinition %s: %d conflicts in a row", out.Name, maxPruneAttempts)
+}
+
+// PruneStoredVersions cuts crd's status.storedVersions to its storage
+// version (crdversions.Pruned): the one write of every prune svm makes, the
+// CRD operation's and the trigger's. The update carries crd's
+// resourceVersion, so a CRD changed since it was read is refused with a
+// conflict, never pruned on a stale decision.
+func PruneStoredVersions(ctx context.Context, crds apiextensionsv1client.CustomResourceDefinitionInterface, crd *apiextensionsv1.CustomResourceDefinition, fieldManager string) (*apiextensionsv1.CustomResourceDefinition, error) {
+	return crds.UpdateStatus(ctx, crdversions.Pruned(crd), metav1.UpdateOptions{FieldManager: fieldManager})
 }
 
 // waitForDrain waits until Options.CRDDrainMargin has passed since crd's

@@ -198,7 +198,7 @@ func (o *Config) setUpTrigger(ctx context.Context, b *controllerBase, betaServed
 	t := &storagestate.Controller{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Discovery: b.clients.Discovery, InTreeBetaServed: betaServed,
 		Interval: o.TriggerInterval, StaleAfter: o.StaleAfter, RetryBase: o.TriggerRetryDelay,
-		PruneStoredVersions: o.PruneStoredVersions, MigrateUnhashed: o.MigrateUnhashed,
+		PruneStoredVersions: o.PruneStoredVersions, CRDs: b.clients.CRDs.ApiextensionsV1().CustomResourceDefinitions(), MigrateUnhashed: o.MigrateUnhashed,
 		SettleDelay: o.CRDSettleDelay, DrainMargin: o.CRDDrainMargin,
 		Recorder: mgr.GetEventRecorder("svm-trigger"), Metrics: b.metrics, Health: b.tracker,
 	}

@@ -18,6 +18,7 @@ import (
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/crdversions"
 	"github.com/svm-project/svm/internal/intree"
+	"github.com/svm-project/svm/internal/operation"
 	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/internal/trigger"
 )
@@ -196,13 +197,14 @@ func crdStorage(crd *apiextensionsv1.CustomResourceDefinition) *trigger.CRDStora
 	return out
 }
 
-// pruneStoredVersions cuts status.storedVersions to the storage version
-// (crdversions.Pruned). The update carries the resourceVersion read with
-// the decision, so a CRD changed since (its storage version, say) is left
-// alone: the next round decides again.
+// pruneStoredVersions cuts status.storedVersions to the storage version,
+// with the write every prune of svm's makes (operation.PruneStoredVersions).
+// It carries the resourceVersion read with the decision, so a CRD changed
+// since (its storage version, say) is left alone: the next round decides
+// again.
 func (c *Controller) pruneStoredVersions(ctx context.Context, gr schema.GroupResource, state *migrationv1alpha1.StorageState, crd *apiextensionsv1.CustomResourceDefinition) error {
-	pruned := crdversions.Pruned(crd)
-	if err := c.Client.Status().Update(ctx, pruned, client.FieldOwner(FieldManager)); err != nil {
+	pruned, err := operation.PruneStoredVersions(ctx, c.CRDs, crd, FieldManager)
+	if err != nil {
 		return fmt.Errorf("prune storedVersions of %s: %w", crd.Name, err)
 	}
 	c.record(gr, state, pruned, prunedTransition(crd.Name, crd.Status.StoredVersions, pruned.Status.StoredVersions))

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsv1client "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -86,6 +87,8 @@ type Controller struct {
 	// version once a migration made at the CRD's current generation has
 	// succeeded, so that old versions can be removed from the CRD.
 	PruneStoredVersions bool
+	// CRDs writes the prunes (operation.PruneStoredVersions).
+	CRDs apiextensionsv1client.CustomResourceDefinitionInterface
 	// MigrateUnhashed migrates once each resource whose discovery reports
 	// no storageVersionHash (some aggregated APIs): the trigger cannot watch
 	// such a resource, but its objects may still be stored in an old form.

@@ -33,8 +33,8 @@ func TestCLIRoles(t *testing.T) {
 		names = append(names, o.GetName())
 	}
 	slices.Sort(names)
-	if !slices.Equal(names, []string{"svm-migrator", "svm-retirer", "svm-viewer"}) {
-		t.Errorf("config/rbac/cli renders %v, want svm-migrator, svm-retirer and svm-viewer", names)
+	if !slices.Equal(names, []string{"svm-migrator", "svm-retirer", "svm-status-writer", "svm-viewer"}) {
+		t.Errorf("config/rbac/cli renders %v, want svm-migrator, svm-retirer, svm-status-writer and svm-viewer", names)
 	}
 	for _, o := range defaults {
 		if slices.Contains(names, o.GetName()) {
@@ -50,6 +50,13 @@ func TestCLIRoles(t *testing.T) {
 	for _, rule := range clusterRole(t, cliObjs, "svm-migrator").Rules {
 		if !slices.Equal(slices.Sorted(slices.Values(rule.Verbs)), []string{"list", "patch", "watch"}) {
 			t.Errorf("svm-migrator grants more than list, watch and patch: %+v", rule)
+		}
+	}
+	// svm-status-writer patches status subresources, nothing else: the
+	// writes through status that --through-status asks for.
+	for _, rule := range clusterRole(t, cliObjs, "svm-status-writer").Rules {
+		if !slices.Equal(rule.Verbs, []string{"patch"}) || !slices.Equal(rule.Resources, []string{"*/status"}) {
+			t.Errorf("svm-status-writer grants more than patch on status subresources: %+v", rule)
 		}
 	}
 	for _, rule := range clusterRole(t, cliObjs, "svm-retirer").Rules {
