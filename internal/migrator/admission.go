@@ -11,10 +11,6 @@ import (
 	"github.com/svm-project/svm/internal/admission"
 )
 
-// ReasonStatusForbidden: RBAC denies svm the patch of the status
-// subresource that Request.ThroughStatus asked for.
-const ReasonStatusForbidden = "StatusWriteForbidden"
-
 // Refusal is an admission webhook or policy that refused svm's writes, and
 // how many objects it left failed. Objects re-stored through the status
 // subresource after a refusal are not counted: they are migrated.
@@ -65,9 +61,7 @@ func (t *refusals) snapshot() []Refusal {
 // whole migration must stop.
 func (r *run) denied(ctx context.Context, obj *metav1.PartialObjectMetadata, denial admission.Denial, err error) error {
 	if !r.req.ThroughStatus || !r.hasStatus {
-		r.observer.Refused(r.gr, denial, false)
-		r.refusals.add(denial, "")
-		r.recordFailure(obj, err)
+		r.refused(obj, denial, "", err)
 		return nil
 	}
 	written, serr := r.writeThroughStatus(ctx, obj)
@@ -77,10 +71,8 @@ func (r *run) denied(ctx context.Context, obj *metav1.PartialObjectMetadata, den
 		r.written(obj, written)
 		return nil
 	}
-	r.observer.Refused(r.gr, denial, false)
 	if again, ok := admission.Denied(serr); ok {
-		r.refusals.add(again, "status")
-		r.recordFailure(obj, serr)
+		r.refused(obj, again, "status", serr)
 		return nil
 	}
 	if apierrors.IsForbidden(serr) && isRBACDenial(serr) {
@@ -91,6 +83,14 @@ func (r *run) denied(ctx context.Context, obj *metav1.PartialObjectMetadata, den
 	// Anything else (a conflict, the object gone, an outage) is what it
 	// would be for the object's own write.
 	return r.settle(ctx, obj, fmt.Errorf("through its status subresource: %w", serr))
+}
+
+// refused fails obj, whose write (through subresource, "" for the object
+// itself) denial refused with err, and counts its refuser.
+func (r *run) refused(obj *metav1.PartialObjectMetadata, denial admission.Denial, subresource string, err error) {
+	r.observer.Refused(r.gr, denial, false)
+	r.refusals.add(denial, subresource)
+	r.recordFailure(obj, err)
 }
 
 // writeThroughStatus writes obj back through the status subresource: the

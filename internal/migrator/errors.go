@@ -103,13 +103,15 @@ func IsTransient(err error) bool {
 		strings.Contains(msg, "http2: client connection lost") || strings.Contains(msg, "unexpected EOF")
 }
 
-// isWebhookCallFailure reports whether err is kube-apiserver's answer when
-// calling an admission webhook failed and its failurePolicy is Fail.
+// isAdmissionDenial reports whether an admission webhook or policy
+// refused the write (admission.Denied).
 func isAdmissionDenial(err error) bool {
 	_, ok := admission.Denied(err)
 	return ok
 }
 
+// isWebhookCallFailure reports whether err is kube-apiserver's answer when
+// calling an admission webhook failed and its failurePolicy is Fail.
 func isWebhookCallFailure(err error) bool {
 	var status apierrors.APIStatus
 	return errors.As(err, &status) && status.Status().Code == 500 &&
@@ -150,6 +152,9 @@ const (
 	// list, or a write for a reason that holds for every object alike.
 	ReasonListFailed  = "ListFailed"
 	ReasonWriteFailed = "WriteFailed"
+	// ReasonStatusForbidden: RBAC denies svm the patch of the status
+	// subresource that Request.ThroughStatus asked for.
+	ReasonStatusForbidden = "StatusWriteForbidden"
 )
 
 // TerminalError stops a migration: retrying will not help.

@@ -264,7 +264,6 @@ func (m *Migrator) migrate(ctx context.Context, req Request) (Result, error) {
 		res.State = *req.Resume
 		res.FailedObjects = slices.Clone(req.Resume.FailedObjects)
 		res.LeftEntries = slices.Clone(req.Resume.LeftEntries)
-		res.Refusals = slices.Clone(req.Resume.Refusals)
 	}
 	run := &run{m: m, req: req, res: &res, saved: res.State, gr: req.Resource.GroupResource(), observer: m.opts.Observer}
 	run.sizer = chunkSizer{most: m.opts.ChunkSize, budget: m.opts.ChunkBytes}

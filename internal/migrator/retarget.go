@@ -142,9 +142,7 @@ func (r *run) retarget(ctx context.Context, obj *metav1.PartialObjectMetadata) (
 				// through the status subresource cannot carry: the
 				// object fails, its refuser counted, whatever
 				// Request.ThroughStatus says.
-				r.observer.Refused(r.gr, denial, false)
-				r.refusals.add(denial, "")
-				r.recordFailure(obj, err)
+				r.refused(obj, denial, "", err)
 				return true, nil
 			}
 			return true, r.settle(ctx, obj, err)

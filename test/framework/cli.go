@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/cli"
 )
 
 // WriteMigrationStatus writes st as the status of m (as CreateMigration
@@ -34,4 +36,13 @@ func (e *Env) CreateInTreeMigration(t testing.TB, name string, gr schema.GroupRe
 	if _, err := e.Kube.StoragemigrationV1().StorageVersionMigrations().Create(Context(t, time.Minute), m, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create in-tree migration %s: %v", name, err)
 	}
+}
+
+// SVM runs the svm command line in the test's own process, as `svm args...`
+// would run, and returns its exit code and what it printed.
+func SVM(t testing.TB, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = cli.Main(args, &out, &errOut)
+	return code, out.String(), errOut.String()
 }

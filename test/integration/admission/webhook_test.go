@@ -7,14 +7,12 @@
 package admission_test
 
 import (
-	"bytes"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/svm-project/svm/internal/cli"
 	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
@@ -23,12 +21,8 @@ import (
 // cover only those, and run svm migrate: they share one control plane.
 func TestMain(m *testing.M) { framework.Main(m) }
 
-func svm(t *testing.T, args ...string) (code int, stdout, stderr string) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	code = cli.Main(args, &out, &errOut)
-	return code, out.String(), errOut.String()
-}
+// svm runs the command line in-process (framework.SVM).
+var svm = framework.SVM
 
 // TestAWebhookRefusesHalf: a validating webhook (served by the test on
 // loopback) refuses the updates of half of 1,000 objects of a CRD with a

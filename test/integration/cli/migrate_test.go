@@ -2,13 +2,11 @@
 package cli_test
 
 import (
-	"bytes"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/svm-project/svm/internal/cli"
 	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
@@ -23,12 +21,8 @@ import (
 func TestMain(m *testing.M) { framework.Main(m) }
 
 // svm runs the svm command line in the test process.
-func svm(t *testing.T, args ...string) (code int, stdout, stderr string) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	code = cli.Main(args, &out, &errOut)
-	return code, out.String(), errOut.String()
-}
+// svm runs the command line in-process (framework.SVM).
+var svm = framework.SVM
 
 func TestMigrateCustomResources(t *testing.T) {
 	t.Parallel()
