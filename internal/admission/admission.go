@@ -1,5 +1,6 @@
 // Package admission tells which admission webhook or policy refused a
-// write, from the API server's answer.
+// write, from the API server's answer, and, before any write, which ones
+// the API server's rules would ask about it (Checks.Matching).
 //
 // svm's write changes no field, yet a webhook or a ValidatingAdmissionPolicy
 // written after the objects were may refuse it, and leave the object stored
@@ -16,6 +17,10 @@
 // and `ValidatingAdmissionPolicy 'NAME' with binding 'BINDING' denied
 // request: MESSAGE`. The status code is the webhook's own choice (400
 // when it gives none) or the policy's reason, so it tells nothing.
+//
+// Before writing, the rules tell which webhooks and policies would be
+// asked; not which objects they refuse, which selectors, match
+// conditions and the checks themselves decide per object.
 package admission
 
 import (
@@ -102,13 +107,18 @@ func parse(msg string) (Denial, bool) {
 // svm migrate's summary, svm status. subresource is "status" when it
 // refused the write through the status subresource, "" otherwise.
 func (d Denial) Refused(objects int64, subresource string) string {
-	who := "admission webhook " + d.Name
-	if d.Kind == Policy {
-		who = "ValidatingAdmissionPolicy " + d.Name + " (binding " + d.Binding + ")"
-	}
 	through := ""
 	if subresource != "" {
 		through = " through the " + subresource + " subresource"
 	}
-	return fmt.Sprintf("%s refused %d objects%s: %s", who, objects, through, d.Message)
+	return fmt.Sprintf("%s refused %d objects%s: %s", d.Who(), objects, through, d.Message)
+}
+
+// Who names the refuser as svm's messages do: "admission webhook NAME",
+// or "ValidatingAdmissionPolicy NAME (binding BINDING)".
+func (d Denial) Who() string {
+	if d.Kind == Policy {
+		return "ValidatingAdmissionPolicy " + d.Name + " (binding " + d.Binding + ")"
+	}
+	return "admission webhook " + d.Name
 }

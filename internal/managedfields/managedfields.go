@@ -78,6 +78,22 @@ func (rt Retarget) Names(entries []metav1.ManagedFieldsEntry) bool {
 	})
 }
 
+// Leave lists the entries that name a retired version as left, each for
+// reason and with message: what is said of an object none of whose
+// entries could be moved.
+func (rt Retarget) Leave(entries []metav1.ManagedFieldsEntry, reason Reason, message string) []Left {
+	var left []Left
+	for _, e := range entries {
+		if slices.Contains(rt.Retired, e.APIVersion) {
+			left = append(left, Left{
+				Manager: e.Manager, Operation: e.Operation, Subresource: e.Subresource, APIVersion: e.APIVersion,
+				Reason: reason, Message: message,
+			})
+		}
+	}
+	return left
+}
+
 // Reason says why an entry was left naming a retired version.
 type Reason string
 
@@ -99,6 +115,10 @@ const (
 	// list item, map or key none of whose fields it owns: no change to
 	// the object shows where it is in the version kept.
 	Unplaced Reason = "Unplaced"
+	// Denied: an admission webhook or policy refused the write that
+	// moves them. The object may still have been re-stored through its
+	// status subresource, whose writes keep the stored entries.
+	Denied Reason = "Denied"
 )
 
 // Unmapped is a Mapper's answer for an entry whose fields cannot be

@@ -56,33 +56,33 @@ func (t *refusals) snapshot() []Refusal {
 // denied handles an object whose write an admission webhook or policy
 // refused (denial, err). With Request.ThroughStatus, on a resource with a
 // status subresource, it writes the object again through that subresource
-// (writeThroughStatus); otherwise, or when that is refused too, the object
-// fails and its refuser is counted. It returns an error only when the
-// whole migration must stop.
-func (r *run) denied(ctx context.Context, obj *metav1.PartialObjectMetadata, denial admission.Denial, err error) error {
+// (writeThroughStatus), and through says it did; otherwise, or when that
+// is refused too, the object fails and its refuser is counted. It returns
+// an error only when the whole migration must stop.
+func (r *run) denied(ctx context.Context, obj *metav1.PartialObjectMetadata, denial admission.Denial, err error) (through bool, stop error) {
 	if !r.req.ThroughStatus || !r.hasStatus {
 		r.refused(obj, denial, "", err)
-		return nil
+		return false, nil
 	}
 	written, serr := r.writeThroughStatus(ctx, obj)
 	if serr == nil {
 		r.observer.Refused(r.gr, denial, true)
 		r.counters.throughStatus.Add(1)
 		r.written(obj, written)
-		return nil
+		return true, nil
 	}
 	if again, ok := admission.Denied(serr); ok {
 		r.refused(obj, again, "status", serr)
-		return nil
+		return false, nil
 	}
 	if apierrors.IsForbidden(serr) && isRBACDenial(serr) {
-		return terminal(ReasonStatusForbidden, "rewrite %s %s through its status subresource, after %s %s refused its write: %w; "+
+		return false, terminal(ReasonStatusForbidden, "rewrite %s %s through its status subresource, after %s refused its write: %w; "+
 			"grant patch on its status subresource (the svm-status-writer ClusterRole, config/rbac/cli), or write without going through status",
-			r.req.Resource.Resource, objectName(obj), denial.Kind, denial.Name, serr)
+			r.req.Resource.Resource, objectName(obj), denial.Who(), serr)
 	}
 	// Anything else (a conflict, the object gone, an outage) is what it
 	// would be for the object's own write.
-	return r.settle(ctx, obj, fmt.Errorf("through its status subresource: %w", serr))
+	return false, r.settle(ctx, obj, fmt.Errorf("through its status subresource: %w", serr))
 }
 
 // refused fails obj, whose write (through subresource, "" for the object

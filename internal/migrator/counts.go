@@ -104,7 +104,7 @@ func (c Counts) Outcomes() string {
 // by why (managedfields.Reason): a struct, not a map, so that Counts
 // compare with ==.
 type LeftCounts struct {
-	NotInVersion, NotServed, NotConverted, Refused, Unplaced int64
+	NotInVersion, NotServed, NotConverted, Refused, Unplaced, Denied int64
 }
 
 // Add counts n more entries left for reason r; a reason it does not know
@@ -119,6 +119,8 @@ func (l *LeftCounts) Add(r managedfields.Reason, n int64) {
 		l.NotConverted += n
 	case managedfields.Refused:
 		l.Refused += n
+	case managedfields.Denied:
+		l.Denied += n
 	default:
 		l.Unplaced += n
 	}
@@ -126,7 +128,7 @@ func (l *LeftCounts) Add(r managedfields.Reason, n int64) {
 
 // Total is the number of entries left, whatever the reason.
 func (l LeftCounts) Total() int64 {
-	return l.NotInVersion + l.NotServed + l.NotConverted + l.Refused + l.Unplaced
+	return l.NotInVersion + l.NotServed + l.NotConverted + l.Refused + l.Unplaced + l.Denied
 }
 
 // String says how many were left for each reason that left any, as
@@ -139,6 +141,7 @@ func (l LeftCounts) String() string {
 	}{
 		{managedfields.NotInVersion, l.NotInVersion}, {managedfields.NotServed, l.NotServed},
 		{managedfields.NotConverted, l.NotConverted}, {managedfields.Refused, l.Refused}, {managedfields.Unplaced, l.Unplaced},
+		{managedfields.Denied, l.Denied},
 	} {
 		if r.n > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", r.reason, r.n))

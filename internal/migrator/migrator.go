@@ -616,7 +616,8 @@ func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata) er
 		return nil
 	}
 	if denial, ok := admission.Denied(err); ok {
-		return r.denied(ctx, obj, denial, err)
+		_, err := r.denied(ctx, obj, denial, err)
+		return err
 	}
 	return r.settle(ctx, obj, err)
 }

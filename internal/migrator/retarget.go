@@ -50,9 +50,10 @@ type LeftEntry struct {
 	// version kept has no such field), NotServed (the API server cannot
 	// convert from the version), NotConverted (the conversion does not
 	// carry the fields one to one), Refused (the API server refused the
-	// dry run that converts them), or Unplaced (no change to the object
-	// shows where a field is). Message says which field, or what the API
-	// server answered.
+	// dry run that converts them), Unplaced (no change to the object
+	// shows where a field is), or Denied (an admission webhook or policy
+	// refused the write that moves them). Message says which field, or
+	// what the API server answered.
 	Reason, Message string
 }
 
@@ -138,12 +139,20 @@ func (r *run) retarget(ctx context.Context, obj *metav1.PartialObjectMetadata) (
 			return true, nil
 		default:
 			if denial, ok := admission.Denied(err); ok {
-				// The write moves managedFields entries, which a write
-				// through the status subresource cannot carry: the
-				// object fails, its refuser counted, whatever
-				// Request.ThroughStatus says.
-				r.refused(obj, denial, "", err)
-				return true, nil
+				// A write through the status subresource cannot move
+				// the entries: the API server keeps the stored
+				// managedFields for a subresource's write. With
+				// Request.ThroughStatus it still re-stores the object,
+				// whose entries naming a retired version are then left,
+				// counted as Denied; otherwise the object fails.
+				at := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+					Namespace: o.Namespace, Name: o.Name, UID: types.UID(o.UID), ResourceVersion: o.ResourceVersion,
+				}}
+				through, err := r.denied(ctx, at, denial, err)
+				if through {
+					r.left(o, mf.Leave(o.Entries, managedfields.Denied, denial.Who()+" refused the write that moves them; the object was re-stored through its status subresource, which keeps them"))
+				}
+				return true, err
 			}
 			return true, r.settle(ctx, obj, err)
 		}

@@ -98,6 +98,7 @@ type LeftCounts struct {
 	NotConverted int64 `json:"notConverted,omitempty"`
 	Refused      int64 `json:"refused,omitempty"`
 	Unplaced     int64 `json:"unplaced,omitempty"`
+	Denied       int64 `json:"denied,omitempty"`
 }
 
 // LeftEntry is a managedFields entry left naming the version, and why.

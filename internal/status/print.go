@@ -167,6 +167,22 @@ func writeMigrations(b *strings.Builder, r *Report, wide bool) {
 	_ = tw.Flush()
 	writePacing(b, r.Migrations)
 	writeRefusals(b, r.Migrations)
+	writeEntriesLeft(b, r.Migrations)
+}
+
+// writeEntriesLeft says, under the migrations, which left managedFields
+// entries naming a version to be pruned: the objects are stored in the
+// storage version, but the version cannot be removed from the CRD yet.
+func writeEntriesLeft(b *strings.Builder, migrations []Migration) {
+	for _, m := range migrations {
+		if m.Progress == nil || m.Progress.ManagedFieldsLeft.Total() == 0 {
+			continue
+		}
+		l := m.Progress.ManagedFieldsLeft
+		writeWrapped(b, fmt.Sprintf("%s: %d managedFields entries still name a version to be pruned (%s): "+
+			"server-side apply on their objects fails once it is removed from the CRD, which svm retire refuses until they are moved",
+			m.Name, l.Total(), l))
+	}
 }
 
 // writeRefusals says, under the migrations, which admission webhooks and

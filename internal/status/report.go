@@ -154,8 +154,13 @@ type Progress struct {
 	// ThroughStatus is the part of Migrated written through the status
 	// subresource after an admission webhook or policy refused the
 	// object's own write.
-	ThroughStatus     int64  `json:"throughStatus,omitempty"`
-	RemainingEstimate *int64 `json:"remainingEstimate,omitempty"`
+	ThroughStatus int64 `json:"throughStatus,omitempty"`
+	// ManagedFieldsMoved is the objects whose managedFields entries svm
+	// moved off the versions a CRD's storedVersions is to be pruned of;
+	// ManagedFieldsLeft, the entries it left naming them, by why.
+	ManagedFieldsMoved int64                                `json:"managedFieldsMoved,omitempty"`
+	ManagedFieldsLeft  *migrationv1alpha1.ManagedFieldsLeft `json:"managedFieldsLeft,omitempty"`
+	RemainingEstimate  *int64                               `json:"remainingEstimate,omitempty"`
 	// Total is listed plus the remaining estimate when the server gave
 	// one, else listed.
 	Total int64 `json:"total"`
@@ -260,7 +265,7 @@ func svmMigration(m *migrationv1alpha1.StorageVersionMigration, now time.Time) M
 	p := m.Status.Progress
 	pr := &Progress{Listed: p.Listed, Migrated: p.Migrated(), Restored: p.Restored, AlreadyCurrent: p.AlreadyCurrent,
 		WrittenSinceStart: p.WrittenSinceStart, WrittenSinceChange: p.WrittenSinceChange, Gone: p.Gone, Failed: p.Failed,
-		ThroughStatus: p.ThroughStatus, Total: p.Listed}
+		ThroughStatus: p.ThroughStatus, ManagedFieldsMoved: p.ManagedFieldsMoved, ManagedFieldsLeft: p.ManagedFieldsLeft.DeepCopy(), Total: p.Listed}
 	row.RefusedBy = slices.Clone(m.Status.RefusedBy)
 	// A finished migration has listed everything there was.
 	pr.TotalKnown = row.State == StateSucceeded || row.State == StateFailed

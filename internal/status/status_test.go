@@ -98,6 +98,29 @@ var (
 		StartTime:      agoPtr(110 * time.Minute),
 		CompletionTime: agoPtr(100 * time.Minute),
 	})
+	// refused: a webhook refused half the objects, and no other way was
+	// allowed; throughStatus: the same, written through status, the
+	// refused objects' managedFields entries left naming v1.
+	refused = newMigration("widgets.example.com-r4f7k", "example.com", "widgets", 40*time.Minute, migrationv1alpha1.StorageVersionMigrationStatus{
+		Conditions: []migrationv1alpha1.MigrationCondition{
+			cond(migrationv1alpha1.MigrationRunning, corev1.ConditionFalse, "Completed", "", 30*time.Minute),
+			cond(migrationv1alpha1.MigrationFailed, corev1.ConditionTrue, "ObjectsFailed", "100 of 200 objects could not be rewritten", 30*time.Minute),
+		},
+		Progress:       migrationv1alpha1.MigrationProgress{Listed: 200, Restored: 100, Failed: 100, ManagedFieldsMoved: 100},
+		RefusedBy:      []migrationv1alpha1.AdmissionRefusal{{Kind: "Webhook", Name: "validate.example.com", Objects: 100, Message: `admission webhook "validate.example.com" denied the request: test policy denies`}},
+		StartTime:      agoPtr(31 * time.Minute),
+		CompletionTime: agoPtr(30 * time.Minute),
+	})
+	throughStatus = newMigration("widgets-through-status", "example.com", "widgets", 20*time.Minute, migrationv1alpha1.StorageVersionMigrationStatus{
+		Conditions: []migrationv1alpha1.MigrationCondition{
+			cond(migrationv1alpha1.MigrationRunning, corev1.ConditionFalse, "Completed", "", 10*time.Minute),
+			cond(migrationv1alpha1.MigrationSucceeded, corev1.ConditionTrue, "AllObjectsRewritten", "migrated 100 (re-stored 100, already current 0), written since the start 100, gone 0, failed 0", 10*time.Minute),
+		},
+		Progress: migrationv1alpha1.MigrationProgress{Listed: 200, Restored: 100, WrittenSinceStart: 100, ThroughStatus: 100,
+			ManagedFieldsLeft: &migrationv1alpha1.ManagedFieldsLeft{Denied: 100}},
+		StartTime:      agoPtr(11 * time.Minute),
+		CompletionTime: agoPtr(10 * time.Minute),
+	})
 	notFound = newMigration("gadgets.example.com-m2k4d", "example.com", "gadgets", 30*time.Minute, migrationv1alpha1.StorageVersionMigrationStatus{
 		Conditions: []migrationv1alpha1.MigrationCondition{
 			cond(migrationv1alpha1.MigrationRunning, corev1.ConditionFalse, "ResourceNotFound", "", 30*time.Minute),
@@ -281,6 +304,8 @@ func TestStatusGolden(t *testing.T) {
 		{name: "succeeded", in: svmInput(succeeded)},
 		{name: "failed-long-message", in: svmInput(failedLong, notFound)},
 		{name: "retrying", in: svmInput(retrying)},
+		// Admission: who refused, and the managedFields entries left.
+		{name: "admission", yaml: true, in: svmInput(refused, throughStatus)},
 		{name: "pending", in: svmInput(pending)},
 		{name: "in-tree", in: Input{Now: now, SVMServed: true, InTreeServed: true,
 			InTreeMigrations: []storagemigrationv1.StorageVersionMigration{inTreeSucceeded, inTreePending, inTreeFailed}}},

@@ -141,10 +141,49 @@ type MigrationProgress struct {
 	// restored or alreadyCurrent.
 	// +optional
 	ThroughStatus int64 `json:"throughStatus,omitempty"`
+	// ManagedFieldsMoved is the number of objects whose managedFields
+	// entries svm moved off the versions the CRD's status.storedVersions
+	// is to be pruned of, to the version objects are written through;
+	// each is also counted in restored or alreadyCurrent.
+	// +optional
+	ManagedFieldsMoved int64 `json:"managedFieldsMoved,omitempty"`
+	// ManagedFieldsLeft counts, by why, the managedFields entries svm left
+	// naming such a version; absent when none. The objects are stored in
+	// the storage version all the same, but server-side apply on them
+	// fails once the version they name is removed from the CRD, which svm
+	// retire refuses to do while any is left.
+	// +optional
+	ManagedFieldsLeft *ManagedFieldsLeft `json:"managedFieldsLeft,omitempty"`
 	// RemainingEstimate is the API server's estimate of the objects still to
 	// be listed (the list's remainingItemCount); absent when unknown.
 	// +optional
 	RemainingEstimate *int64 `json:"remainingEstimate,omitempty"`
+}
+
+// ManagedFieldsLeft counts managedFields entries left naming a version to
+// be pruned, by why.
+type ManagedFieldsLeft struct {
+	// NotInVersion: the version kept has no such field.
+	// +optional
+	NotInVersion int64 `json:"notInVersion,omitempty"`
+	// NotServed: the version named is not served, and the API server
+	// cannot convert from it.
+	// +optional
+	NotServed int64 `json:"notServed,omitempty"`
+	// NotConverted: the conversion does not carry the fields one to one.
+	// +optional
+	NotConverted int64 `json:"notConverted,omitempty"`
+	// Refused: the API server refused the dry run that converts them.
+	// +optional
+	Refused int64 `json:"refused,omitempty"`
+	// Unplaced: no change to the object shows where a field is.
+	// +optional
+	Unplaced int64 `json:"unplaced,omitempty"`
+	// Denied: an admission webhook or policy refused the write that moves
+	// them (the object was re-stored through its status subresource,
+	// which keeps them, under spec.throughStatus).
+	// +optional
+	Denied int64 `json:"denied,omitempty"`
 }
 
 // MigrationPacing is how many writes svm keeps in flight, and why: adaptive

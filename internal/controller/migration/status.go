@@ -145,19 +145,30 @@ func pacingOf(p *operation.PacerState) *migrationv1alpha1.MigrationPacing {
 
 // progressOf is the engine's progress as the API keeps it.
 func progressOf(p operation.Progress) migrationv1alpha1.MigrationProgress {
-	return migrationv1alpha1.MigrationProgress{
+	out := migrationv1alpha1.MigrationProgress{
 		Listed: p.Listed, Restored: p.Restored, AlreadyCurrent: p.AlreadyCurrent, WrittenSinceStart: p.WrittenSinceStart,
-		WrittenSinceChange: p.WrittenSinceChange, Gone: p.Gone, Failed: p.Failed, ThroughStatus: p.ThroughStatus, RemainingEstimate: p.RemainingEstimate,
+		WrittenSinceChange: p.WrittenSinceChange, Gone: p.Gone, Failed: p.Failed, ThroughStatus: p.ThroughStatus,
+		ManagedFieldsMoved: p.ManagedFieldsRewritten, RemainingEstimate: p.RemainingEstimate,
 	}
+	if l := p.ManagedFieldsLeft; l.Total() > 0 {
+		left := migrationv1alpha1.ManagedFieldsLeft(l)
+		out.ManagedFieldsLeft = &left
+	}
+	return out
 }
 
 // progressFrom is the engine's progress saved in a migration's status,
 // without the estimate: the server is asked again on the next list.
 func progressFrom(p migrationv1alpha1.MigrationProgress) operation.Progress {
-	return operation.Progress{Counts: operation.Counts{
+	out := operation.Progress{Counts: operation.Counts{
 		Listed: p.Listed, Restored: p.Restored, AlreadyCurrent: p.AlreadyCurrent, WrittenSinceStart: p.WrittenSinceStart,
 		WrittenSinceChange: p.WrittenSinceChange, Gone: p.Gone, Failed: p.Failed, ThroughStatus: p.ThroughStatus,
+		ManagedFieldsRewritten: p.ManagedFieldsMoved,
 	}}
+	if l := p.ManagedFieldsLeft; l != nil {
+		out.ManagedFieldsLeft = operation.LeftCounts(*l)
+	}
+	return out
 }
 
 // outcome is how a finished run changes the status, and whether it should
