@@ -58,6 +58,7 @@ type Config struct {
 	TriggerRetryDelay   time.Duration
 	MigrateUnhashed     bool
 	PruneStoredVersions bool
+	ThroughStatus       bool
 	CRDSettleDelay      time.Duration
 	CRDDrainMargin      time.Duration
 	StorageVersionAPI   bool
@@ -198,7 +199,7 @@ func (o *Config) setUpTrigger(ctx context.Context, b *controllerBase, betaServed
 	t := &storagestate.Controller{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Discovery: b.clients.Discovery, InTreeBetaServed: betaServed,
 		Interval: o.TriggerInterval, StaleAfter: o.StaleAfter, RetryBase: o.TriggerRetryDelay,
-		PruneStoredVersions: o.PruneStoredVersions, CRDs: b.clients.CRDs.ApiextensionsV1().CustomResourceDefinitions(), MigrateUnhashed: o.MigrateUnhashed,
+		PruneStoredVersions: o.PruneStoredVersions, ThroughStatus: o.ThroughStatus, CRDs: b.clients.CRDs.ApiextensionsV1().CustomResourceDefinitions(), MigrateUnhashed: o.MigrateUnhashed,
 		SettleDelay: o.CRDSettleDelay, DrainMargin: o.CRDDrainMargin,
 		Recorder: mgr.GetEventRecorder("svm-trigger"), Metrics: b.metrics, Health: b.tracker,
 	}

@@ -241,7 +241,8 @@ func (c *Controller) createMigration(ctx context.Context, gr schema.GroupResourc
 			Annotations:  map[string]string{trigger.TargetHashAnnotation: hash, trigger.ReasonAnnotation: reason},
 		},
 		Spec: migrationv1alpha1.StorageVersionMigrationSpec{
-			Resource: migrationv1alpha1.GroupVersionResource{Group: gr.Group, Version: version, Resource: gr.Resource},
+			Resource:      migrationv1alpha1.GroupVersionResource{Group: gr.Group, Version: version, Resource: gr.Resource},
+			ThroughStatus: c.ThroughStatus,
 		},
 	}
 	if crd != nil {

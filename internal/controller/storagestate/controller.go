@@ -87,6 +87,10 @@ type Controller struct {
 	// version once a migration made at the CRD's current generation has
 	// succeeded, so that old versions can be removed from the CRD.
 	PruneStoredVersions bool
+	// ThroughStatus sets spec.throughStatus on the migrations the trigger
+	// creates: an object whose write an admission webhook or policy
+	// refuses is written through its status subresource instead.
+	ThroughStatus bool
 	// CRDs writes the prunes (operation.PruneStoredVersions).
 	CRDs apiextensionsv1client.CustomResourceDefinitionInterface
 	// MigrateUnhashed migrates once each resource whose discovery reports

@@ -189,7 +189,8 @@ func (c *Controller) migrateOnce(ctx context.Context, grs []schema.GroupResource
 				Labels: map[string]string{trigger.CreatedByLabel: trigger.InitializerValue},
 			},
 			Spec: migrationv1alpha1.StorageVersionMigrationSpec{
-				Resource: migrationv1alpha1.GroupVersionResource{Group: gr.Group, Version: c.versions[gr], Resource: gr.Resource},
+				Resource:      migrationv1alpha1.GroupVersionResource{Group: gr.Group, Version: c.versions[gr], Resource: gr.Resource},
+				ThroughStatus: c.ThroughStatus,
 			},
 		}
 		err := c.Client.Create(ctx, m, client.FieldOwner(FieldManager))

@@ -18,6 +18,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -307,12 +308,13 @@ controller:
   workers: 16
   qps: 50.5
   executor: svm
+  throughStatus: true
 `,
 		check: func(t *testing.T, objs []*unstructured.Unstructured) {
 			_, c := deploymentOf(t, objs)
 			want := []string{"controller", "--leader-elect=false", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081",
 				"--encrypted-resources=secrets,configmaps", "--apiserver-endpoints=https://apiserver-1.example:6443,https://apiserver-2.example:6443",
-				"--max-parallel=4", "--workers=16", "--qps=50.5", "--executor=svm"}
+				"--max-parallel=4", "--workers=16", "--qps=50.5", "--executor=svm", "--through-status"}
 			if diff := cmp.Diff(want, c.Args); diff != "" {
 				t.Errorf("args (-want +got):\n%s", diff)
 			}
@@ -383,6 +385,35 @@ imagePullSecrets: [{name: registry}]
 			}
 			if dep, _ := deploymentOf(t, objs); dep.Namespace != "svm-system" {
 				t.Errorf("the Deployment is in %q, want the release namespace svm-system", dep.Namespace)
+			}
+		},
+	}, {
+		// The opt-in role for writes through the status subresource is
+		// config/rbac/cli's, bound to svm's ServiceAccount; off, neither
+		// is rendered.
+		name: "rbac.statusWriter",
+		args: []string{"--set", "rbac.statusWriter=true"},
+		check: func(t *testing.T, objs []*unstructured.Unstructured) {
+			var role, shipped rbacv1.ClusterRole
+			find(t, objs, "ClusterRole", "svm-status-writer", &role)
+			find(t, decodeManifests(t, "config/rbac/cli", string(readRepoFile(t, "config/rbac/cli/status_writer_role.yaml"))), "ClusterRole", "svm-status-writer", &shipped)
+			if diff := cmp.Diff(shipped.Rules, role.Rules); diff != "" {
+				t.Errorf("the chart's svm-status-writer rules differ from config/rbac/cli's (-config +chart):\n%s", diff)
+			}
+			var binding rbacv1.ClusterRoleBinding
+			find(t, objs, "ClusterRoleBinding", "svm-status-writer", &binding)
+			want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "svm-controller", Namespace: "svm-system"}}
+			if binding.RoleRef.Name != "svm-status-writer" || !slices.Equal(binding.Subjects, want) {
+				t.Errorf("the svm-status-writer binding binds %s to %+v, want svm-status-writer to %+v", binding.RoleRef.Name, binding.Subjects, want)
+			}
+			defaults, err := renderChart(t, "svm-system")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range decodeManifests(t, "the chart", defaults) {
+				if o.GetName() == "svm-status-writer" {
+					t.Errorf("the chart renders %s svm-status-writer without rbac.statusWriter", o.GetKind())
+				}
 			}
 		},
 	}, {
@@ -546,4 +577,14 @@ func deployedReplicas(t *testing.T, env *framework.Env, ns string) int32 {
 		return 1
 	}
 	return *dep.Spec.Replicas
+}
+
+// readRepoFile reads a file of the repository, by its path from the root.
+func readRepoFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(framework.RepoRoot(), path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
