@@ -29,6 +29,9 @@ type MigrateOptions struct {
 	// ThroughStatus writes an object an admission webhook or policy
 	// refuses through its status subresource instead (operation.Request).
 	ThroughStatus bool
+	// DryRun writes nothing: it says which admission webhooks and
+	// policies would be asked about svm's writes (preflight).
+	DryRun bool
 
 	Out, ErrOut io.Writer
 	// Terminal selects the progress bar over plain progress lines.
@@ -57,6 +60,7 @@ func newMigrateCommand(configFlags *genericclioptions.ConfigFlags, out, errOut i
 	o.Engine.addFlags(cmd.Flags())
 	cmd.Flags().BoolVar(&o.All, "all", false, "migrate every resource the server serves that can be listed and patched, once per storage")
 	cmd.Flags().BoolVar(&o.ThroughStatus, "through-status", false, "write an object whose write an admission webhook or ValidatingAdmissionPolicy refuses through the resource's status subresource instead, where it has one: the same empty write, which the API server stores in the storage version alike, and which webhooks and policies registered for the resource alone are not asked about (needs patch on the status subresources)")
+	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "write nothing: say, for each resource, which admission webhooks and ValidatingAdmissionPolicies the API server would ask about svm's writes and about writes through its status subresource (--through-status), from their rules")
 	return cmd
 }
 
@@ -112,6 +116,9 @@ func (o *MigrateOptions) resolve() error {
 func (o *MigrateOptions) Run(ctx context.Context) error {
 	if err := o.resolve(); err != nil {
 		return err
+	}
+	if o.DryRun {
+		return o.preflight(ctx)
 	}
 	var notDone []string
 	for _, gvr := range o.resources {

@@ -57,6 +57,22 @@ func TestAPolicyRefusesDeployments(t *testing.T) {
 	before := env.TakeSnapshot(t, gvr)
 	policy := startFreezingPolicy(t, env, ns, deployments)
 
+	t.Run("--dry-run", func(t *testing.T) {
+		code, stdout, stderr := svm(t, "migrate", "--kubeconfig", env.KubeconfigFile(t), "--dry-run", "deployments.apps")
+		if code != 0 {
+			t.Fatalf("svm migrate --dry-run exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		for _, want := range []string{
+			fmt.Sprintf("  ValidatingAdmissionPolicy %s (binding %s)", policy, policy),
+			"  through the status subresource (--through-status): no admission webhook or policy is asked\n",
+		} {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("svm migrate --dry-run does not say %q:\n%s", want, stdout)
+			}
+		}
+		env.ExpectUnchanged(t, gvr, before)
+	})
+
 	t.Run("without --through-status", func(t *testing.T) {
 		code, stdout, stderr := svm(t, "migrate", "--kubeconfig", env.KubeconfigFile(t), "deployments.apps")
 		if code == 0 {

@@ -47,6 +47,19 @@ func TestAWebhookRefusesSecrets(t *testing.T) {
 	prefix := "/registry/secrets/" + ns + "/"
 	before := env.ModRevisions(t, prefix)
 
+	code, stdout, stderr := svm(t, "migrate", "--kubeconfig", env.KubeconfigFile(t), "--dry-run", "secrets")
+	if code != 0 {
+		t.Fatalf("svm migrate --dry-run exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{
+		"  admission webhook validate.example.com (configuration test-secrets-" + ns + "), for the objects its namespaceSelector select\n",
+		"  secrets has no status subresource: --through-status cannot write past them\n",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("svm migrate --dry-run does not say %q:\n%s", want, stdout)
+		}
+	}
+
 	for _, args := range [][]string{{"secrets"}, {"--through-status", "secrets"}} {
 		code, stdout, stderr := svm(t, append([]string{"migrate", "--kubeconfig", env.KubeconfigFile(t)}, args...)...)
 		if code == 0 {

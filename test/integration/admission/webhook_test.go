@@ -55,6 +55,27 @@ func TestAWebhookRefusesHalf(t *testing.T) {
 	hook := framework.StartDenyingWebhook(t, env, r, deny)
 	const webhookName = "validate.example.com"
 
+	t.Run("--dry-run", func(t *testing.T) {
+		callsBefore := hook.TotalCalls()
+		code, stdout, stderr := svm(t, "migrate", "--kubeconfig", kubeconfig, "--dry-run", name)
+		if code != 0 {
+			t.Fatalf("svm migrate --dry-run exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		for _, want := range []string{
+			name + ": admission checks asked about svm's writes, which may refuse them: 1\n",
+			"  admission webhook " + webhookName + " (configuration test-" + name + ")\n",
+			"  through the status subresource (--through-status): no admission webhook or policy is asked\n",
+		} {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("svm migrate --dry-run does not say %q:\n%s", want, stdout)
+			}
+		}
+		if got := hook.TotalCalls() - callsBefore; got != 0 {
+			t.Errorf("svm migrate --dry-run wrote: the webhook was asked about %d writes", got)
+		}
+		env.ExpectStored(t, r.EtcdPrefix(), map[string]int{r.Group + "/v1": n})
+	})
+
 	t.Run("without --through-status", func(t *testing.T) {
 		code, stdout, stderr := svm(t, "migrate", "--kubeconfig", kubeconfig, name)
 		if code == 0 {
