@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/operation"
 	"github.com/svm-project/svm/internal/resources"
 )
@@ -91,15 +92,9 @@ type Rewrite struct {
 }
 
 // LeftCounts counts the managedFields entries left naming the version, by
-// reason.
-type LeftCounts struct {
-	NotInVersion int64 `json:"notInVersion,omitempty"`
-	NotServed    int64 `json:"notServed,omitempty"`
-	NotConverted int64 `json:"notConverted,omitempty"`
-	Refused      int64 `json:"refused,omitempty"`
-	Unplaced     int64 `json:"unplaced,omitempty"`
-	Denied       int64 `json:"denied,omitempty"`
-}
+// reason: the same counts, in the same words, as a migration's
+// status.progress.managedFieldsLeft.
+type LeftCounts = migrationv1alpha1.ManagedFieldsLeft
 
 // LeftEntry is a managedFields entry left naming the version, and why.
 type LeftEntry struct {

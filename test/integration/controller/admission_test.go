@@ -27,18 +27,7 @@ import (
 func TestRefusedWritesInAMigration(t *testing.T) {
 	t.Parallel()
 	const n = 200
-	env := framework.Start(t, controlplane.Options{})
-	env.InstallCRDs(t, framework.CRDBasesDir())
-	r := env.NewResourceWithStatus(t)
-	env.CreateObjects(t, r, []string{"ns-a", "ns-b"}, n)
-	before := env.TakeSnapshot(t, r.GVR("v1"))
-	deny := map[string]bool{}
-	for key := range before {
-		if len(deny) < n/2 {
-			deny[key] = true
-		}
-	}
-	framework.StartDenyingWebhook(t, env, r, deny)
+	env, r, before, _ := refusingHalf(t, n)
 	env.StartSVM(t, framework.ControllerArgs("--crd-settle-delay=1s")...)
 	env.SetStorage(t, r, "v2")
 
@@ -121,18 +110,7 @@ func TestRefusedWritesInAMigration(t *testing.T) {
 func TestTheTriggerWritesThroughStatus(t *testing.T) {
 	t.Parallel()
 	const n = 200
-	env := framework.Start(t, controlplane.Options{})
-	env.InstallCRDs(t, framework.CRDBasesDir())
-	r := env.NewResourceWithStatus(t)
-	env.CreateObjects(t, r, []string{"ns-a", "ns-b"}, n)
-	before := env.TakeSnapshot(t, r.GVR("v1"))
-	deny := map[string]bool{}
-	for key := range before {
-		if len(deny) < n/2 {
-			deny[key] = true
-		}
-	}
-	hook := framework.StartDenyingWebhook(t, env, r, deny)
+	env, r, before, hook := refusingHalf(t, n)
 	env.StartSVM(t, framework.ControllerArgs("--crd-settle-delay=1s", "--through-status")...)
 	env.SetStorage(t, r, "v2")
 
@@ -174,4 +152,23 @@ func TestTheTriggerWritesThroughStatus(t *testing.T) {
 	if want := fmt.Sprintf("%s: %d managedFields entries still name a version to be pruned (Denied %d)", m.Name, n/2, n/2); !strings.Contains(strings.Join(strings.Fields(stdout), " "), want) {
 		t.Errorf("svm status does not say %q:\n%s", want, stdout)
 	}
+}
+
+// refusingHalf starts a control plane with svm's CRDs, n objects of a
+// custom resource with a status subresource stored in v1, and a webhook
+// that refuses the updates of half of them; before is their content.
+func refusingHalf(t *testing.T, n int) (env *framework.Env, r framework.Resource, before framework.Snapshot, hook *framework.Webhook) {
+	t.Helper()
+	env = framework.Start(t, controlplane.Options{})
+	env.InstallCRDs(t, framework.CRDBasesDir())
+	r = env.NewResourceWithStatus(t)
+	env.CreateObjects(t, r, []string{"ns-a", "ns-b"}, n)
+	before = env.TakeSnapshot(t, r.GVR("v1"))
+	deny := map[string]bool{}
+	for key := range before {
+		if len(deny) < n/2 {
+			deny[key] = true
+		}
+	}
+	return env, r, before, framework.StartDenyingWebhook(t, env, r, deny)
 }
