@@ -39,16 +39,16 @@ func TestOutcomesSayWhatWasLeft(t *testing.T) {
 func TestLeftCountsCountEveryReason(t *testing.T) {
 	var l LeftCounts
 	for _, r := range []managedfields.Reason{managedfields.NotInVersion, managedfields.NotServed, managedfields.NotConverted,
-		managedfields.NotConverted, managedfields.Refused, managedfields.Unplaced, "SomethingNew"} {
+		managedfields.NotConverted, managedfields.Refused, managedfields.Unplaced, managedfields.Denied, "SomethingNew"} {
 		l.Add(r, 1)
 	}
-	if want := (LeftCounts{NotInVersion: 1, NotServed: 1, NotConverted: 2, Refused: 1, Unplaced: 2}); l != want {
+	if want := (LeftCounts{NotInVersion: 1, NotServed: 1, NotConverted: 2, Refused: 1, Unplaced: 2, Denied: 1}); l != want {
 		t.Errorf("LeftCounts = %+v, want %+v (a reason not known counted as Unplaced)", l, want)
 	}
-	if got, want := l.Total(), int64(7); got != want {
+	if got, want := l.Total(), int64(8); got != want {
 		t.Errorf("Total = %d, want %d", got, want)
 	}
-	if got, want := l.String(), "NotInVersion 1, NotServed 1, NotConverted 2, Refused 1, Unplaced 2"; got != want {
+	if got, want := l.String(), "NotInVersion 1, NotServed 1, NotConverted 2, Refused 1, Unplaced 2, Denied 1"; got != want {
 		t.Errorf("String = %q, want %q", got, want)
 	}
 }

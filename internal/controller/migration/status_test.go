@@ -23,7 +23,8 @@ func TestSavedStateResumes(t *testing.T) {
 		ContinueToken: "token",
 		Checkpoint:    "1234",
 		Progress: operation.Progress{
-			Counts:            operation.Counts{Listed: 100, Restored: 70, AlreadyCurrent: 10, WrittenSinceStart: 13, Gone: 2, Failed: 5},
+			Counts: operation.Counts{Listed: 100, Restored: 70, AlreadyCurrent: 10, WrittenSinceStart: 13, Gone: 2, Failed: 5,
+				ThroughStatus: 4, ManagedFieldsRewritten: 60, ManagedFieldsLeft: operation.LeftCounts{NotConverted: 1, Denied: 4}},
 			RemainingEstimate: &remaining,
 		},
 		FailedObjects: []operation.FailedObject{{Namespace: "ns", Name: "w-1", Reason: "denied"}},
@@ -41,6 +42,10 @@ func TestSavedStateResumes(t *testing.T) {
 	}
 	if p := m.Status.Progress; m.Status.StorageVersionHash != "hash" || p.Skipped() != 15 || p.RemainingEstimate == nil || *p.RemainingEstimate != remaining {
 		t.Errorf("status %+v: want the hash, 15 objects skipped and the estimate", m.Status)
+	}
+	// The API says the entries left in the engine's words.
+	if got, want := m.Status.Progress.ManagedFieldsLeft.String(), saved.Progress.ManagedFieldsLeft.String(); got != want {
+		t.Errorf("status.progress.managedFieldsLeft says %q, the engine %q", got, want)
 	}
 }
 
