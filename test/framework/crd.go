@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -170,6 +171,16 @@ func (e *Env) CRDStoredVersions(t testing.TB, name string) []string {
 		t.Fatalf("get CRD %s: %v", name, err)
 	}
 	return crd.Status.StoredVersions
+}
+
+// CRDServes reports whether the CRD named name serves version.
+func (e *Env) CRDServes(t testing.TB, name, version string) bool {
+	t.Helper()
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := e.Client.Get(Context(t, time.Minute), client.ObjectKey{Name: name}, crd); err != nil {
+		t.Fatalf("get CRD %s: %v", name, err)
+	}
+	return slices.ContainsFunc(crd.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool { return v.Name == version && v.Served })
 }
 
 // Widgets is the test custom resource: widgets.example.com, served in v1 and

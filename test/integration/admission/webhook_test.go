@@ -98,6 +98,33 @@ func TestAWebhookRefusesHalf(t *testing.T) {
 		}
 	})
 
+	// svm retire neither prunes nor stops serving v1 while the webhook
+	// keeps objects stored in it.
+	t.Run("svm retire", func(t *testing.T) {
+		code, stdout, stderr := svm(t, "retire", "--kubeconfig", kubeconfig, "--crd-drain-margin", framework.TestDrainMargin.String(), r.Plural+".v1."+r.Group)
+		if code == 0 {
+			t.Fatalf("svm retire exited 0 though the webhook refused half the objects\nstdout:\n%s", stdout)
+		}
+		for _, want := range []string{
+			fmt.Sprintf("failed %d; managedFields moved off the retired versions on %d objects", n/2, n/2),
+			`admission webhook "validate.example.com" denied the request`,
+		} {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("svm retire does not say %q:\nstdout:\n%s", want, stdout)
+			}
+		}
+		if want := fmt.Sprintf("%d objects could not be rewritten", n/2); !strings.Contains(stderr, want) {
+			t.Errorf("svm retire's error does not say %q:\n%s", want, stderr)
+		}
+		env.ExpectStored(t, r.EtcdPrefix(), map[string]int{r.Group + "/v1": n / 2, r.Group + "/v2": n / 2})
+		if got := env.CRDStoredVersions(t, name); !slices.Equal(got, []string{"v1", "v2"}) {
+			t.Errorf("storedVersions = %v, want [v1 v2]: objects are still stored in v1", got)
+		}
+		if !env.CRDServes(t, name, "v1") {
+			t.Errorf("svm retire stopped serving v1, in which %d objects are stored", n/2)
+		}
+	})
+
 	t.Run("with --through-status", func(t *testing.T) {
 		callsBefore := hook.TotalCalls()
 		start := time.Now()

@@ -349,7 +349,7 @@ func TestRetireUnservesOnlyAfterAQuietWindow(t *testing.T) {
 			t.Errorf("the refusal does not say %q:\n%s", want, out)
 		}
 	}
-	if !served(t, env, r.CRDName(), "v1") {
+	if !env.CRDServes(t, r.CRDName(), "v1") {
 		t.Fatal("v1 was unserved while a client read it")
 	}
 
@@ -372,23 +372,13 @@ func TestRetireUnservesOnlyAfterAQuietWindow(t *testing.T) {
 	if report.Version != "v1" || report.Outcome != "done" || !report.Unserved || len(report.Requests) == 0 || report.Requests[0].SeenInWindow != 0 {
 		t.Errorf("report %+v, want version v1, done, unserved, a quiet server", report)
 	}
-	if served(t, env, r.CRDName(), "v1") {
+	if env.CRDServes(t, r.CRDName(), "v1") {
 		t.Error("v1 is still served after a quiet window")
 	}
 	// The objects still read, in the version kept.
 	if got := len(env.List(t, r.GVR("v2"))); got != n {
 		t.Errorf("%d objects read in v2, want %d", got, n)
 	}
-}
-
-// served reports whether the CRD serves version.
-func served(t *testing.T, env *framework.Env, crdName, version string) bool {
-	t.Helper()
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := env.Client.Get(framework.Context(t, time.Minute), client.ObjectKey{Name: crdName}, crd); err != nil {
-		t.Fatal(err)
-	}
-	return slices.ContainsFunc(crd.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool { return v.Name == version && v.Served })
 }
 
 // TestRetireLosesNoConcurrentWrite retires v1 (pkg/migrate's Retire, in
