@@ -48,14 +48,12 @@ type Check struct {
 
 // String says which check it is, in the words of Denial.Who.
 func (c Check) String() string {
-	var s string
-	switch {
-	case c.Kind == Policy:
-		s = Denial{Kind: Policy, Name: c.Name, Binding: c.Binding}.Who()
-	case c.Mutating:
-		s = "mutating admission webhook " + c.Name + " (configuration " + c.Configuration + ")"
-	default:
-		s = "admission webhook " + c.Name + " (configuration " + c.Configuration + ")"
+	s := Denial{Kind: c.Kind, Name: c.Name, Binding: c.Binding}.Who()
+	if c.Kind == Webhook {
+		s += " (configuration " + c.Configuration + ")"
+		if c.Mutating {
+			s = "mutating " + s
+		}
 	}
 	if len(c.Narrowed) > 0 {
 		s += ", for the objects its " + strings.Join(c.Narrowed, " and ") + " select"

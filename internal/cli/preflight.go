@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/discovery"
 
 	"github.com/svm-project/svm/internal/admission"
 	"github.com/svm-project/svm/internal/resources"
@@ -25,11 +23,14 @@ func (o *MigrateOptions) preflight(ctx context.Context) error {
 		return fmt.Errorf("read the admission webhooks and policies: %w", err)
 	}
 	for _, gvr := range o.resources {
-		namespaced, status, err := subresources(ctx, o.clients.Discovery, gvr)
+		// The engine's own lookup: a resource it would refuse to migrate
+		// is refused here too, and "has a status subresource" means what
+		// --through-status acts on.
+		info, status, err := o.ops.LookupWithStatus(ctx, gvr)
 		if err != nil {
 			return err
 		}
-		writePreflight(o.Out, checks, gvr, namespaced, status)
+		writePreflight(o.Out, checks, gvr, info.Namespaced, status)
 	}
 	return nil
 }
@@ -61,22 +62,4 @@ func writePreflight(out io.Writer, checks admission.Checks, gvr schema.GroupVers
 	for _, c := range through {
 		fmt.Fprintf(out, "    %s\n", c)
 	}
-}
-
-// subresources reads from discovery whether gvr is namespaced, and whether
-// it has a status subresource svm can patch.
-func subresources(ctx context.Context, d discovery.DiscoveryInterface, gvr schema.GroupVersionResource) (namespaced, status bool, err error) {
-	list, err := discovery.ToServerResourcesInterfaceWithContext(d).ServerResourcesForGroupVersionWithContext(ctx, gvr.GroupVersion().String())
-	if err != nil {
-		return false, false, fmt.Errorf("discover %s: %w", gvr.GroupVersion(), err)
-	}
-	for _, r := range list.APIResources {
-		switch r.Name {
-		case gvr.Resource:
-			namespaced = r.Namespaced
-		case gvr.Resource + "/status":
-			status = slices.Contains(r.Verbs, "patch")
-		}
-	}
-	return namespaced, status, nil
 }

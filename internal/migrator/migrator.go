@@ -323,6 +323,12 @@ func (m *Migrator) Lookup(ctx context.Context, gvr schema.GroupVersionResource) 
 	return r, err
 }
 
+// LookupWithStatus is Lookup, and also says whether the resource has a
+// status subresource svm can write through (Request.ThroughStatus).
+func (m *Migrator) LookupWithStatus(ctx context.Context, gvr schema.GroupVersionResource) (*metav1.APIResource, bool, error) {
+	return m.lookup(ctx, gvr)
+}
+
 // lookup finds the resource in discovery and checks svm can migrate it;
 // status says whether it has a status subresource svm can patch.
 func (m *Migrator) lookup(ctx context.Context, gvr schema.GroupVersionResource) (_ *metav1.APIResource, status bool, _ error) {

@@ -130,6 +130,12 @@ func (o *Operations) Lookup(ctx context.Context, gvr schema.GroupVersionResource
 	return o.engine.Lookup(ctx, gvr)
 }
 
+// LookupWithStatus is Lookup, and also says whether gvr has a status
+// subresource svm can write through (Request.ThroughStatus).
+func (o *Operations) LookupWithStatus(ctx context.Context, gvr schema.GroupVersionResource) (*metav1.APIResource, bool, error) {
+	return o.engine.LookupWithStatus(ctx, gvr)
+}
+
 // Result is what a migration of one resource did. When it stopped early,
 // the counts are those of its last completed chunk.
 type Result struct {
