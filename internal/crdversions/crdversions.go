@@ -15,6 +15,7 @@ package crdversions
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -135,15 +136,22 @@ const (
 	// PruneCRDChanged: the storage version may have changed during the
 	// migration.
 	PruneCRDChanged
+	// PruneEntriesLeft: nothing is stored in the versions a prune
+	// removes, but managedFields entries still name them. The prune is
+	// what lets a version be removed from the CRD, after which every
+	// server-side apply on those objects fails: storedVersions keep them
+	// until the entries move.
+	PruneEntriesLeft
 )
 
 // DecidePrune decides from the CRD as read before the migration (start)
-// and as read now (nil when it is gone), and the number of objects the
-// migration could not rewrite, whether storedVersions may be pruned; why
-// says why not. A migration that ran across a change of the CRD's spec
-// proves nothing about its storage version now, even one flipped away
-// and back (the generation tells).
-func DecidePrune(start Storage, now *Storage, failed int64) (verdict PruneVerdict, why string) {
+// and as read now (nil when it is gone), the number of objects the
+// migration could not rewrite and the number of managedFields entries it
+// left naming a version to be pruned, whether storedVersions may be
+// pruned; why says why not. A migration that ran across a change of the
+// CRD's spec proves nothing about its storage version now, even one
+// flipped away and back (the generation tells).
+func DecidePrune(start Storage, now *Storage, failed, entriesLeft int64) (verdict PruneVerdict, why string) {
 	switch {
 	case now == nil:
 		return PruneCRDGone, "the CRD was deleted"
@@ -157,6 +165,8 @@ func DecidePrune(start Storage, now *Storage, failed int64) (verdict PruneVerdic
 		return PruneObjectsFailed, fmt.Sprintf("%d objects could not be rewritten", failed)
 	case now.OnlyStorage():
 		return PruneNothingLeft, "status.storedVersions lists only the storage version already"
+	case entriesLeft > 0:
+		return PruneEntriesLeft, fmt.Sprintf("%d managedFields entries still name %s: server-side apply on their objects would fail once it is removed", entriesLeft, strings.Join(now.Besides(), ", "))
 	}
 	return Prune, ""
 }

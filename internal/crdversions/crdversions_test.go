@@ -19,6 +19,7 @@ func TestDecidePrune(t *testing.T) {
 		name        string
 		now         *Storage
 		failed      int64
+		left        int64
 		wantVerdict PruneVerdict
 		wantWhy     string
 	}{
@@ -38,6 +39,21 @@ func TestDecidePrune(t *testing.T) {
 			failed:      2,
 			wantVerdict: PruneObjectsFailed,
 			wantWhy:     "2 objects could not be rewritten",
+		},
+		{
+			name:        "managedFields entries still name v1: held",
+			now:         with(func(*Storage) {}),
+			left:        20,
+			wantVerdict: PruneEntriesLeft,
+			wantWhy:     "20 managedFields entries still name v1: server-side apply on their objects would fail once it is removed",
+		},
+		{
+			name:        "failed objects are said before entries left",
+			now:         with(func(*Storage) {}),
+			failed:      1,
+			left:        3,
+			wantVerdict: PruneObjectsFailed,
+			wantWhy:     "1 objects could not be rewritten",
 		},
 		{
 			name:        "storage version flipped back",
@@ -79,7 +95,7 @@ func TestDecidePrune(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			verdict, why := DecidePrune(start, tt.now, tt.failed)
+			verdict, why := DecidePrune(start, tt.now, tt.failed, tt.left)
 			if verdict != tt.wantVerdict || why != tt.wantWhy {
 				t.Errorf("DecidePrune = (%d, %q), want (%d, %q)", verdict, why, tt.wantVerdict, tt.wantWhy)
 			}

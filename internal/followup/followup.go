@@ -131,7 +131,7 @@ func NextRetry(ms []migrationv1alpha1.StorageVersionMigration, end func(*migrati
 		}
 	}
 	if r.Failures > 0 {
-		r.Due = last.Add(backoff(base, maxDelay, r.Failures))
+		r.Due = last.Add(Backoff(base, maxDelay, r.Failures))
 	}
 	return r
 }
@@ -144,7 +144,9 @@ func (r Retry) Wait(now time.Time) time.Duration {
 	return r.Due.Sub(now)
 }
 
-func backoff(base, maxDelay time.Duration, failures int) time.Duration {
+// Backoff is the delay after the n-th of a row of attempts that did not
+// get there: base, doubling per further one, at most maxDelay.
+func Backoff(base, maxDelay time.Duration, failures int) time.Duration {
 	d := base
 	for i := 1; i < failures && d < maxDelay; i++ {
 		d *= 2

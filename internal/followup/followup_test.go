@@ -127,7 +127,7 @@ func TestBackoff(t *testing.T) {
 		{5, 10 * time.Minute},
 		{60, 10 * time.Minute},
 	} {
-		if got := backoff(time.Minute, 10*time.Minute, tc.failures); got != tc.want {
+		if got := Backoff(time.Minute, 10*time.Minute, tc.failures); got != tc.want {
 			t.Errorf("backoff after %d failures = %s, want %s", tc.failures, got, tc.want)
 		}
 	}

@@ -57,10 +57,27 @@ func (m *serverMapper) Read(ctx context.Context, do Do, listed *metav1.PartialOb
 }
 
 func (m *serverMapper) read(ctx context.Context, do Do, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, error) {
+	return readByName(ctx, do, m.client, gvr, namespace, name)
+}
+
+func (m *serverMapper) resource(gvr schema.GroupVersionResource, namespace string) dynamic.ResourceInterface {
+	return resourceIn(m.client, gvr, namespace)
+}
+
+func resourceIn(client dynamic.Interface, gvr schema.GroupVersionResource, namespace string) dynamic.ResourceInterface {
+	if namespace == "" {
+		return client.Resource(gvr)
+	}
+	return client.Resource(gvr).Namespace(namespace)
+}
+
+// readByName reads one object by listing its one name, which reveals no
+// more than a get and is what svm's controller may do.
+func readByName(ctx context.Context, do Do, client dynamic.Interface, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, error) {
 	var list *unstructured.UnstructuredList
 	err := do.call(ctx, "get", func(ctx context.Context) error {
 		var err error
-		list, err = m.resource(gvr, namespace).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+		list, err = resourceIn(client, gvr, namespace).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
 		return err
 	})
 	if err != nil {
@@ -72,11 +89,18 @@ func (m *serverMapper) read(ctx context.Context, do Do, gvr schema.GroupVersionR
 	return &list.Items[0], nil
 }
 
-func (m *serverMapper) resource(gvr schema.GroupVersionResource, namespace string) dynamic.ResourceInterface {
-	if namespace == "" {
-		return m.client.Resource(gvr)
+// readAt reads obj in gvr's version: a conflict when it changed since its
+// entries were read, so that what is decided of them is decided on the
+// object they belong to.
+func readAt(ctx context.Context, do Do, client dynamic.Interface, gvr schema.GroupVersionResource, obj *Object) (*unstructured.Unstructured, error) {
+	u, err := readByName(ctx, do, client, gvr, obj.Namespace, obj.Name)
+	if err != nil {
+		return nil, err
 	}
-	return m.client.Resource(gvr).Namespace(namespace)
+	if u.GetResourceVersion() != obj.ResourceVersion || string(u.GetUID()) != obj.UID {
+		return nil, apierrors.NewConflict(gvr.GroupResource(), obj.Name, errors.New("written while svm read its managedFields"))
+	}
+	return u, nil
 }
 
 // in is obj as version serves it, read at obj's resourceVersion; a
@@ -89,12 +113,9 @@ func (m *serverMapper) in(ctx context.Context, do Do, obj *Object, version strin
 	if err != nil {
 		return nil, err
 	}
-	u, err := m.read(ctx, do, m.kept.GroupResource().WithVersion(gv.Version), obj.Namespace, obj.Name)
+	u, err := readAt(ctx, do, m.client, m.kept.GroupResource().WithVersion(gv.Version), obj)
 	if err != nil {
 		return nil, err
-	}
-	if u.GetResourceVersion() != obj.ResourceVersion || string(u.GetUID()) != obj.UID {
-		return nil, apierrors.NewConflict(m.kept.GroupResource(), obj.Name, errors.New("written while svm read it in two versions"))
 	}
 	obj.in[version] = u
 	return u, nil

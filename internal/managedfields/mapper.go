@@ -113,7 +113,13 @@ func For(ctx context.Context, r Resource, c Clients) (m *Mover, ok bool, err err
 		return nil, false, fmt.Errorf("read the schema of %s: %w", r.Kept.GroupVersion(), err)
 	}
 	if !converts(r.CRD) {
-		return &Mover{Retarget: rt, Mapper: schemaMapper{kept: kept}}, true, nil
+		m := schemaMapper{kept: kept}
+		if c.Dynamic != nil {
+			m.read = func(ctx context.Context, do Do, obj *Object) (*unstructured.Unstructured, error) {
+				return readAt(ctx, do, c.Dynamic, r.Kept, obj)
+			}
+		}
+		return &Mover{Retarget: rt, Mapper: m}, true, nil
 	}
 	if c.Dynamic == nil {
 		return nil, false, fmt.Errorf("%s converts through a webhook, and no client was given to ask the API server to convert", r.CRD.Name)

@@ -234,9 +234,23 @@ func (vs *versionSchema) fields(u *unstructured.Unstructured) (fieldsOf, error) 
 // schemaMapper places a field where it is, if the version kept has it:
 // right for versions whose conversion keeps paths (a CRD without a
 // webhook, whose objects only change apiVersion; Kubernetes' own
-// versions). It needs nothing but the object's metadata.
+// versions). It needs nothing but the object's metadata, unless an entry
+// owns a field the version kept has no place for.
+//
+// Such a field is dropped from the entry when the object, read in the
+// version kept, has no value there either: it owns nothing, since no
+// version the object can still be read or written in has it (a field the
+// new version removed, which the API server pruned from the object), and
+// it is the one thing that would keep its entry naming the retired
+// version forever. A field the object does have a value at, or one whose
+// place cannot be told, keeps the whole entry where it is (NotInVersion):
+// its manager may still own something there.
 type schemaMapper struct {
 	kept *versionSchema
+	// read reads the object in the version kept, at the resourceVersion
+	// its entries were read at (a conflict when it changed since); nil
+	// when no client was given, and then no field is dropped.
+	read func(ctx context.Context, do Do, obj *Object) (*unstructured.Unstructured, error)
 }
 
 func (schemaMapper) Read(_ context.Context, _ Do, listed *metav1.PartialObjectMetadata) (*Object, error) {
@@ -245,15 +259,52 @@ func (schemaMapper) Read(_ context.Context, _ Do, listed *metav1.PartialObjectMe
 
 func (schemaMapper) ReadsObjects() bool { return false }
 
-func (m schemaMapper) Place(_ context.Context, _ Do, _ *Object, _ metav1.ManagedFieldsEntry, fields *fieldpath.Set) (*fieldpath.Set, error) {
-	var missing fieldpath.Path
+func (m schemaMapper) Place(ctx context.Context, do Do, obj *Object, _ metav1.ManagedFieldsEntry, fields *fieldpath.Set) (*fieldpath.Set, error) {
+	missing := fieldpath.NewSet()
 	fields.Iterate(func(p fieldpath.Path) {
-		if missing == nil && !m.kept.has(p) {
-			missing = p.Copy()
+		if !m.kept.has(p) {
+			missing.Insert(p.Copy())
 		}
 	})
-	if missing != nil {
-		return nil, unmapped(NotInVersion, "%s has no field %s", m.kept.gvk.GroupVersion(), missing)
+	if missing.Empty() {
+		return fields, nil
 	}
-	return fields, nil
+	var u *unstructured.Unstructured
+	if m.read != nil && obj != nil {
+		var err error
+		if u, err = m.read(ctx, do, obj); err != nil {
+			return nil, err
+		}
+	}
+	var held fieldpath.Path
+	missing.Iterate(func(p fieldpath.Path) {
+		if held == nil && (u == nil || mayHave(u.Object, p)) {
+			held = p.Copy()
+		}
+	})
+	if held != nil {
+		return nil, unmapped(NotInVersion, "%s has no field %s", m.kept.gvk.GroupVersion(), held)
+	}
+	return fields.Difference(missing), nil
+}
+
+// mayHave reports whether obj may have a value at p: false only when a
+// field on p's way is absent (or its parent holds no fields). A list
+// item or a set member cannot be told apart without the schema that is
+// missing, so it may be there.
+func mayHave(obj map[string]any, p fieldpath.Path) bool {
+	var cur any = obj
+	for _, pe := range p {
+		if pe.FieldName == nil {
+			return true
+		}
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return false
+		}
+		if cur, ok = m[*pe.FieldName]; !ok {
+			return false
+		}
+	}
+	return true
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -110,28 +111,68 @@ func TestSchemaEnum(t *testing.T) {
 }
 
 func TestSchemaMapperPlace(t *testing.T) {
-	m := schemaMapper{kept: widgetSchema(t)}
+	// The object as the version kept serves it: it has no spec.replicas,
+	// which v2 removed, but does hold a value svm cannot place in v2.
+	object := map[string]any{"spec": map[string]any{"paused": true, "legacy": "kept by the server"}}
 	tests := []struct {
 		name, fields string
-		want         *Unmapped
+		// noClient: no object can be read, so nothing is dropped.
+		noClient bool
+		want     *Unmapped
+		placed   string // the fields placed, when not the ones given
 	}{
 		{name: "every field is in the version kept", fields: `{"f:metadata":{"f:labels":{"f:team":{}}},"f:spec":{"f:paused":{}}}`},
-		{name: "one is not: the entry stays", fields: `{"f:spec":{"f:paused":{},"f:replicas":{}}}`,
+		{name: "a field neither the version kept nor the object has owns nothing: dropped",
+			fields: `{"f:spec":{".":{},"f:paused":{},"f:replicas":{}}}`, placed: `{"f:spec":{".":{},"f:paused":{}}}`},
+		{name: "under a dropped field, all is dropped",
+			fields: `{"f:spec":{"f:paused":{},"f:old":{".":{},"f:a":{},"f:b":{"f:c":{}}}}}`, placed: `{"f:spec":{"f:paused":{}}}`},
+		{name: "a value the object has where the version kept has no field: the entry stays", fields: `{"f:spec":{"f:paused":{},"f:legacy":{}}}`,
+			want: &Unmapped{Reason: NotInVersion, Message: "example.com/v2 has no field .spec.legacy"}},
+		{name: "without the object nothing can be dropped: the entry stays", fields: `{"f:spec":{"f:paused":{},"f:replicas":{}}}`, noClient: true,
 			want: &Unmapped{Reason: NotInVersion, Message: "example.com/v2 has no field .spec.replicas"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			reads := 0
+			m := schemaMapper{kept: widgetSchema(t), read: func(context.Context, Do, *Object) (*unstructured.Unstructured, error) {
+				reads++
+				return &unstructured.Unstructured{Object: object}, nil
+			}}
+			if tt.noClient {
+				m.read = nil
+			}
 			fields := set(t, tt.fields)
-			got, err := m.Place(context.Background(), nil, nil, metav1.ManagedFieldsEntry{}, fields)
+			got, err := m.Place(context.Background(), nil, &Object{Name: "w"}, metav1.ManagedFieldsEntry{}, fields)
 			var u *Unmapped
 			errors.As(err, &u)
 			if diff := cmp.Diff(tt.want, u); diff != "" {
 				t.Fatalf("Place (-want +got):\n%s", diff)
 			}
-			if tt.want == nil && !got.Equals(fields) {
-				t.Errorf("Place = %s, want the fields where they are", got)
+			if tt.want != nil {
+				return
+			}
+			want := fields
+			if tt.placed != "" {
+				want = set(t, tt.placed)
+			}
+			if !got.Equals(want) {
+				t.Errorf("Place = %s, want %s", got, want)
+			}
+			if tt.placed == "" && reads != 0 {
+				t.Errorf("read the object %d times for fields the version kept has, want none", reads)
 			}
 		})
+	}
+}
+
+func TestSchemaMapperPlaceStopsOnAConflict(t *testing.T) {
+	conflict := apierrors.NewConflict(schema.GroupResource{Resource: "widgets"}, "w", errors.New("written since"))
+	m := schemaMapper{kept: widgetSchema(t), read: func(context.Context, Do, *Object) (*unstructured.Unstructured, error) {
+		return nil, conflict
+	}}
+	_, err := m.Place(context.Background(), nil, &Object{Name: "w"}, metav1.ManagedFieldsEntry{}, set(t, `{"f:spec":{"f:replicas":{}}}`))
+	if !apierrors.IsConflict(err) {
+		t.Errorf("Place = %v, want the conflict, so that the object is read again", err)
 	}
 }
 

@@ -86,7 +86,12 @@
 //     of StorageStates, by transition: "created", "storage_version_changed",
 //     "migrated" (the persisted hashes became the current hash alone),
 //     "reset" (stale at start-up, reset to Unknown), "stored_versions_pruned"
-//     (the CRD's status.storedVersions cut to the storage version).
+//     (the CRD's status.storedVersions cut to the storage version),
+//     "prune_held" (managedFields entries left naming a version hold the
+//     prune; StorageState status.pruneHeld says why).
+//   - prune_held_entries{resource} (gauge): managedFields entries naming a
+//     version to be pruned that hold the prune of the resource's CRD's
+//     storedVersions, at svm's last look; 0 when none.
 //
 // Re-encryption (storage_migrator_encryption_*), kept by svm controller
 // for the resources of --encrypted-resources:

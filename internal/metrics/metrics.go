@@ -35,6 +35,7 @@ const (
 	TransitionMigrated              = "migrated"
 	TransitionReset                 = "reset"
 	TransitionStoredVersionsPruned  = "stored_versions_pruned"
+	TransitionPruneHeld             = "prune_held"
 )
 
 // Outcomes of objects (objects_total's outcome label): every listed object
@@ -88,6 +89,7 @@ type Metrics struct {
 	discoveryPolls   prometheus.Counter
 	discoveryErrors  *prometheus.CounterVec
 	stateTransitions *prometheus.CounterVec
+	pruneHeld        *prometheus.GaugeVec
 
 	encryptionAgreed    *prometheus.GaugeVec
 	encryptionServers   *prometheus.GaugeVec
@@ -105,7 +107,7 @@ func New() *Metrics {
 	trigger := func(name, help string) prometheus.Opts {
 		return prometheus.Opts{Namespace: namespace, Subsystem: triggerSubsystem, Name: name, Help: help}
 	}
-	return &Metrics{
+	m := &Metrics{
 		migratedObjects: prometheus.NewCounterVec(prometheus.CounterOpts(engine("migrated_objects",
 			"Objects migrated (written, and re-stored or already current), by resource.")), []string{"resource"}),
 		objects: prometheus.NewCounterVec(prometheus.CounterOpts(engine("objects_total",
@@ -163,20 +165,27 @@ func New() *Metrics {
 			"Discovery failures: scope round (the round concluded nothing) or group (one group version failed).")), []string{"scope"}),
 		stateTransitions: prometheus.NewCounterVec(prometheus.CounterOpts(trigger("storage_state_transitions_total",
 			"Changes of StorageStates, by resource and transition.")), []string{"resource", "transition"}),
-
-		// A vector without labels, so that it is absent (not 0) from a
-		// process that does not look at encryption.
-		encryptionAgreed: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: encryptionSub, Name: "config_agreed",
-			Help: "1 when every API server was read at svm's last look and all have loaded the same encryption configuration, else 0."}, nil),
-		encryptionServers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: encryptionSub, Name: "apiserver_config_info",
-			Help: "1 for each API server and the encryption configuration hash it reported at svm's last look (hash empty for none, reached false when it was not read)."},
-			[]string{"apiserver_id_hash", "hash", "reached"}),
-		encryptionRewritten: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: encryptionSub, Name: "resource_rewritten",
-			Help: "1 when every object of the resource has been rewritten under the encryption configuration all API servers have loaded (keys it only reads with are no longer needed for it), else 0."},
-			[]string{"resource"}),
-		reencryptions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: encryptionSub, Name: "reencryptions_total",
-			Help: "Re-encryption migrations svm created, by resource."}, []string{"resource"}),
+		pruneHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts(trigger("prune_held_entries",
+			"managedFields entries naming a version to be pruned that hold the prune of the resource's CRD's status.storedVersions (StorageState status.pruneHeld), at svm's last look; 0 when none.")), []string{"resource"}),
 	}
+	addEncryption(m)
+	return m
+}
+
+// addEncryption creates the re-encryption controller's metrics in m.
+func addEncryption(m *Metrics) {
+	// A vector without labels, so that it is absent (not 0) from a
+	// process that does not look at encryption.
+	m.encryptionAgreed = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: encryptionSub, Name: "config_agreed",
+		Help: "1 when every API server was read at svm's last look and all have loaded the same encryption configuration, else 0."}, nil)
+	m.encryptionServers = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: encryptionSub, Name: "apiserver_config_info",
+		Help: "1 for each API server and the encryption configuration hash it reported at svm's last look (hash empty for none, reached false when it was not read)."},
+		[]string{"apiserver_id_hash", "hash", "reached"})
+	m.encryptionRewritten = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: encryptionSub, Name: "resource_rewritten",
+		Help: "1 when every object of the resource has been rewritten under the encryption configuration all API servers have loaded (keys it only reads with are no longer needed for it), else 0."},
+		[]string{"resource"})
+	m.reencryptions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: encryptionSub, Name: "reencryptions_total",
+		Help: "Re-encryption migrations svm created, by resource."}, []string{"resource"})
 }
 
 // Collectors are every metric, for registration.
@@ -185,7 +194,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 		m.migratedObjects, m.objects, m.remainingObjects, m.migrations, m.migrationDuration, m.runningMigrations,
 		m.listedObjects, m.skippedObjects, m.failedObjects, m.retries, m.requests, m.limiterWait,
 		m.pacerInFlight, m.pacerWindow, m.pacerLatency, m.pacerKnee, m.pacerDecisions, m.admissionRefusals,
-		m.executor, m.discoveryPolls, m.discoveryErrors, m.stateTransitions,
+		m.executor, m.discoveryPolls, m.discoveryErrors, m.stateTransitions, m.pruneHeld,
 		m.encryptionAgreed, m.encryptionServers, m.encryptionRewritten, m.reencryptions,
 	}
 }
@@ -364,6 +373,15 @@ func (m *Metrics) StorageStateTransition(r schema.GroupResource, transition stri
 		return
 	}
 	m.stateTransitions.WithLabelValues(label(r), transition).Inc()
+}
+
+// PruneHeld records the managedFields entries that hold the prune of a
+// resource's CRD's storedVersions, 0 for none.
+func (m *Metrics) PruneHeld(r schema.GroupResource, entries int64) {
+	if m == nil {
+		return
+	}
+	m.pruneHeld.WithLabelValues(label(r)).Set(float64(entries))
 }
 
 // EncryptionServer is what one API server reported about its encryption

@@ -129,12 +129,12 @@ func (o *Operations) migrateAndPrune(ctx context.Context, crd *apiextensionsv1.C
 		out.NotPrunedReason = "the API server does not store the storage version yet"
 		return out, err
 	}
-	return prune(ctx, o.clients.CRDs.ApiextensionsV1().CustomResourceDefinitions(), start, res.Failed, o.fieldManager(), out)
+	return prune(ctx, o.clients.CRDs.ApiextensionsV1().CustomResourceDefinitions(), start, res.Counts, o.fieldManager(), out)
 }
 
 // prune cuts the CRD's storedVersions to start's storage version, if the
-// CRD as read now still allows it.
-func prune(ctx context.Context, crds apiextensionsv1client.CustomResourceDefinitionInterface, start crdversions.Storage, failed int64, fieldManager string, out CRDResult) (CRDResult, error) {
+// CRD as read now and what the migration did (its counts) still allow it.
+func prune(ctx context.Context, crds apiextensionsv1client.CustomResourceDefinitionInterface, start crdversions.Storage, did Counts, fieldManager string, out CRDResult) (CRDResult, error) {
 	for range maxPruneAttempts {
 		crd, err := crds.Get(ctx, out.Name, metav1.GetOptions{})
 		var now *crdversions.Storage
@@ -147,14 +147,17 @@ func prune(ctx context.Context, crds apiextensionsv1client.CustomResourceDefinit
 			now = &s
 			out.StoredVersionsAfter = slices.Clone(s.StoredVersions)
 		}
-		verdict, why := crdversions.DecidePrune(start, now, failed)
+		verdict, why := crdversions.DecidePrune(start, now, did.Failed, did.ManagedFieldsLeft.Total())
 		switch verdict {
 		case crdversions.PruneNothingLeft:
 			out.NotPrunedReason = why
 			return out, nil
 		case crdversions.PruneObjectsFailed:
 			out.NotPrunedReason = why
-			return out, &ObjectsFailedError{Count: failed}
+			return out, &ObjectsFailedError{Count: did.Failed}
+		case crdversions.PruneEntriesLeft:
+			out.NotPrunedReason = why
+			return out, fmt.Errorf("customresourcedefinition %s: %w: %d entries could not be moved (%s)", out.Name, ErrManagedFieldsLeft, did.ManagedFieldsLeft.Total(), did.ManagedFieldsLeft)
 		case crdversions.PruneCRDGone:
 			out.NotPrunedReason = why
 			out.StoredVersionsAfter = nil

@@ -180,7 +180,7 @@ func writeEntriesLeft(b *strings.Builder, migrations []Migration) {
 		}
 		l := m.Progress.ManagedFieldsLeft
 		writeWrapped(b, fmt.Sprintf("%s: %d managedFields entries still name a version to be pruned (%s): "+
-			"server-side apply on their objects fails once it is removed from the CRD, which svm retire refuses until they are moved",
+			"server-side apply on their objects fails once it is removed from the CRD, so neither svm controller nor svm retire prunes it until they are moved",
 			m.Name, l.Total(), l))
 	}
 }
@@ -255,6 +255,12 @@ func writeStorageStates(b *strings.Builder, r *Report) {
 		)
 	}
 	_ = tw.Flush()
+	for _, s := range r.StorageStates {
+		if h := s.PruneHeld; h != nil {
+			writeWrapped(b, fmt.Sprintf("%s: storedVersions not pruned since %s (%s, migration %s): %s",
+				s.Name, timeCell(now, h.Since), h.Reason, h.Migration, oneLine(h.Message)))
+		}
+	}
 }
 
 // writeEncryption prints the encryption section: a table of the API

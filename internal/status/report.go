@@ -188,6 +188,9 @@ type StorageState struct {
 	// version. An "Unknown" or empty current hash is never migrated.
 	Migrated          bool         `json:"migrated"`
 	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty"`
+	// PruneHeld, the StorageState's status.pruneHeld, says why svm keeps
+	// versions in the CRD's storedVersions that no object is stored in.
+	PruneHeld *migrationv1alpha1.PruneHold `json:"pruneHeld,omitempty"`
 }
 
 // Input is what Build needs: the objects as listed, and when.
@@ -365,6 +368,7 @@ func storageState(s *migrationv1alpha1.StorageState) StorageState {
 	if !s.Status.LastHeartbeatTime.IsZero() {
 		row.LastHeartbeatTime = s.Status.LastHeartbeatTime.DeepCopy()
 	}
+	row.PruneHeld = s.Status.PruneHeld.DeepCopy()
 	return row
 }
 

@@ -179,7 +179,17 @@ var (
 	stateChanged     = newStorageState("apps", "deployments", "Dd9lYlNqvJw=", []string{"8aSe+NMegvE=", "Dd9lYlNqvJw="}, 3*time.Minute)
 	stateManyHashes  = newStorageState("example.com", "gadgets", "mZ2Wg5bYmUo=", []string{"a1Mf3QbEj9g=", "Xy0pQ8r4TnU=", "Uz2vH7cK1sE=", "mZ2Wg5bYmUo="}, 11*time.Minute)
 	stateBothUnknown = newStorageState("apiextensions.k8s.io", "customresourcedefinitions", migrationv1alpha1.UnknownStorageVersionHash, []string{migrationv1alpha1.UnknownStorageVersionHash}, 40*time.Second)
+	// stateHeld: throughStatus rewrote every widget, but left entries
+	// naming v1, which keep the CRD's storedVersions from being pruned.
+	stateHeld = held(newStorageState("example.com", "widgets", "Tb3cR5Zx0qk=", []string{"Tb3cR5Zx0qk=", "gIwvi5rymmg="}, 40*time.Second),
+		&migrationv1alpha1.PruneHold{Reason: migrationv1alpha1.PruneHeldManagedFieldsLeft, Entries: 100, Migration: "widgets-through-status", Since: agoPtr(9 * time.Minute),
+			Message: "100 managedFields entries still name a version to be pruned (Denied 100): server-side apply on their objects would fail once it is removed from the CRD."})
 )
+
+func held(s migrationv1alpha1.StorageState, h *migrationv1alpha1.PruneHold) migrationv1alpha1.StorageState {
+	s.Status.PruneHeld = h
+	return s
+}
 
 // Encryption at rest: two API servers, the configuration they had and the
 // one they move to, as their metrics name them.
@@ -305,7 +315,8 @@ func TestStatusGolden(t *testing.T) {
 		{name: "failed-long-message", in: svmInput(failedLong, notFound)},
 		{name: "retrying", in: svmInput(retrying)},
 		// Admission: who refused, and the managedFields entries left.
-		{name: "admission", yaml: true, in: svmInput(refused, throughStatus)},
+		{name: "admission", yaml: true, in: Input{Now: now, SVMServed: true, InTreeServed: true,
+			Migrations: []migrationv1alpha1.StorageVersionMigration{refused, throughStatus}, StorageStates: []migrationv1alpha1.StorageState{stateHeld}}},
 		{name: "pending", in: svmInput(pending)},
 		{name: "in-tree", in: Input{Now: now, SVMServed: true, InTreeServed: true,
 			InTreeMigrations: []storagemigrationv1.StorageVersionMigration{inTreeSucceeded, inTreePending, inTreeFailed}}},

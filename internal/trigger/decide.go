@@ -1,6 +1,7 @@
 package trigger
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"time"
@@ -301,8 +302,13 @@ func followUp(in Input, d Decision, status *migrationv1alpha1.StorageStateStatus
 		return d
 	}
 	live := countable(in)
-	if succeededFor(madeSince(live, status.CurrentStorageVersionSince), current) {
+	since := madeSince(live, status.CurrentStorageVersionSince)
+	if m := lastSucceededFor(since, current); m != nil {
+		if crdBehind(in.CRD) && entriesLeft(m) > 0 {
+			return held(in, d, status, live, since, current, m)
+		}
 		status.PersistedStorageVersionHashes = []string{current}
+		status.PruneHeld = nil
 		d.Status = status
 		d.PruneStoredVersions = crdBehind(in.CRD)
 		return d
@@ -316,6 +322,104 @@ func followUp(in Input, d Decision, status *migrationv1alpha1.StorageStateStatus
 	}
 	d.CreateMigrationFor = &current
 	return d
+}
+
+// held is the decision when m, the last migration to current made since
+// the storage was as it is now, rewrote every object but left
+// managedFields entries naming a version the CRD's storedVersions are to
+// be pruned of, status being the state's status as d leaves it. Nothing
+// is stored in that version, yet pruning would let it be removed from the
+// CRD, after which every server-side apply on those objects fails: the
+// prune is held, and the hashes the CRD lists stay persisted, as they
+// would until a prune. A new migration, which moves what it can of the
+// entries again, follows after a delay that doubles with each held one
+// (their manager may apply through the version kept meanwhile, or a
+// webhook that refused svm's write let it through), unless one is under
+// way.
+func held(in Input, d Decision, status *migrationv1alpha1.StorageStateStatus, live, since []migrationv1alpha1.StorageVersionMigration, current string, m *migrationv1alpha1.StorageVersionMigration) Decision {
+	hold := holdOf(m)
+	if prev := status.PruneHeld; prev != nil && prev.Reason == hold.Reason {
+		hold.Since = prev.Since
+	} else {
+		hold.Since = ptrTime(in.Now)
+	}
+	if !equalHold(status.PruneHeld, hold) {
+		status.PruneHeld = hold
+		d.Status = status
+	}
+	if followup.FirstActive(live) != nil || hasUnfinishedOwned(in.Migrations, current) {
+		return d
+	}
+	if wait := recheckWait(since, current, in); wait > 0 {
+		d.RequeueAfter = wait
+		return d
+	}
+	d.CreateMigrationFor = &current
+	return d
+}
+
+// recheckWait is how long a new migration must wait after the held ones
+// among ms (succeeded for current, entries left): the retry delay,
+// doubling per held migration, from the last one's end.
+func recheckWait(ms []migrationv1alpha1.StorageVersionMigration, current string, in Input) time.Duration {
+	n, last := 0, time.Time{}
+	for i := range ms {
+		if m := &ms[i]; isSucceededFor(m, current) && entriesLeft(m) > 0 {
+			n++
+			if t := completedAt(m); t.After(last) {
+				last = t
+			}
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return max(last.Add(followup.Backoff(in.RetryBase, in.RetryMax, n)).Sub(in.Now), 0)
+}
+
+// entriesLeft counts the managedFields entries m left naming a version to
+// be pruned, whatever the reason.
+func entriesLeft(m *migrationv1alpha1.StorageVersionMigration) int64 {
+	return m.Status.Progress.ManagedFieldsLeft.Total()
+}
+
+// holdOf is the hold m's entries left put on the prune, with what the user
+// can do about each reason.
+func holdOf(m *migrationv1alpha1.StorageVersionMigration) *migrationv1alpha1.PruneHold {
+	left := m.Status.Progress.ManagedFieldsLeft
+	return &migrationv1alpha1.PruneHold{
+		Reason:    migrationv1alpha1.PruneHeldManagedFieldsLeft,
+		Entries:   left.Total(),
+		Migration: m.Name,
+		Message:   HoldMessage(left),
+	}
+}
+
+// HoldMessage says why managedFields entries counted in left hold a prune
+// of storedVersions, and what can be done, reason by reason.
+func HoldMessage(left *migrationv1alpha1.ManagedFieldsLeft) string {
+	msg := fmt.Sprintf("%d managedFields entries still name a version to be pruned (%s): server-side apply on their objects would fail once it is removed from the CRD.", left.Total(), left)
+	if left.Denied > 0 {
+		msg += " Denied: an admission webhook or policy refused svm's write that moves them; let it admit svm's writes."
+	}
+	if left.NotInVersion > 0 || left.NotConverted > 0 || left.Unplaced > 0 {
+		msg += " NotInVersion, NotConverted, Unplaced: the fields they own have no one-to-one place in the version kept; have each manager apply through the version kept, or remove its entry."
+	}
+	if left.NotServed > 0 {
+		msg += " NotServed: serve the version they name again, so that the API server can convert them."
+	}
+	if left.Refused > 0 {
+		msg += " Refused: the API server refused the dry run that converts them (a conversion webhook's error, validation); fix that."
+	}
+	return msg + " svm tries again after its retry delay; svm retire --dry-run names the objects."
+}
+
+// equalHold reports whether two holds say the same, their time aside.
+func equalHold(a, b *migrationv1alpha1.PruneHold) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Reason == b.Reason && a.Entries == b.Entries && a.Migration == b.Migration && a.Message == b.Message
 }
 
 // countable is the migrations that can vouch for what is stored: only
@@ -496,19 +600,25 @@ func hasUnfinishedOwned(ms []migrationv1alpha1.StorageVersionMigration, hash str
 	return followup.FirstActive(mark.For(ms, hash)) != nil
 }
 
-// succeededFor reports whether a migration made for hash succeeded: an
-// owned one created for it, or a user's that recorded it as its target.
-func succeededFor(ms []migrationv1alpha1.StorageVersionMigration, hash string) bool {
+// lastSucceededFor is the migration of ms made for hash that succeeded
+// last (an owned one created for it, or a user's that recorded it as its
+// target), nil when none did.
+func lastSucceededFor(ms []migrationv1alpha1.StorageVersionMigration, hash string) *migrationv1alpha1.StorageVersionMigration {
+	var last *migrationv1alpha1.StorageVersionMigration
 	for i := range ms {
-		m := &ms[i]
-		if !m.HasCondition(migrationv1alpha1.MigrationSucceeded) || m.Status.StorageVersionHash != hash {
-			continue
-		}
-		if !IsOwned(m) || TargetHash(m) == hash {
-			return true
+		if m := &ms[i]; isSucceededFor(m, hash) && (last == nil || completedAt(m).After(completedAt(last))) {
+			last = m
 		}
 	}
-	return false
+	return last
+}
+
+// isSucceededFor reports whether m was made for hash and succeeded.
+func isSucceededFor(m *migrationv1alpha1.StorageVersionMigration, hash string) bool {
+	if !m.HasCondition(migrationv1alpha1.MigrationSucceeded) || m.Status.StorageVersionHash != hash {
+		return false
+	}
+	return !IsOwned(m) || TargetHash(m) == hash
 }
 
 // completedAt is when a finished migration ended.

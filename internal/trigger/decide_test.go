@@ -486,3 +486,77 @@ func TestDecideStorageMoved(t *testing.T) {
 		},
 	})
 }
+
+// leaving is m having left n managedFields entries, refused by a webhook.
+func leaving(m migrationv1alpha1.StorageVersionMigration, n int64) migrationv1alpha1.StorageVersionMigration {
+	m.Status.Progress.ManagedFieldsLeft = &migrationv1alpha1.ManagedFieldsLeft{Denied: n}
+	return m
+}
+
+func TestDecidePruneHeld(t *testing.T) {
+	crd := &CRDStorage{Generation: 3, StoredHashes: []string{"A"}}
+	base, maxDelay := 5*time.Minute, time.Hour
+	// A migration made at t0 ends at t0+1m.
+	heldBy := func(name string, created time.Time) migrationv1alpha1.StorageVersionMigration {
+		return leaving(atGeneration(owned(name, "B", created, "ok"), "3"), 20)
+	}
+	hold := func(migration string, since time.Time) *migrationv1alpha1.PruneHold {
+		return &migrationv1alpha1.PruneHold{
+			Reason: migrationv1alpha1.PruneHeldManagedFieldsLeft, Entries: 20, Migration: migration, Since: ptr(metav1.NewTime(since)),
+			Message: HoldMessage(&migrationv1alpha1.ManagedFieldsLeft{Denied: 20}),
+		}
+	}
+	heldState := func(migration string, since time.Time) *migrationv1alpha1.StorageState {
+		s := state(t0, "B", "B", "A")
+		s.Status.PruneHeld = hold(migration, since)
+		return s
+	}
+	withHold := func(st *migrationv1alpha1.StorageStateStatus, h *migrationv1alpha1.PruneHold) *migrationv1alpha1.StorageStateStatus {
+		st.PruneHeld = h
+		return st
+	}
+	in := func(now time.Time, s *migrationv1alpha1.StorageState, ms ...migrationv1alpha1.StorageVersionMigration) Input {
+		return Input{Now: now, State: s, CRD: crd, Migrations: ms, RetryBase: base, RetryMax: maxDelay}
+	}
+	checkDecide(t, []decideTest{
+		{
+			name: "every object rewritten but entries left naming A: no prune, the hold recorded, a new try after the retry delay",
+			in:   in(t0.Add(2*time.Minute), state(t0, "B", "B", "A"), heldBy("first", t0)),
+			want: Decision{Status: withHold(status(t0, "B", "B", "A"), hold("first", t0.Add(2*time.Minute))), RequeueAfter: 4 * time.Minute},
+		},
+		{
+			name: "the hold already recorded: nothing written, still waiting",
+			in:   in(t0.Add(3*time.Minute), heldState("first", t0.Add(2*time.Minute)), heldBy("first", t0)),
+			want: Decision{RequeueAfter: 3 * time.Minute},
+		},
+		{
+			name: "the delay over: a new migration, the hold kept",
+			in:   in(t0.Add(6*time.Minute), heldState("first", t0.Add(2*time.Minute)), heldBy("first", t0)),
+			want: Decision{CreateMigrationFor: ptr("B"), RecordRevision: true},
+		},
+		{
+			name: "the new one under way: wait for it",
+			in: in(t0.Add(7*time.Minute), heldState("first", t0.Add(2*time.Minute)),
+				heldBy("first", t0), atGeneration(owned("second", "B", t0.Add(6*time.Minute), ""), "3")),
+			want: Decision{},
+		},
+		{
+			name: "the new one left entries too: the delay doubles from its end, the hold names it, since the first",
+			in: in(t0.Add(8*time.Minute), heldState("first", t0.Add(2*time.Minute)),
+				heldBy("first", t0), heldBy("second", t0.Add(6*time.Minute))),
+			want: Decision{Status: withHold(status(t0, "B", "B", "A"), hold("second", t0.Add(2*time.Minute))), RequeueAfter: 9 * time.Minute},
+		},
+		{
+			name: "the new one moved every entry: refine, prune, the hold gone",
+			in: in(t0.Add(8*time.Minute), heldState("first", t0.Add(2*time.Minute)),
+				heldBy("first", t0), atGeneration(owned("second", "B", t0.Add(6*time.Minute), "ok"), "3")),
+			want: Decision{Status: status(t0, "B", "B"), PruneStoredVersions: true},
+		},
+		{
+			name: "entries left when the CRD lists nothing else to prune: nothing held",
+			in: Input{Now: t0.Add(2 * time.Minute), State: state(t0, "B", "A", "B"), CRD: &CRDStorage{Generation: 3},
+				Migrations: []migrationv1alpha1.StorageVersionMigration{leaving(user("mine", t0, "ok", "B"), 3)}},
+			want: Decision{Status: status(t0, "B", "B")},
+		},
+	})
+}

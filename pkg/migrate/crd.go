@@ -25,8 +25,10 @@ type CRDResult = operation.CRDResult
 // once those versions are removed. Removing one is safe only once no
 // client still uses it: Retire with Unserve waits for that.
 //
-// It prunes only when every object was migrated (none failed), and only
-// when the CRD's generation, storage version and UID are the ones read
+// It prunes only when every object was migrated (none failed), when no
+// managedFields entry was left naming a version it prunes
+// (ErrManagedFieldsLeft), and only when the CRD's generation, storage
+// version and UID are the ones read
 // before the migration started: a migration that ran across a change of
 // storage version proves nothing about the new one. The status update
 // carries the CRD's resourceVersion as read; on a conflict the CRD is read

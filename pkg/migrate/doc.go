@@ -82,7 +82,10 @@
 // if the kept version's schema has it. An entry whose fields cannot be
 // placed is left as it is and reported (Counts.ManagedFieldsLeft,
 // Result.LeftEntries), never emptied: no manager loses a field that
-// exists. A conflict does not skip such an object,
+// exists; and while any is left, storedVersions are not pruned
+// (ErrManagedFieldsLeft), since that would let the version it names be
+// removed. A field that neither the version kept nor the object has owns
+// nothing and is dropped from its entry. A conflict does not skip such an object,
 // since the other client's write did not move its entries: it is read
 // again and its entries as they are then moved.
 //

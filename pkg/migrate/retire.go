@@ -68,8 +68,10 @@ type RetireResult = operation.RetireResult
 // another client writes meanwhile is read again and its entries rewritten
 // as they are then. A field is kept wherever the version kept has it (see
 // the package doc); an entry whose fields cannot be placed there is left
-// as it is, and Retire then returns ErrManagedFieldsLeft after the prune,
-// without Unserve's step (Result.LeftEntries says which and why).
+// as it is, and Retire then returns ErrManagedFieldsLeft without pruning
+// storedVersions and without Unserve's step (Result.LeftEntries says which
+// and why). A field that neither the version kept nor the object has owns
+// nothing, and is dropped from its entry as the entry moves.
 //
 // Retire keeps no state: call it again after any error, and it goes on
 // from what the cluster holds. When nothing is left to do it writes

@@ -26,6 +26,8 @@ type Webhook struct {
 	calls, subresourceCalls tally
 	// probe is the key of the object the helper probed with.
 	probe string
+	// unregister deletes the webhook's configuration.
+	unregister func(context.Context) error
 }
 
 // SubresourceCalls is how often the webhook was asked about a write of a
@@ -168,6 +170,7 @@ func StartAdmissionWebhook(t testing.TB, e *Env, hook AdmissionHook) *Webhook {
 	if err := e.Client.Create(Context(t, time.Minute), cfg); err != nil {
 		t.Fatalf("register webhook: %v", err)
 	}
+	w.unregister = func(ctx context.Context) error { return client.IgnoreNotFound(e.Client.Delete(ctx, cfg)) }
 	t.Cleanup(func() {
 		// The API server would otherwise go on calling a webhook that is
 		// no longer served, for the rest of a shared control plane's life.
@@ -202,6 +205,15 @@ func StartAdmissionWebhook(t testing.TB, e *Env, hook AdmissionHook) *Webhook {
 		t.Fatalf("delete webhook probe: %v", err)
 	}
 	return w
+}
+
+// Unregister removes the webhook's configuration: the API server stops
+// calling it a moment later, as it picks the change up.
+func (w *Webhook) Unregister(t testing.TB) {
+	t.Helper()
+	if err := w.unregister(Context(t, time.Minute)); err != nil {
+		t.Fatalf("unregister webhook: %v", err)
+	}
 }
 
 // TotalCalls is how often the webhook was asked about anything but its

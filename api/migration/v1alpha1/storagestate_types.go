@@ -105,7 +105,45 @@ type StorageStateStatus struct {
 	// (--encrypted-resources). Unset for the others.
 	// +optional
 	Encryption *StorageEncryption `json:"encryption,omitempty"`
+	// PruneHeld, for a custom resource, says why svm keeps versions in
+	// its CRD's status.storedVersions although a migration rewrote every
+	// object in the storage version: managedFields entries still name
+	// them, and pruning would let them be removed from the CRD, after
+	// which every server-side apply on those objects fails. svm tries
+	// again after a delay that doubles each time (its migrations' retry
+	// delay); unset when nothing holds a prune.
+	// +optional
+	PruneHeld *PruneHold `json:"pruneHeld,omitempty"`
 }
+
+// PruneHold is what keeps versions in a CRD's status.storedVersions after
+// every object was rewritten in the storage version.
+type PruneHold struct {
+	// Reason is ManagedFieldsLeft: managedFields entries name a version
+	// to be pruned, and svm could not move them.
+	// +required
+	// +kubebuilder:validation:MaxLength=64
+	Reason string `json:"reason"`
+	// Entries counts the entries the migration left naming such a
+	// version.
+	Entries int64 `json:"entries"`
+	// Migration names the migration that left them.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Migration string `json:"migration,omitempty"`
+	// Since is when svm first held the prune for this reason.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+	// Message says what holds the prune, by why the entries were left,
+	// and what the user can do.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+}
+
+// PruneHeldManagedFieldsLeft is PruneHold's reason when managedFields
+// entries name a version to be pruned.
+const PruneHeldManagedFieldsLeft = "ManagedFieldsLeft"
 
 // StorageEncryption records which encryption-at-rest configuration the
 // stored objects of a resource have all been rewritten under. API servers

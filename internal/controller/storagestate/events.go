@@ -29,6 +29,9 @@ const (
 	ReasonMigrationCreated     = "MigrationCreated"
 	ReasonRetryScheduled       = "RetryScheduled"
 	ReasonSuperseded           = "Superseded"
+	// ReasonPruneHeld: every object was rewritten, but managedFields
+	// entries still name a version to be pruned (status.pruneHeld).
+	ReasonPruneHeld = "PruneHeld"
 )
 
 // transition is a change of a StorageState worth an event and a metric.
@@ -37,6 +40,8 @@ type transition struct {
 	reason, action, note string
 	// metric is the transition label of storage_state_transitions_total.
 	metric string
+	// warning: something keeps svm from finishing, for the user to act on.
+	warning bool
 }
 
 // statusTransitions says what a status update changes: the storage version
@@ -57,6 +62,12 @@ func statusTransitions(old, updated *migrationv1alpha1.StorageStateStatus) []tra
 	}
 	if t, ok := storageChangedTransition(old, updated); ok {
 		out = append(out, t)
+	}
+	if h := updated.PruneHeld; h != nil && (old.PruneHeld == nil || old.PruneHeld.Migration != h.Migration) {
+		out = append(out, transition{
+			reason: ReasonPruneHeld, action: "HoldPrune", metric: metrics.TransitionPruneHeld, warning: true,
+			note: fmt.Sprintf("status.storedVersions not pruned after migration %s: %s", h.Migration, h.Message),
+		})
 	}
 	current := updated.CurrentStorageVersionHash
 	if isOnly(updated.PersistedStorageVersionHashes, current) && !isOnly(old.PersistedStorageVersionHashes, current) {
@@ -120,7 +131,11 @@ func (c *Controller) record(gr schema.GroupResource, regarding, related runtime.
 	if t.metric != "" {
 		c.Metrics.StorageStateTransition(gr, t.metric)
 	}
-	c.event(regarding, related, corev1.EventTypeNormal, t.reason, t.action, t.note)
+	eventType := corev1.EventTypeNormal
+	if t.warning {
+		eventType = corev1.EventTypeWarning
+	}
+	c.event(regarding, related, eventType, t.reason, t.action, t.note)
 }
 
 func (c *Controller) event(regarding, related runtime.Object, eventType, reason, action, note string) {

@@ -156,7 +156,27 @@ func (c *Controller) decide(ctx context.Context, gr schema.GroupResource, observ
 		klog.FromContext(ctx).Error(err, "Apply trigger decision", "resource", gr)
 	}
 	c.noteRetry(gr, state, d, now)
+	c.notePruneHeld(gr, state, d)
 	return sooner(d.RequeueAfter, requeue)
+}
+
+// notePruneHeld sets the gauge of the entries holding gr's prune, as d
+// leaves its StorageState: for a resource held now or before, so that
+// resources never held have no series.
+func (c *Controller) notePruneHeld(gr schema.GroupResource, state *migrationv1alpha1.StorageState, d trigger.Decision) {
+	var before, now *migrationv1alpha1.PruneHold
+	if state != nil {
+		before, now = state.Status.PruneHeld, state.Status.PruneHeld
+	}
+	if d.Status != nil {
+		now = d.Status.PruneHeld
+	}
+	switch {
+	case now != nil:
+		c.Metrics.PruneHeld(gr, now.Entries)
+	case before != nil:
+		c.Metrics.PruneHeld(gr, 0)
+	}
 }
 
 // sooner is the shorter of two delays, where 0 means none.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/test/controlplane"
@@ -104,38 +105,45 @@ func TestRefusedWritesInAMigration(t *testing.T) {
 // trigger's migration sets spec.throughStatus and succeeds: every raw
 // etcd value is in v2, content unchanged, the refused half counted as
 // written through status, and the webhook asked about no status write.
-// storedVersions are pruned, since nothing is stored in v1; the refused
-// objects' managedFields entries still name v1, and the migration and svm
-// status say so, for v1 cannot be removed from the CRD until they move.
+// The refused objects' managedFields entries still name v1, and v1 must
+// not become removable while they do: storedVersions keep v1, and the
+// StorageState, svm status and a metric say why. Once the webhook is gone,
+// the trigger's next migration (after its retry delay) moves the entries,
+// and only then are storedVersions pruned.
 func TestTheTriggerWritesThroughStatus(t *testing.T) {
 	t.Parallel()
 	const n = 200
 	env, r, before, hook := refusingHalf(t, n)
-	env.StartSVM(t, framework.ControllerArgs("--crd-settle-delay=1s", "--through-status")...)
+	metricsAddr := framework.FreeAddress(t)
+	env.StartSVM(t, framework.ControllerArgs("--crd-settle-delay=1s", "--through-status", "--trigger-retry-delay=5s",
+		"--metrics-bind-address", metricsAddr)...)
 	env.SetStorage(t, r, "v2")
 
-	framework.Eventually(t, "storedVersions pruned to [v2]", 3*time.Minute, func(ctx context.Context) (bool, error) {
-		return slices.Equal(env.CRDStoredVersions(t, r.CRDName()), []string{"v2"}), nil
+	gr := r.GVR("v2").GroupResource()
+	state := env.WaitStorageState(t, gr, 3*time.Minute, "the prune held", func(s *migrationv1alpha1.StorageState) bool {
+		return s.Status.PruneHeld != nil
 	})
-	var list migrationv1alpha1.StorageVersionMigrationList
-	if err := env.Client.List(framework.Context(t, time.Minute), &list); err != nil {
-		t.Fatal(err)
+	m := &migrationv1alpha1.StorageVersionMigration{}
+	if err := env.Client.Get(framework.Context(t, time.Minute), client.ObjectKey{Name: state.Status.PruneHeld.Migration}, m); err != nil {
+		t.Fatalf("the migration the hold names: %v", err)
 	}
-	var m *migrationv1alpha1.StorageVersionMigration
-	for i := range list.Items {
-		if list.Items[i].Spec.Resource.Group == r.Group {
-			if m != nil {
-				t.Fatalf("the trigger made more than one migration of %s: %s and %s", r.CRDName(), m.Name, list.Items[i].Name)
-			}
-			m = &list.Items[i]
-		}
-	}
-	if m == nil || !m.Spec.ThroughStatus || !framework.Succeeded(m) {
-		t.Fatalf("the trigger's migration %+v: want one, with spec.throughStatus, Succeeded", m)
+	if !m.Spec.ThroughStatus || !framework.Succeeded(m) {
+		t.Fatalf("the trigger's migration %s: spec.throughStatus %v, conditions %+v; want it set, Succeeded", m.Name, m.Spec.ThroughStatus, m.Status.Conditions)
 	}
 	p := m.Status.Progress
 	if p.ThroughStatus != n/2 || p.Failed != 0 || p.ManagedFieldsMoved != n/2 || p.ManagedFieldsLeft.Total() != n/2 || p.ManagedFieldsLeft.Denied != n/2 {
 		t.Errorf("progress %+v (left %+v), want %d through status, %d objects' managedFields moved, %d entries left as Denied", p, p.ManagedFieldsLeft, n/2, n/2, n/2)
+	}
+	if h := state.Status.PruneHeld; h.Reason != migrationv1alpha1.PruneHeldManagedFieldsLeft || h.Entries != n/2 || !strings.Contains(h.Message, "Denied") {
+		t.Errorf("status.pruneHeld %+v, want %s, %d entries, what to do about Denied ones", h, migrationv1alpha1.PruneHeldManagedFieldsLeft, n/2)
+	}
+	// Give the trigger time to act: it must not prune while they are left.
+	time.Sleep(3 * time.Second)
+	if got := env.CRDStoredVersions(t, r.CRDName()); !slices.Equal(got, []string{"v1", "v2"}) {
+		t.Errorf("storedVersions = %v, want [v1 v2]: %d managedFields entries name v1", got, n/2)
+	}
+	if err := env.RemoveCRDVersion(t, r.CRDName(), "v1"); err == nil {
+		t.Error("the API server let v1 be removed while entries name it")
 	}
 	env.ExpectStored(t, r.EtcdPrefix(), map[string]int{r.Group + "/v2": n})
 	env.ExpectUnchanged(t, r.GVR("v1"), before)
@@ -149,9 +157,38 @@ func TestTheTriggerWritesThroughStatus(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("svm status exited %d\n%s%s", code, stdout, stderr)
 	}
-	if want := fmt.Sprintf("%s: %d managedFields entries still name a version to be pruned (Denied %d)", m.Name, n/2, n/2); !strings.Contains(strings.Join(strings.Fields(stdout), " "), want) {
-		t.Errorf("svm status does not say %q:\n%s", want, stdout)
+	out := strings.Join(strings.Fields(stdout), " ")
+	for _, want := range []string{
+		fmt.Sprintf("%s: %d managedFields entries still name a version to be pruned (Denied %d)", m.Name, n/2, n/2),
+		fmt.Sprintf("%s: storedVersions not pruned since", state.Name),
+		fmt.Sprintf("(ManagedFieldsLeft, migration %s)", m.Name),
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("svm status does not say %q:\n%s", want, stdout)
+		}
 	}
+	held := "storage_migrator_trigger_prune_held_entries"
+	if got := framework.Scrape(t, metricsAddr).Value(held, "resource", gr.String()); got != n/2 {
+		t.Errorf("%s{resource=%q} = %v, want %d", held, gr.String(), got, n/2)
+	}
+
+	// The webhook gone, the next migration moves the entries: then, and
+	// not before, storedVersions are pruned.
+	hook.Unregister(t)
+	framework.Eventually(t, "storedVersions pruned to [v2]", 3*time.Minute, func(context.Context) (bool, error) {
+		return slices.Equal(env.CRDStoredVersions(t, r.CRDName()), []string{"v2"}), nil
+	})
+	if got, want := env.ManagedFieldsVersions(t, r.EtcdPrefix()), map[string]int{r.Group + "/v2": n}; !maps.Equal(got, want) {
+		t.Errorf("etcd's managedFields name %v after the prune, want %v", got, want)
+	}
+	env.ExpectStored(t, r.EtcdPrefix(), map[string]int{r.Group + "/v2": n})
+	env.ExpectUnchanged(t, r.GVR("v1"), before)
+	env.WaitStorageState(t, gr, time.Minute, "the hold lifted", func(s *migrationv1alpha1.StorageState) bool {
+		return s.Status.PruneHeld == nil
+	})
+	framework.Eventually(t, held+" back to 0", time.Minute, func(context.Context) (bool, error) {
+		return framework.Scrape(t, metricsAddr).Value(held, "resource", gr.String()) == 0, nil
+	})
 }
 
 // refusingHalf starts a control plane with svm's CRDs, n objects of a
