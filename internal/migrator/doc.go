@@ -72,7 +72,10 @@
 // about one object (an admission webhook's denial, 422) are recorded with the
 // object's name and the migration continues, failing at the end; errors that
 // no retry can fix (the resource does not exist, 403 Forbidden, 405) stop the
-// migration at once with a TerminalError that says why.
+// migration at once with a TerminalError that says why. A 404 that names no
+// object may be the whole resource's (its CRD deleted, its APIService
+// removed): a list tells, and a resource gone mid-run stops the migration
+// with ResourceNotFound rather than count the objects left as gone.
 //
 // Every request has a deadline (Options.RequestTimeout), so an answer that
 // stalls halfway is a timeout to retry, not a worker lost for good. A wait

@@ -34,7 +34,10 @@ func (c Class) String() string {
 	return [...]string{"Transient", "Skip", "ObjectFailure", "Terminal"}[c]
 }
 
-// Classify says what a write error means.
+// Classify says what a write error means. A 404 is a Skip: the object is
+// gone. One that does not name the object may be the whole resource's,
+// though, and the engine confirms it with a list before it counts the
+// object gone (see namesObject).
 func Classify(err error) Class {
 	switch {
 	case apierrors.IsConflict(err), apierrors.IsNotFound(err), apierrors.IsGone(err):
@@ -103,6 +106,26 @@ func IsTransient(err error) bool {
 		strings.Contains(msg, "http2: client connection lost") || strings.Contains(msg, "unexpected EOF")
 }
 
+// namesObject reports whether err, a 404, is the API server's own answer
+// that the object named name is not there: a status whose details name it.
+// The answer for a resource the server does not serve (its CRD deleted,
+// its APIService removed) names no object: the plain-text "404 page not
+// found" of the server's last handler, which client-go reads as "the
+// server could not find the requested resource". client-go gives that
+// answer the name of the object asked for when it built the request from
+// one (the metadata and dynamic clients), so an answer it made up
+// (IsUnexpectedServerError) names nothing either. A 404 that does not
+// name the object may be the resource's: the engine asks with a list
+// (run.confirmServed) rather than take it for one object's deletion.
+func namesObject(err error, name string) bool {
+	var status apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || apierrors.IsUnexpectedServerError(err) || !errors.As(err, &status) {
+		return false
+	}
+	d := status.Status().Details
+	return d != nil && name != "" && d.Name == name
+}
+
 // isAdmissionDenial reports whether an admission webhook or policy
 // refused the write (admission.Denied).
 func isAdmissionDenial(err error) bool {
@@ -139,7 +162,10 @@ func isRBACDenial(err error) bool {
 // Reasons the engine's TerminalErrors give: the Failed condition's reason,
 // and pkg/migrate's.
 const (
-	// ReasonResourceNotFound: the API server does not serve the resource.
+	// ReasonResourceNotFound: the API server does not serve the resource,
+	// when the migration starts or no longer, mid-run (its CRD deleted, its
+	// APIService removed): a list or a write answered 404 and a list
+	// confirmed it.
 	ReasonResourceNotFound = "ResourceNotFound"
 	// ReasonNotMigratable: the resource cannot be both listed and patched.
 	ReasonNotMigratable = "NotMigratable"

@@ -90,6 +90,18 @@ func FuzzClassify(f *testing.F) {
 		check(fmt.Sprintf("status %d %s", c.code, c.reason),
 			&apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: c.code, Reason: c.reason, Message: message}}, c.want)
 
+		// A 404 is about the object written only when its details name
+		// it, whatever its message says: one that names nothing may be
+		// the resource's own (see namesObject).
+		notFound := &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 404, Reason: metav1.StatusReasonNotFound, Message: message}}
+		if namesObject(wrap(notFound, depth, asURL), "w1") {
+			t.Errorf("namesObject(%q) without details is true", notFound)
+		}
+		notFound.ErrStatus.Details = &metav1.StatusDetails{Name: "w1", Group: gr.Group, Kind: gr.Resource}
+		if !namesObject(wrap(notFound, depth, asURL), "w1") {
+			t.Errorf("namesObject(%q) naming w1 is false", notFound)
+		}
+
 		// RBAC's refusal, as kube-apiserver words it, for any user, stops
 		// the migration: every object would be refused alike.
 		user := strconv.Quote(message)

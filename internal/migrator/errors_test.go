@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -51,6 +52,51 @@ func TestClassify(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := Classify(tt.err); got != tt.want {
 				t.Errorf("Classify(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestNamesObject tells a 404 about the object written (the object is
+// gone: a skip) from one that names no object, which may be the whole
+// resource's (its CRD deleted, its APIService removed) and is confirmed
+// with a list before the object is counted gone.
+func TestNamesObject(t *testing.T) {
+	gr := schema.GroupResource{Group: "wardle.example.com", Resource: "flunders"}
+	// The plain-text "404 page not found" of kube-apiserver's last
+	// handler, as client-go reads it: through AbsPath (the engine's own
+	// requests) it names nothing; through a client that knew the name (the
+	// metadata and dynamic clients) client-go names the object itself.
+	plain := apierrors.NewGenericServerResponse(404, "PATCH", schema.GroupResource{}, "", "404 page not found", 0, true)
+	plainNamed := apierrors.NewGenericServerResponse(404, "PATCH", gr, "f1", "404 page not found", 0, true)
+	// A status without details: what an aggregated server not built on
+	// k8s.io/apiserver may answer for a path it does not serve.
+	bare := &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 404, Reason: metav1.StatusReasonNotFound,
+		Message: "the server could not find the requested resource"}}
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"the server's 404 names the object", apierrors.NewNotFound(gr, "f1"), true},
+		{"through the status subresource", fmt.Errorf("through its status subresource: %w", apierrors.NewNotFound(gr, "f1")), true},
+		{"names another object", apierrors.NewNotFound(gr, "f2"), false},
+		{"resource not served, through AbsPath", plain, false},
+		{"resource not served, named by client-go", plainNamed, false},
+		{"a status without details", bare, false},
+		{"conflict naming the object", apierrors.NewConflict(gr, "f1", errors.New("the object has been modified")), false},
+		{"aggregator: APIService unavailable", apierrors.NewGenericServerResponse(503, "PATCH", schema.GroupResource{}, "", "service unavailable", 0, true), false},
+		{"not an API status", errors.New("404 page not found"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := namesObject(tt.err, "f1"); got != tt.want {
+				t.Errorf("namesObject(%v, f1) = %v, want %v", tt.err, got, tt.want)
+			}
+			// Classify is the same for all: a 404 is a skip, whatever it
+			// names; the engine confirms one that names no object.
+			if got := Classify(tt.err); apierrors.IsNotFound(tt.err) && got != Skip {
+				t.Errorf("Classify(%v) = %v, want Skip", tt.err, got)
 			}
 		})
 	}

@@ -398,6 +398,14 @@ type run struct {
 
 	failedMu sync.Mutex
 	refusals refusals
+
+	// probeMu makes the workers whose writes met a 404 naming no object
+	// ask one at a time whether the resource is still served
+	// (confirmServed); probeStop, once set, is an answer that stops the
+	// run (not served, or no telling), which the others then take without
+	// asking again.
+	probeMu   sync.Mutex
+	probeStop error
 }
 
 func (r *run) listAndRewrite(ctx context.Context) error {
@@ -647,6 +655,11 @@ func (r *run) settle(ctx context.Context, obj *metav1.PartialObjectMetadata, err
 	switch Classify(err) {
 	case Skip:
 		gone := apierrors.IsNotFound(err)
+		if gone && !namesObject(err, obj.Name) {
+			if err := r.confirmServed(ctx, obj, err); err != nil {
+				return err
+			}
+		}
 		if gone {
 			r.counters.gone.Add(1)
 		} else {
@@ -670,6 +683,53 @@ func (r *run) settle(ctx context.Context, obj *metav1.PartialObjectMetadata, err
 		r.recordFailure(obj, err)
 		return nil
 	}
+}
+
+// confirmServed asks whether the resource is still served, with a list of
+// one object, after the write of obj was answered by notFound, a 404 that
+// does not name it (see namesObject). Served, the object is gone, as the
+// 404 said, and it returns nil. Otherwise the resource itself went during
+// the run (its CRD deleted, its APIService removed) and the run must stop,
+// Failed with ResourceNotFound: counting every object left as gone would
+// end it Succeeded, while an APIService removed leaves its objects in
+// etcd, in the old version. When the list cannot tell (an outage that
+// outlives the retries), the run stops to be resumed, as after any
+// outage, and the object is not counted at all.
+func (r *run) confirmServed(ctx context.Context, obj *metav1.PartialObjectMetadata, notFound error) error {
+	r.probeMu.Lock()
+	defer r.probeMu.Unlock()
+	if r.probeStop != nil {
+		return r.probeStop
+	}
+	err := r.retry(ctx, "list", func(ctx context.Context) error {
+		_, err := r.listChunk(ctx, "", 1)
+		return err
+	})
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	r.probeStop = probeStop(r.gr, objectName(obj), notFound, classifyListError(r.req.Resource, err))
+	return r.probeStop
+}
+
+// probeStop is why a run stops when the write of the object named name
+// answered notFound, a 404 naming no object, and the list that asked
+// whether gr is still served answered listErr (classifyListError's). Only
+// the list's error is wrapped, the one that decides: a 404 means gr is no
+// longer served; another terminal error keeps its reason; anything else
+// stops the run to be resumed.
+func probeStop(gr schema.GroupResource, name string, notFound, listErr error) error {
+	var t *TerminalError
+	switch {
+	case errors.As(listErr, &t) && t.Reason == ReasonResourceNotFound:
+		return terminal(ReasonResourceNotFound, "%s is no longer served: the write of %s answered 404 (%v), and so did a list: %w", gr, name, notFound, t.Err)
+	case errors.As(listErr, &t):
+		return terminal(t.Reason, "rewrite %s %s: %v; then, asked whether the resource is still served: %w", gr, name, notFound, t.Err)
+	}
+	return fmt.Errorf("rewrite %s %s: %v; then, asked whether the resource is still served: %w", gr, name, notFound, listErr)
 }
 
 // watchOthers starts the watch for objects others write (see changes), once:

@@ -113,6 +113,13 @@ func (p *Proxy) StartSVM(t testing.TB, args ...string) *Process {
 	return startSVM(t, proxyKubeconfig(t, p.Config.Host), args)
 }
 
+// Kubeconfig writes a kubeconfig that reaches the API server through the
+// proxy, for svm run in the test's process (SVM) or as one (RunSVM).
+func (p *Proxy) Kubeconfig(t testing.TB) string {
+	t.Helper()
+	return proxyKubeconfig(t, p.Config.Host)
+}
+
 // proxyKubeconfig writes a kubeconfig for a proxy at host. It carries no
 // credentials: the proxy adds the admin's on the way to the API server.
 func proxyKubeconfig(t testing.TB, host string) string {
