@@ -161,6 +161,11 @@ func DecidePrune(start Storage, now *Storage, failed, entriesLeft int64) (verdic
 		return PruneCRDChanged, fmt.Sprintf("the storage version changed from %s to %s", start.StorageVersion, now.StorageVersion)
 	case now.Generation != start.Generation:
 		return PruneCRDChanged, fmt.Sprintf("the CRD changed (generation %d, now %d)", start.Generation, now.Generation)
+	case len(gained(start.StoredVersions, now.StoredVersions)) > 0:
+		// A status write gained it, which moves no generation: whoever
+		// wrote it says objects may be stored in it, which a migration
+		// listed before cannot have seen.
+		return PruneCRDChanged, fmt.Sprintf("status.storedVersions gained %s during the migration", strings.Join(gained(start.StoredVersions, now.StoredVersions), ", "))
 	case failed > 0:
 		return PruneObjectsFailed, fmt.Sprintf("%d objects could not be rewritten", failed)
 	case now.OnlyStorage():
@@ -169,4 +174,15 @@ func DecidePrune(start Storage, now *Storage, failed, entriesLeft int64) (verdic
 		return PruneEntriesLeft, fmt.Sprintf("%d managedFields entries still name %s: server-side apply on their objects would fail once it is removed", entriesLeft, strings.Join(now.Besides(), ", "))
 	}
 	return Prune, ""
+}
+
+// gained is the versions now lists that before does not.
+func gained(before, now []string) []string {
+	var out []string
+	for _, v := range now {
+		if !slices.Contains(before, v) {
+			out = append(out, v)
+		}
+	}
+	return out
 }

@@ -29,9 +29,10 @@ func TestDecidePrune(t *testing.T) {
 			wantVerdict: Prune,
 		},
 		{
-			name:        "status changed but not the generation: prune",
+			name:        "storedVersions gained an entry without a new generation: objects may be stored in it",
 			now:         with(func(s *Storage) { s.StoredVersions = []string{"v0", "v1", "v2"} }),
-			wantVerdict: Prune,
+			wantVerdict: PruneCRDChanged,
+			wantWhy:     "status.storedVersions gained v0 during the migration",
 		},
 		{
 			name:        "an object failed",

@@ -12,6 +12,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/openapi"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"github.com/svm-project/svm/internal/crdversions"
 )
 
 // Do sends one request, fn, as the caller paces, bounds and retries its
@@ -114,7 +116,12 @@ func For(ctx context.Context, r Resource, c Clients) (m *Mover, ok bool, err err
 	}
 	if !converts(r.CRD) {
 		m := schemaMapper{kept: kept}
-		if c.Dynamic != nil {
+		if c.Dynamic != nil && r.CRD != nil && crdversions.StorageVersion(r.CRD) == r.Kept.Version {
+			// Read in the version kept, which is the one the object is
+			// stored in: what it lacks there, it lacks for good. A
+			// built-in resource's versions may keep a field elsewhere
+			// (autoscaling/v1 keeps v2's in annotations), so nothing of
+			// its entries is dropped.
 			m.read = func(ctx context.Context, do Do, obj *Object) (*unstructured.Unstructured, error) {
 				return readAt(ctx, do, c.Dynamic, r.Kept, obj)
 			}

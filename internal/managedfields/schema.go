@@ -238,11 +238,12 @@ func (vs *versionSchema) fields(u *unstructured.Unstructured) (fieldsOf, error) 
 // owns a field the version kept has no place for.
 //
 // Such a field is dropped from the entry when the object, read in the
-// version kept, has no value there either: it owns nothing, since no
-// version the object can still be read or written in has it (a field the
-// new version removed, which the API server pruned from the object), and
-// it is the one thing that would keep its entry naming the retired
-// version forever. A field the object does have a value at, or one whose
+// version kept, which is also the one it is stored in (a custom
+// resource's storage version), has no value there either: it owns
+// nothing, since no version the object can still be read or written in
+// has it (a field the new version removed, which the API server prunes
+// from the object), and it is the one thing that would keep its entry
+// naming the retired version forever. A field the object does have a value at, or one whose
 // place cannot be told, keeps the whole entry where it is (NotInVersion):
 // its manager may still own something there.
 type schemaMapper struct {
