@@ -175,7 +175,9 @@ func (o *StatusOptions) fetch(ctx context.Context) (*status.Report, error) {
 		// --watch shows progress lines only: nothing of this.
 		in.Encryption, in.EncryptionError = o.lookAtEncryption(ctx)
 	}
-	in.Now = time.Now()
+	// Ages and the identity leases' liveness are of times the API server
+	// stamps: read on its clock, not this machine's.
+	in.Now = o.Clock.Now()
 	return status.Build(in), nil
 }
 
@@ -193,7 +195,7 @@ const encryptionTimeout = 15 * time.Second
 func (o *StatusOptions) lookAtEncryption(ctx context.Context) (*rotation.Agreement, string) {
 	ctx, cancel := context.WithTimeout(ctx, encryptionTimeout)
 	defer cancel()
-	a, err := encryption.Look(ctx, o.Kube.CoordinationV1(), o.Servers, o.APIServerEndpoints, time.Now())
+	a, err := encryption.Look(ctx, o.Kube.CoordinationV1(), o.Servers, o.APIServerEndpoints, o.Clock.Now())
 	if err != nil {
 		return &a, err.Error()
 	}
@@ -234,7 +236,7 @@ func (o *StatusOptions) watch(ctx context.Context, r *status.Report) error {
 	defer ticker.Stop()
 	var refreshErr error
 	for {
-		lines := watchLines(r, time.Now())
+		lines := watchLines(r, o.Clock.Now())
 		if refreshErr != nil {
 			lines = append(lines, "refresh failed: "+refreshErr.Error())
 		}

@@ -40,15 +40,31 @@ type Set struct {
 	// Servers reaches each API server at its own address, for what only
 	// that server can tell (its /metrics).
 	Servers *Endpoints
+	// Clock is the API server's clock, learnt from the answers to every
+	// client built over Config: what svm compares the times the server
+	// stamps with, never this machine's clock.
+	Clock *ServerClock
 }
 
-// New builds a Set over cfg. It sends no request.
+// New builds a Set over cfg. It sends no request. The Set's Config is a
+// copy of cfg whose transport tells the Set's Clock the API server's time,
+// so that what else is built over it (controller-runtime's manager, the
+// engine) keeps the clock up to date too.
 func New(cfg *rest.Config) (*Set, error) {
+	if localSkewErr != nil {
+		return nil, localSkewErr
+	}
+	clk := newServerClock(cfg, localNow)
+	// Each API server's own client (Servers) stays off the clock: it
+	// reaches the server behind every address, each with its own clock.
+	s := &Set{Servers: NewEndpoints(cfg), Clock: clk}
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(clk.observe)
+	s.Config = cfg
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("build the HTTP client: %w", err)
 	}
-	s := &Set{Config: cfg, Servers: NewEndpoints(cfg)}
 	if s.Discovery, err = NewDiscovery(cfg, httpClient); err != nil {
 		return nil, err
 	}

@@ -92,7 +92,7 @@ func (o *Operations) CRD(ctx context.Context, name string) (CRDResult, error) {
 func (o *Operations) migrateAndPrune(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition, gvr schema.GroupVersionResource, out CRDResult) (CRDResult, error) {
 	start := crdversions.Of(crd)
 	want := resources.StorageVersionHash(crd.Spec.Group, start.StorageVersion, crd.Spec.Names.Kind)
-	if err := o.waitForDrain(ctx, crd, time.Now()); err != nil {
+	if err := o.waitForDrain(ctx, crd, o.clients.Clock.Now()); err != nil {
 		out.NotPrunedReason = "stopped while waiting for writes under the previous storage version to land"
 		return out, err
 	}
@@ -194,16 +194,19 @@ func PruneStoredVersions(ctx context.Context, crds apiextensionsv1client.CustomR
 
 // waitForDrain waits until Options.CRDDrainMargin has passed since crd's
 // spec last changed (drainedAt), telling Options.OnDrainWait first; now is
-// the time now.
+// the API server's time now (kubeclients.ServerClock), the clock the
+// change is dated by.
 func (o *Operations) waitForDrain(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition, now time.Time) error {
 	until, ok := drainedAt(crd, o.opts.CRDDrainMargin, now)
 	if !ok {
 		return nil
 	}
+	wait := until.Sub(now)
 	if o.opts.OnDrainWait != nil {
-		o.opts.OnDrainWait(until)
+		// Told by this machine's clock, which whoever reads it has.
+		o.opts.OnDrainWait(time.Now().Add(wait))
 	}
-	timer := time.NewTimer(until.Sub(now))
+	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	select {
 	case <-ctx.Done():
@@ -219,8 +222,9 @@ func (o *Operations) waitForDrain(ctx context.Context, crd *apiextensionsv1.Cust
 // after now, or margin is negative. The change is dated by the latest
 // managedFields entry of the CRD itself (not its status), a second later
 // for the API server's rounding; a CRD without one is taken to have
-// changed now. The time is the API server's, compared with this
-// machine's clock.
+// changed now. The change is dated by the API server's clock, so now must
+// be read on it too: a workstation minutes fast would find the margin
+// passed before it has.
 func drainedAt(crd *apiextensionsv1.CustomResourceDefinition, margin time.Duration, now time.Time) (until time.Time, ok bool) {
 	switch {
 	case margin < 0:

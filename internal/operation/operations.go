@@ -90,7 +90,8 @@ type Options struct {
 	// negative margin does not wait.
 	CRDDrainMargin time.Duration
 	// OnDrainWait, if set, is told when CRD or Retire waits for
-	// CRDDrainMargin to pass, and until when.
+	// CRDDrainMargin to pass, and until when by this machine's clock (the
+	// wait itself is measured on the API server's).
 	OnDrainWait func(until time.Time)
 	// OnProgress, if set, is told the counts of Resource, CRD and Retire
 	// as chunks complete, and about every second while one is written.

@@ -311,7 +311,7 @@ func (r *retirement) usage(ctx context.Context) []ServerUsage {
 	if len(endpoints) == 0 {
 		// Without leave to list identity leases, the kubeconfig's server
 		// is still read.
-		ids, _ := apiservers.Identities(ctx, r.clients.Kube.CoordinationV1(), time.Now())
+		ids, _ := apiservers.Identities(ctx, r.clients.Kube.CoordinationV1(), r.clients.Clock.Now())
 		endpoints = apiservers.Endpoints(nil, r.cfg.Host, ids)
 		unreached = unreachedServers(len(ids), len(endpoints))
 	}

@@ -38,6 +38,9 @@ const (
 
 // Input is what Decide knows about one resource.
 type Input struct {
+	// Now is the API server's time (kubeclients.ServerClock), never this
+	// machine's: it is recorded as when the storage changed and compared
+	// with the migrations' creationTimestamps, which the server stamps.
 	Now time.Time
 	// Observed is discovery's storageVersionHash for the resource this
 	// round, or nil when discovery did not answer for it (a partial

@@ -62,7 +62,8 @@ type Options struct {
 	// not wait.
 	CRDDrainMargin time.Duration
 	// OnDrainWait, if set, is told when CRD or Retire waits for
-	// CRDDrainMargin to pass, and until when.
+	// CRDDrainMargin to pass, and until when by this machine's clock (the
+	// wait itself is measured on the API server's).
 	OnDrainWait func(until time.Time)
 }
 

@@ -30,9 +30,19 @@ func StartSVMWithKubeconfig(t testing.TB, kubeconfig string, args ...string) *Pr
 // Unlike calling the CLI in the test process, this captures svm's logs too.
 func RunSVM(t testing.TB, kubeconfig string, timeout time.Duration, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return RunSVMWithEnv(t, nil, kubeconfig, timeout, args...)
+}
+
+// RunSVMWithEnv is RunSVM with env (KEY=value) added to svm's
+// environment, for svm's test hooks (kubeclients.SkewEnv).
+func RunSVMWithEnv(t testing.TB, env []string, kubeconfig string, timeout time.Duration, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	bin := SVMBinary(t) // the first call builds svm: not part of the run's time
 	ctx := Context(t, timeout)
 	cmd := exec.CommandContext(ctx, bin, append(args, "--kubeconfig", kubeconfig)...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()

@@ -85,7 +85,23 @@ func (e *Env) StartSVM(t testing.TB, args ...string) *Process {
 	return startSVM(t, kubeconfig, args)
 }
 
+// StartSVMWithEnv is StartSVM with env (KEY=value) added to svm's
+// environment, for svm's test hooks (kubeclients.SkewEnv).
+func (e *Env) StartSVMWithEnv(t testing.TB, env []string, args ...string) *Process {
+	t.Helper()
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := e.CP.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	return startSVMWithEnv(t, kubeconfig, args, env)
+}
+
 func startSVM(t testing.TB, kubeconfig string, args []string) *Process {
+	t.Helper()
+	return startSVMWithEnv(t, kubeconfig, args, nil)
+}
+
+func startSVMWithEnv(t testing.TB, kubeconfig string, args, env []string) *Process {
 	t.Helper()
 	bin := SVMBinary(t)
 	logFile, err := os.CreateTemp(t.TempDir(), "svm-*.log")
@@ -96,7 +112,7 @@ func startSVM(t testing.TB, kubeconfig string, args []string) *Process {
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// A test that fails while svm runs asks it for its goroutines
 	// (SIGQUIT): all of them, so that a stall shows where it waits.
-	cmd.Env = append(os.Environ(), "GOTRACEBACK=all")
+	cmd.Env = append(append(os.Environ(), "GOTRACEBACK=all"), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start svm: %v", err)

@@ -35,7 +35,9 @@ import (
 // process's clients.
 type Config struct {
 	// Clients are the process's (kubeclients.New): every check and
-	// controller asks with them.
+	// controller asks with them, and reads the time on their Clock, the
+	// API server's: the controllers compare it with times the server
+	// stamps, and with each other's, whichever replica wrote them.
 	Clients *kubeclients.Set
 	// Tuning tunes svm's engine, as the flags say.
 	Tuning operation.Tuning
@@ -184,6 +186,7 @@ func (o *Config) setUpMigrations(b *controllerBase) (betaServed bool, _ error) {
 		Recorder:         b.mgr.GetEventRecorder("svm-controller"),
 		Metrics:          b.metrics,
 		MaxParallel:      o.MaxParallel,
+		Clock:            b.clients.Clock,
 	}
 	if err := r.SetupWithManager(b.mgr); err != nil {
 		return false, fmt.Errorf("set up migration controller: %w", err)
@@ -200,7 +203,7 @@ func (o *Config) setUpTrigger(ctx context.Context, b *controllerBase, betaServed
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Discovery: b.clients.Discovery, InTreeBetaServed: betaServed,
 		Interval: o.TriggerInterval, StaleAfter: o.StaleAfter, RetryBase: o.TriggerRetryDelay,
 		PruneStoredVersions: o.PruneStoredVersions, ThroughStatus: o.ThroughStatus, CRDs: b.clients.CRDs.ApiextensionsV1().CustomResourceDefinitions(), MigrateUnhashed: o.MigrateUnhashed,
-		SettleDelay: o.CRDSettleDelay, DrainMargin: o.CRDDrainMargin,
+		SettleDelay: o.CRDSettleDelay, DrainMargin: o.CRDDrainMargin, Clock: b.clients.Clock,
 		Recorder: mgr.GetEventRecorder("svm-trigger"), Metrics: b.metrics, Health: b.tracker,
 	}
 	if o.StorageVersionAPI {
@@ -221,7 +224,7 @@ func (o *Config) setUpEncryption(ctx context.Context, b *controllerBase) error {
 	e := &encryption.Controller{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Leases: b.clients.Kube.CoordinationV1(), Discovery: b.clients.Discovery,
 		Servers: b.clients.Servers, Endpoints: o.APIServerEndpoints, Resources: o.EncryptedResources,
-		Interval: o.EncryptionCheckInterval, RetryBase: o.TriggerRetryDelay,
+		Interval: o.EncryptionCheckInterval, RetryBase: o.TriggerRetryDelay, Clock: b.clients.Clock,
 		Recorder: mgr.GetEventRecorder("svm-encryption"), Metrics: b.metrics, Health: b.tracker,
 	}
 	if err := e.SetupWithManager(ctx, mgr); err != nil {
@@ -243,7 +246,7 @@ func (o *Config) setUpExecutors(b *controllerBase, ops *operation.Operations) (_
 	choice := &migration.Choice{}
 	chooser := &migration.Chooser{
 		Asked: o.Executor, Served: served, BetaServed: betaServed, Choice: choice, Metrics: b.metrics, Recheck: o.ExecutorRecheck,
-		Prober: intree.Prober{Client: b.mgr.GetClient(), Reader: b.mgr.GetAPIReader()},
+		Prober: intree.Prober{Client: b.mgr.GetClient(), Reader: b.mgr.GetAPIReader(), Clock: b.clients.Clock},
 		Engine: engine,
 		InTree: inTree,
 	}

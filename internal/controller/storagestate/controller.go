@@ -74,7 +74,10 @@ type Controller struct {
 	// Running migrations too.
 	InTreeBetaServed bool
 	Discovery        discovery.DiscoveryInterface
-	Clock            clock.Clock
+	// Clock is the API server's (kubeclients.Set.Clock): the trigger
+	// records its time as when storage changed and compares it with the
+	// migrations' creationTimestamps. Default this machine's.
+	Clock clock.Clock
 	// Interval between discovery rounds. Default 10 minutes.
 	Interval time.Duration
 	// StaleAfter: a StorageState whose heartbeat is older when svm starts
