@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -53,8 +54,9 @@ func (b *bodies) get() []string {
 // conversion moves) has them moved; objects none of whose entries can be
 // placed in v2 (the API server refuses the dry run; an entry owns a list
 // item and no field of it) keep them as they were and are reported, by
-// Retire and by svm retire. No write svm sends carries managedFields [{}],
-// which would clear them.
+// Retire and by svm retire, which then leave storedVersions as they are:
+// pruning them would let v1 be removed while entries name it. No write svm
+// sends carries managedFields [{}], which would clear them.
 func TestRetireNeverClearsManagedFields(t *testing.T) {
 	t.Parallel()
 	env := framework.Shared(t, controlplane.Options{})
@@ -120,6 +122,11 @@ func TestRetireNeverClearsManagedFields(t *testing.T) {
 	if diff := cmp.Diff(map[string]int{r.Group + "/v1": 2, r.Group + "/v2": 1}, env.ManagedFieldsVersions(t, r.EtcdPrefix())); diff != "" {
 		t.Errorf("etcd: versions managedFields name (-want +got):\n%s", diff)
 	}
+	// Nothing is stored in v1, but two entries name it: it must not
+	// become removable.
+	if got := env.CRDStoredVersions(t, r.CRDName()); !slices.Equal(got, []string{"v1", "v2"}) {
+		t.Errorf("storedVersions %v, want [v1 v2] while entries name v1", got)
+	}
 
 	// svm retire says the same, and fails.
 	code, out, errOut := framework.RunSVM(t, env.KubeconfigFile(t), 3*time.Minute, "retire", "widgets.v1."+r.Group, "--crd-drain-margin", framework.TestDrainMargin.String())
@@ -149,8 +156,8 @@ func expectLeftReported(t *testing.T, res migrate.RetireResult, ns string) {
 	if diff := cmp.Diff(migrate.LeftCounts{Refused: 1, Unplaced: 1}, m.ManagedFieldsLeft); diff != "" {
 		t.Errorf("entries left, by reason (-want +got):\n%s", diff)
 	}
-	if m.ManagedFieldsRewritten != 1 || m.Failed != 0 || !res.Pruned {
-		t.Errorf("counts %+v, pruned %v: want the one object's entries moved, none failed, storedVersions pruned", m.Counts, res.Pruned)
+	if m.ManagedFieldsRewritten != 1 || m.Failed != 0 || res.Pruned {
+		t.Errorf("counts %+v, pruned %v: want the one object's entries moved, none failed, storedVersions kept while entries name v1", m.Counts, res.Pruned)
 	}
 	got := map[string]string{}
 	for _, l := range m.LeftEntries {
