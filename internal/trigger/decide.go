@@ -353,7 +353,9 @@ func held(in Input, d Decision, status *migrationv1alpha1.StorageStateStatus, li
 	if followup.FirstActive(live) != nil || hasUnfinishedOwned(in.Migrations, current) {
 		return d
 	}
-	if wait := recheckWait(since, current, in); wait > 0 {
+	// A new one that failed backs off as any failure does: the held ones'
+	// delay alone would follow each failure at once.
+	if wait := max(recheckWait(since, current, in), in.startWait(status, live, current)); wait > 0 {
 		d.RequeueAfter = wait
 		return d
 	}

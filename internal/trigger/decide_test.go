@@ -547,6 +547,12 @@ func TestDecidePruneHeld(t *testing.T) {
 			want: Decision{Status: withHold(status(t0, "B", "B", "A"), hold("second", t0.Add(2*time.Minute))), RequeueAfter: 9 * time.Minute},
 		},
 		{
+			name: "the new one failed: it backs off as failures do, not at once after the held one's delay",
+			in: in(t0.Add(8*time.Minute), heldState("first", t0.Add(2*time.Minute)),
+				heldBy("first", t0), atGeneration(owned("second", "B", t0.Add(6*time.Minute), "failed"), "3")),
+			want: Decision{RequeueAfter: 4 * time.Minute},
+		},
+		{
 			name: "the new one moved every entry: refine, prune, the hold gone",
 			in: in(t0.Add(8*time.Minute), heldState("first", t0.Add(2*time.Minute)),
 				heldBy("first", t0), atGeneration(owned("second", "B", t0.Add(6*time.Minute), "ok"), "3")),
