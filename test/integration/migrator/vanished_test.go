@@ -118,8 +118,10 @@ func TestAPIServiceDeletedMidRunFails(t *testing.T) {
 		return env.Dynamic.Resource(apiServices).Delete(ctx, controlplane.SampleAPIVersion+"."+controlplane.SampleAPIGroup, metav1.DeleteOptions{})
 	})
 	listed, migrated, gone := migrateUntilRemoved(t, proxy, framework.Flunders.Resource+"."+framework.Flunders.Group)
-	if listed != n || gone != 0 || migrated < removedAt-1 || migrated >= n {
-		t.Errorf("%d listed, %d migrated, %d gone: want all %d listed, those written before the APIService went migrated, none gone", listed, migrated, gone, n)
+	// How many writes were answered before the run stopped depends on the
+	// writes in flight when the APIService went: not a lower bound.
+	if listed != n || gone != 0 || migrated >= n {
+		t.Errorf("%d listed, %d migrated, %d gone: want all %d listed, not all migrated, none gone", listed, migrated, gone, n)
 	}
 	if stored := len(env.RawValues(t, framework.SampleAPIEtcdPrefix("flunders"))); stored != n {
 		t.Errorf("%d flunders in etcd, want all %d: an APIService deleted deletes no object", stored, n)
@@ -143,7 +145,7 @@ func TestCRDDeletedMidRunFails(t *testing.T) {
 	// A write sent before the CRD's deletion and answered after the API
 	// server deleted its object would count that one gone, rightly: only
 	// the writes the proxy forwarded before the tenth can.
-	if listed != n || migrated+gone >= n || migrated+gone < removedAt-1 || gone >= removedAt {
+	if listed != n || migrated+gone >= n || gone >= removedAt {
 		t.Errorf("%d listed, %d migrated, %d gone: want all %d listed, only those written before the CRD went migrated or gone", listed, migrated, gone, n)
 	}
 }
