@@ -54,21 +54,25 @@ func (t *refusals) snapshot() []Refusal {
 }
 
 // denied handles an object whose write an admission webhook or policy
-// refused (denial, err). With Request.ThroughStatus, on a resource with a
-// status subresource, it writes the object again through that subresource
-// (writeThroughStatus), and through says it did; otherwise, or when that
-// is refused too, the object fails and its refuser is counted. It returns
-// an error only when the whole migration must stop.
-func (r *run) denied(ctx context.Context, obj *metav1.PartialObjectMetadata, denial admission.Denial, err error) (through bool, stop error) {
+// refused (denial, err); h is what its managedFields held. With
+// Request.ThroughStatus, on a resource with a status subresource, it
+// writes the object again through that subresource (writeThroughStatus),
+// and through says it did; otherwise, or when that is refused too, the
+// object fails and its refuser is counted. It returns an error only when
+// the whole migration must stop.
+func (r *run) denied(ctx context.Context, obj *metav1.PartialObjectMetadata, h held, denial admission.Denial, err error) (through bool, stop error) {
 	if !r.req.ThroughStatus || !r.hasStatus {
 		r.refused(obj, denial, "", err)
 		return false, nil
 	}
-	written, serr := r.writeThroughStatus(ctx, obj)
+	a, serr := r.writeThroughStatus(ctx, obj, h)
 	if serr == nil {
+		if err := r.check(ctx, obj, h, a); err != nil {
+			return false, err
+		}
 		r.observer.Refused(r.gr, denial, true)
 		r.counters.throughStatus.Add(1)
-		r.written(obj, written)
+		r.countWritten(obj.ResourceVersion, a.resourceVersion)
 		return true, nil
 	}
 	if again, ok := admission.Denied(serr); ok {
@@ -100,13 +104,15 @@ func (r *run) refused(obj *metav1.PartialObjectMetadata, denial admission.Denial
 // too, so the object is stored as it was, re-encoded in the storage
 // version and under the current key, exactly as the object's own write
 // would have stored it. Admission rules name the subresources they cover:
-// a webhook or policy registered for the resource alone is not asked.
-func (r *run) writeThroughStatus(ctx context.Context, obj *metav1.PartialObjectMetadata) (*metav1.PartialObjectMetadata, error) {
-	var written *metav1.PartialObjectMetadata
+// a webhook or policy registered for the resource alone is not asked. The
+// field manager runs on it as on any write: the answer is read for
+// managedFields when h had entries (see check).
+func (r *run) writeThroughStatus(ctx context.Context, obj *metav1.PartialObjectMetadata, h held) (writeAnswer, error) {
+	var a writeAnswer
 	err := r.retry(ctx, "patch", func(ctx context.Context) error {
 		var err error
-		written, err = r.patch(ctx, obj, "status")
+		a, err = r.patch(ctx, obj, patchAs{subresource: "status", entries: len(h) > 0})
 		return err
 	})
-	return written, err
+	return a, err
 }

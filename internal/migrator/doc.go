@@ -10,11 +10,13 @@
 // nothing else, and it never receives an object's content. Metadata can
 // still be large (256 KiB of annotations per object), so a list's answer
 // is read as a stream, one object at a time, keeping four fields of each
-// (see listChunk); each list asks for as many objects as fit
+// and the apiVersions its managedFields entries name (see listChunk); each list asks for as many objects as fit
 // Options.ChunkBytes at the size of the last chunk's, and one whose objects
 // reach it first is cut and asked again for fewer (see chunkSizer). What
 // a list brings and what svm holds are bounded whatever the objects' size
-// and order, and a write's answer is read only to its resourceVersion.
+// and order, and a write's answer is read only to its resourceVersion
+// (and, for an object that had managedFields entries, on to the first of
+// them: no write may clear them, see entries.go).
 //
 // Every listed object is rewritten with a JSON merge patch that carries
 // only metadata.uid and metadata.resourceVersion. The patch cannot change

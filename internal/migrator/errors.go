@@ -181,6 +181,17 @@ const (
 	// ReasonStatusForbidden: RBAC denies svm the patch of the status
 	// subresource that Request.ThroughStatus asked for.
 	ReasonStatusForbidden = "StatusWriteForbidden"
+	// ReasonManagedFieldsLost: the API server stored an object svm wrote
+	// without any of its managedFields entries (see entries.go): its field
+	// manager failed and cleared them, as kube-apiserver before 1.37 does
+	// when a conversion webhook is down. The run stops at the first such
+	// answer; the object is named among the failed.
+	ReasonManagedFieldsLost = "ManagedFieldsLost"
+	// ReasonManagedFieldsAtRisk: on an API server that clears managedFields
+	// when its field manager fails, a dry run of the write of an object
+	// whose entries need converting answered without them: the run stops
+	// before writing any such object.
+	ReasonManagedFieldsAtRisk = "ManagedFieldsAtRisk"
 )
 
 // TerminalError stops a migration: retrying will not help.

@@ -19,7 +19,7 @@ import (
 const DefaultChunkBytes = 8 << 20
 
 // Lists and write answers are asked for in JSON, which svm decodes as it
-// arrives (see decodeList and readResourceVersion). A server that cannot
+// arrives (see decodeList and readAnswer). A server that cannot
 // serve metadata alone sends whole objects, of which svm keeps the same
 // few fields.
 const (
@@ -35,10 +35,11 @@ func (m *Migrator) Count(ctx context.Context, gvr schema.GroupVersionResource, m
 	r := &run{m: m, req: Request{Resource: gvr}, gr: gvr.GroupResource(), observer: NopObserver{}, keep: match,
 		sizer: chunkSizer{most: m.opts.ChunkSize, budget: m.opts.ChunkBytes}}
 	for token := ""; ; {
-		list, err := r.list(ctx, token)
+		l, err := r.list(ctx, token)
 		if err != nil {
 			return objects, matched, err
 		}
+		list := l.list
 		for i := range list.Items {
 			objects++
 			// Entries are kept only when they match.
@@ -55,6 +56,8 @@ func (m *Migrator) Count(ctx context.Context, gvr schema.GroupVersionResource, m
 // listed is one list's answer.
 type listed struct {
 	list *metav1.PartialObjectMetadataList
+	// held is, item by item, what its managedFields held (see entries.go).
+	held []held
 	// bytes is the size of the items as the server sent them.
 	bytes int64
 	// cut says the list was abandoned once its items reached the budget,
@@ -66,8 +69,9 @@ type listed struct {
 // listChunk lists the metadata of up to limit objects from token: all the
 // engine needs to write an object back. The answer is decoded as it
 // arrives, one object at a time, keeping of each its namespace, name, uid
-// and resourceVersion, and its managedFields only in a run that moves
-// them and only when they name a retired version. So the answer never
+// and resourceVersion, the apiVersions its managedFields entries name (see
+// held), and its entries only in a run that moves them and only when they
+// name a retired version. So the answer never
 // sits whole in svm's memory, whatever the objects' size, and svm never
 // receives their content (a Secret's data). Once the items read reach
 // Options.ChunkBytes short of limit, the answer is abandoned (see
@@ -99,7 +103,8 @@ func (r *run) listChunk(ctx context.Context, token string, limit int64) (listed,
 
 // decodeList reads a list's answer from body item by item: only one
 // item's JSON is held at a time. Items keep their namespace, name, uid and
-// resourceVersion, and, when keep is set and says so, their managedFields.
+// resourceVersion, and, when keep is set and says so, their managedFields;
+// what their entries held is beside them (listed.held).
 // Once the items read weigh budget bytes or more and fewer than limit were
 // read, it stops reading and returns them, cut. A server that sends more
 // than limit (one that does not paginate) is read to the end: asking it
@@ -143,12 +148,13 @@ func decodeItems(dec *json.Decoder, l *listed, limit, budget int64, keep func([]
 	}
 	for dec.More() {
 		start := dec.InputOffset()
-		obj, err := decodeItem(dec, keep)
+		obj, h, err := decodeItem(dec, keep)
 		if err != nil {
 			return err
 		}
 		l.bytes += dec.InputOffset() - start
 		l.list.Items = append(l.list.Items, obj)
+		l.held = append(l.held, h)
 		if l.bytes >= budget && int64(len(l.list.Items)) < limit {
 			l.cut = true
 			return nil
@@ -165,20 +171,32 @@ type listedMeta struct {
 	ResourceVersion string    `json:"resourceVersion"`
 }
 
-// decodeItem decodes the next item of a list. Fields the engine does not
-// keep (annotations, labels, and managedFields unless keep is set) are
+// entryAPIVersion is all a list decodes of a managedFields entry when it
+// keeps no entries: the rest is skipped unread.
+type entryAPIVersion struct {
+	APIVersion string `json:"apiVersion"`
+}
+
+// decodeItem decodes the next item of a list, and what its managedFields
+// held. Fields the engine does not keep (annotations, labels, and of
+// managedFields all but each entry's apiVersion unless keep is set) are
 // skipped without being decoded.
-func decodeItem(dec *json.Decoder, keep func([]metav1.ManagedFieldsEntry) bool) (metav1.PartialObjectMetadata, error) {
+func decodeItem(dec *json.Decoder, keep func([]metav1.ManagedFieldsEntry) bool) (metav1.PartialObjectMetadata, held, error) {
 	var meta listedMeta
 	var entries []metav1.ManagedFieldsEntry
+	var h held
 	if keep == nil {
 		var item struct {
-			Metadata listedMeta `json:"metadata"`
+			Metadata struct {
+				listedMeta
+				ManagedFields []entryAPIVersion `json:"managedFields"`
+			} `json:"metadata"`
 		}
 		if err := dec.Decode(&item); err != nil {
-			return metav1.PartialObjectMetadata{}, err
+			return metav1.PartialObjectMetadata{}, nil, err
 		}
-		meta = item.Metadata
+		meta = item.Metadata.listedMeta
+		h = heldOf(item.Metadata.ManagedFields, func(e entryAPIVersion) string { return e.APIVersion })
 	} else {
 		var item struct {
 			Metadata struct {
@@ -187,68 +205,17 @@ func decodeItem(dec *json.Decoder, keep func([]metav1.ManagedFieldsEntry) bool) 
 			} `json:"metadata"`
 		}
 		if err := dec.Decode(&item); err != nil {
-			return metav1.PartialObjectMetadata{}, err
+			return metav1.PartialObjectMetadata{}, nil, err
 		}
 		meta = item.Metadata.listedMeta
+		h = heldOf(item.Metadata.ManagedFields, entryVersion)
 		if keep(item.Metadata.ManagedFields) {
 			entries = item.Metadata.ManagedFields
 		}
 	}
 	return metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
 		Namespace: meta.Namespace, Name: meta.Name, UID: meta.UID, ResourceVersion: meta.ResourceVersion, ManagedFields: entries,
-	}}, nil
-}
-
-// readResourceVersion reads an object's metadata.resourceVersion from its
-// JSON as it arrives, and discards the rest of body unread. kube-apiserver
-// writes an object's metadata before its content, and the resourceVersion
-// before annotations and managedFields, so that little is decoded of an
-// object however large its metadata.
-func readResourceVersion(body io.Reader) (string, error) {
-	dec := json.NewDecoder(body)
-	rv, err := findResourceVersion(dec)
-	if err != nil {
-		return "", err
-	}
-	// Drained, so that the connection serves the next request.
-	if _, err := io.Copy(io.Discard, body); err != nil {
-		return "", err
-	}
-	return rv, nil
-}
-
-// findResourceVersion walks an object's tokens to metadata.resourceVersion.
-func findResourceVersion(dec *json.Decoder) (string, error) {
-	if err := expectDelim(dec, '{'); err != nil {
-		return "", err
-	}
-	for inMetadata := false; ; {
-		if !dec.More() {
-			if !inMetadata {
-				return "", fmt.Errorf("the answer has no metadata")
-			}
-			return "", fmt.Errorf("the answer's metadata has no resourceVersion")
-		}
-		key, err := dec.Token()
-		if err != nil {
-			return "", err
-		}
-		switch {
-		case !inMetadata && key == "metadata":
-			if err := expectDelim(dec, '{'); err != nil {
-				return "", err
-			}
-			inMetadata = true
-		case inMetadata && key == "resourceVersion":
-			var rv string
-			err := dec.Decode(&rv)
-			return rv, err
-		default:
-			if err := skipValue(dec); err != nil {
-				return "", err
-			}
-		}
-	}
+	}}, h, nil
 }
 
 // skipValue reads the next value, however deep, and keeps nothing of it.

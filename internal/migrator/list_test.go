@@ -1,10 +1,12 @@
 package migrator
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"runtime"
 	"strings"
 	"testing"
@@ -50,6 +52,7 @@ func TestDecodeList(t *testing.T) {
 		limit, budget int64
 		keep          func([]metav1.ManagedFieldsEntry) bool
 		want          []metav1.PartialObjectMetadata
+		wantHeld      []held
 		wantMeta      metav1.ListMeta
 		wantCut       bool
 	}{{
@@ -57,12 +60,23 @@ func TestDecodeList(t *testing.T) {
 		body:  listBody(item(0, 10, "v1"), item(1, 10, "v1")),
 		limit: 500, budget: 1 << 20,
 		want:     []metav1.PartialObjectMetadata{listedObject(0), listedObject(1)},
+		wantHeld: []held{{"v1"}, {"v1"}},
 		wantMeta: meta,
 	}, {
 		name:  "managedFields only when they name a retired version",
 		body:  listBody(item(0, 10, "example.com/v1"), item(1, 10, "example.com/v2")),
 		limit: 500, budget: 1 << 20, keep: names("example.com/v1"),
 		want:     []metav1.PartialObjectMetadata{listedObject(0, entry), listedObject(1)},
+		wantHeld: []held{{"example.com/v1"}, {"example.com/v2"}},
+		wantMeta: meta,
+	}, {
+		name: "the versions entries name, each once, and none",
+		body: listBody(strings.Replace(item(0, 10, "example.com/v1"), `"managedFields":[`,
+			`"managedFields":[{"manager":"a","apiVersion":"example.com/v2","fieldsV1":{"f:spec":{}}},{"manager":"b","apiVersion":"example.com/v1"},`, 1),
+			strings.Replace(item(1, 10, "v1"), `"managedFields"`, `"unknown"`, 1)),
+		limit: 500, budget: 1 << 20,
+		want:     []metav1.PartialObjectMetadata{listedObject(0), listedObject(1)},
+		wantHeld: []held{{"example.com/v2", "example.com/v1"}, nil},
 		wantMeta: meta,
 	}, {
 		name:  "items before the list's metadata, and fields svm does not know",
@@ -102,6 +116,14 @@ func TestDecodeList(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, l.list.Items); diff != "" {
 				t.Errorf("items (-want +got):\n%s", diff)
+			}
+			if tc.wantHeld != nil {
+				if diff := cmp.Diff(tc.wantHeld, l.held); diff != "" {
+					t.Errorf("held (-want +got):\n%s", diff)
+				}
+			}
+			if len(l.held) != len(l.list.Items) {
+				t.Errorf("%d held for %d items", len(l.held), len(l.list.Items))
 			}
 			if diff := cmp.Diff(tc.wantMeta, l.list.ListMeta); diff != "" {
 				t.Errorf("list metadata (-want +got):\n%s", diff)
@@ -183,19 +205,31 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func TestReadResourceVersion(t *testing.T) {
+func TestReadAnswer(t *testing.T) {
+	bigKey := `"` + strings.Repeat("k", 1000) + `"`
 	for _, tc := range []struct {
-		name, body, want, wantErr string
+		name, body string
+		entries    bool
+		want       writeAnswer
+		wantErr    string
 	}{
-		{name: "kube-apiserver's order", body: item(7, 1000, "v1"), want: "107"},
-		{name: "metadata last", body: `{"kind":"X","spec":{"a":["b"]},"metadata":{"annotations":{"a":"b"},"resourceVersion":"5"}}`, want: "5"},
+		{name: "kube-apiserver's order", body: item(7, 1000, "v1"), want: writeAnswer{resourceVersion: "107"}},
+		{name: "kube-apiserver's order, with entries", body: item(7, 1000, "v1"), entries: true, want: writeAnswer{resourceVersion: "107", entriesRead: true, hasEntries: true}},
+		{name: "no managedFields", body: `{"metadata":{"resourceVersion":"5","annotations":{"a":"}]\\\"{"}}}`, entries: true, want: writeAnswer{resourceVersion: "5", entriesRead: true}},
+		{name: "empty managedFields", body: `{"metadata":{"resourceVersion":"5","managedFields":[ ]}}`, entries: true, want: writeAnswer{resourceVersion: "5", entriesRead: true}},
+		{name: "null managedFields", body: `{"metadata":{"resourceVersion":"5","managedFields":null}}`, entries: true, want: writeAnswer{resourceVersion: "5", entriesRead: true}},
+		{name: "managedFields before the resourceVersion", body: `{"metadata":{"managedFields":[{"manager":"m","fieldsV1":{"f:spec":{".":{}}}}],"labels":{"a":"b"},"resourceVersion":"6"},"spec":[1,true,null]}`, entries: true, want: writeAnswer{resourceVersion: "6", entriesRead: true, hasEntries: true}},
+		{name: "metadata last", body: `{"kind":"X","spec":{"a":["b", 1.5e3, false]},"metadata":{"annotations":{"a":"b"},"resourceVersion":"5"}}`, want: writeAnswer{resourceVersion: "5"}},
+		{name: "a long key and escapes", body: `{"metadata":{` + bigKey + `:"x","resourceVersion":"\u0038"}}`, want: writeAnswer{resourceVersion: "8"}},
+		{name: "empty metadata", body: `{"metadata":{}}`, wantErr: "no resourceVersion"},
 		{name: "no resourceVersion", body: `{"metadata":{"name":"a"}}`, wantErr: "no resourceVersion"},
 		{name: "no metadata", body: `{"kind":"X"}`, wantErr: "no metadata"},
-		{name: "a resourceVersion outside metadata does not count", body: `{"resourceVersion":"1","metadata":{"resourceVersion":"2"}}`, want: "2"},
+		{name: "a resourceVersion outside metadata does not count", body: `{"resourceVersion":"1","metadata":{"resourceVersion":"2"}}`, want: writeAnswer{resourceVersion: "2"}},
+		{name: "cut off", body: `{"metadata":{"annotations":{"a":"b`, wantErr: "unexpected EOF"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := strings.NewReader(tc.body)
-			got, err := readResourceVersion(r)
+			got, err := readAnswer(r, tc.entries)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Errorf("error %v, want one saying %q", err, tc.wantErr)
@@ -203,12 +237,102 @@ func TestReadResourceVersion(t *testing.T) {
 				return
 			}
 			if err != nil || got != tc.want {
-				t.Errorf("readResourceVersion = %q, %v; want %q", got, err, tc.want)
+				t.Errorf("readAnswer = %+v, %v; want %+v", got, err, tc.want)
 			}
 			if r.Len() != 0 {
 				t.Errorf("%d bytes of the answer left unread: the connection cannot serve another request", r.Len())
 			}
 		})
+	}
+}
+
+// TestReadAnswerSkipsAnyString reads answers whose annotations, before
+// the resourceVersion and managedFields, hold strings of quotes and
+// backslashes, of every length around the reader's buffer, as
+// encoding/json writes them.
+func TestReadAnswerSkipsAnyString(t *testing.T) {
+	pieces := []string{`"`, `\`, `\"`, `a`, `é`, "\n", `\\"`, `}`, `]`}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for i := range 300 {
+		var b strings.Builder
+		for b.Len() < 4090+rnd.IntN(20) || (i%3 == 0 && b.Len() < 12) {
+			b.WriteString(pieces[rnd.IntN(len(pieces))])
+		}
+		value := b.String()
+		switch {
+		case i%3 == 0:
+			value = value[:i%12]
+		case i < 60:
+			// A run of backslashes across the end of the reader's buffer,
+			// then a quote.
+			value = strings.Repeat("a", 4040+i) + strings.Repeat(`\`, 7) + `"b`
+		}
+		meta := map[string]any{
+			"name":        "o",
+			"annotations": map[string]string{value: value, "k": value},
+			"labels":      map[string]string{"a": value},
+		}
+		body, err := json.Marshal(map[string]any{"metadata": meta})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Keys in encoding/json's order: annotations, labels, managedFields,
+		// name, resourceVersion.
+		body = bytes.Replace(body, []byte(`"name":"o"`), []byte(`"managedFields":[{"manager":"m"}],"name":"o","resourceVersion":"42"`), 1)
+		if !json.Valid(body) {
+			t.Fatalf("test body %d is not JSON", i)
+		}
+		r := bytes.NewReader(body)
+		got, err := readAnswer(r, true)
+		if want := (writeAnswer{resourceVersion: "42", entriesRead: true, hasEntries: true}); err != nil || got != want {
+			t.Fatalf("value %d (%d bytes): readAnswer = %+v, %v; want %+v", i, len(value), got, err, want)
+		}
+		if r.Len() != 0 {
+			t.Fatalf("value %d: %d bytes left unread", i, r.Len())
+		}
+	}
+}
+
+// TestScannerReadsStringsWhole reads strings that end in runs of
+// backslashes and quotes, placed across the end of the reader's buffer,
+// as encoding/json writes them, and keeps them whole.
+func TestScannerReadsStringsWhole(t *testing.T) {
+	for n := 4070; n < 4100; n++ {
+		for _, tail := range []string{`\`, `\\`, `\"`, `"`, `\\\\\\\"x`} {
+			want := strings.Repeat("a", n) + tail
+			body, err := json.Marshal(want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := &scanner{r: bufio.NewReader(io.MultiReader(bytes.NewReader(body), strings.NewReader(",")))}
+			got, err := s.str(1 << 20)
+			if err != nil || got != want {
+				t.Fatalf("%d a's, then %q: str read %d bytes, %v", n, tail, len(got), err)
+			}
+			if b, err := s.peek(); err != nil || b != ',' {
+				t.Fatalf("%d a's, then %q: next %q, %v; want ','", n, tail, b, err)
+			}
+		}
+	}
+}
+
+// TestReadAnswerHoldsNoAnnotation reads, for managedFields, the answers
+// of 50 objects whose annotations weigh 200 KB each: what is allocated
+// is the reader's buffer, not the annotations.
+func TestReadAnswerHoldsNoAnnotation(t *testing.T) {
+	body := []byte(item(1, 200_000, "v1"))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range 50 {
+		a, err := readAnswer(bytes.NewReader(body), true)
+		if err != nil || !a.hasEntries {
+			t.Fatalf("readAnswer = %+v, %v", a, err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > 1<<20 {
+		t.Errorf("reading 50 answers of %d bytes allocated %d bytes, want at most 1 MiB", len(body), allocated)
 	}
 }
 

@@ -406,6 +406,9 @@ type run struct {
 	// asking again.
 	probeMu   sync.Mutex
 	probeStop error
+
+	// guard keeps svm's writes from losing managedFields (see entries.go).
+	guard guard
 }
 
 func (r *run) listAndRewrite(ctx context.Context) error {
@@ -428,7 +431,7 @@ func (r *run) listAndRewrite(ctx context.Context) error {
 		if l.err != nil {
 			return l.err
 		}
-		list := l.list
+		list := l.list.list
 		if list.Continue != "" && ahead {
 			next = r.prefetch(ctx, list.Continue)
 		}
@@ -449,7 +452,7 @@ func (r *run) listAndRewrite(ctx context.Context) error {
 		}
 		r.observer.Listed(r.gr, r.counters.listed.Add(int64(len(list.Items))), remaining)
 		r.res.Progress.RemainingEstimate = remaining
-		if err := r.rewriteChunk(ctx, list.Items); err != nil {
+		if err := r.rewriteChunk(ctx, list.Items, l.list.held); err != nil {
 			return err
 		}
 		r.res.ContinueToken = list.Continue
@@ -472,7 +475,7 @@ func (r *run) listAndRewrite(ctx context.Context) error {
 
 // listing is a chunk's list, or why it could not be had.
 type listing struct {
-	list *metav1.PartialObjectMetadataList
+	list listed
 	err  error
 }
 
@@ -488,7 +491,7 @@ func (r *run) prefetch(ctx context.Context, token string) <-chan listing {
 
 // list lists the chunk that token continues from (the first when empty),
 // with retries, within Options.ChunkBytes (see chunkSizer).
-func (r *run) list(ctx context.Context, token string) (*metav1.PartialObjectMetadataList, error) {
+func (r *run) list(ctx context.Context, token string) (listed, error) {
 	limit := r.sizer.limit()
 	for {
 		var l listed
@@ -513,10 +516,10 @@ func (r *run) list(ctx context.Context, token string) (*metav1.PartialObjectMeta
 			token = inconsistentContinue(err)
 			continue
 		case err != nil:
-			return nil, classifyListError(r.req.Resource, err)
+			return listed{}, classifyListError(r.req.Resource, err)
 		}
 		r.sizer.seen(len(l.list.Items), l.bytes)
-		return l.list, nil
+		return l, nil
 	}
 }
 
@@ -547,7 +550,8 @@ func classifyListError(gvr schema.GroupVersionResource, err error) error {
 // rewriteChunk writes every object of a chunk with a bounded pool of workers
 // and returns once all are handled, so a saved continue token never skips an
 // object that was not handled.
-func (r *run) rewriteChunk(ctx context.Context, items []metav1.PartialObjectMetadata) error {
+// held[i] is what items[i]'s managedFields held.
+func (r *run) rewriteChunk(ctx context.Context, items []metav1.PartialObjectMetadata, held []held) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	work := make(chan int)
@@ -556,7 +560,7 @@ func (r *run) rewriteChunk(ctx context.Context, items []metav1.PartialObjectMeta
 	for range workers {
 		wg.Go(func() {
 			for i := range work {
-				if err := r.rewrite(ctx, &items[i]); err != nil {
+				if err := r.rewrite(ctx, &items[i], held[i]); err != nil {
 					cancel(err)
 				}
 			}
@@ -585,9 +589,10 @@ feed:
 	return context.Cause(ctx)
 }
 
-// rewrite writes one object back unchanged. It returns an error only when
-// the whole migration must stop.
-func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata) error {
+// rewrite writes one object back unchanged; h is what its managedFields
+// held when listed. It returns an error only when the whole migration must
+// stop.
+func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata, h held) error {
 	if mf := r.req.ManagedFields; mf != nil {
 		if mf.Names(obj.ManagedFields) {
 			if done, err := r.retarget(ctx, obj); done || err != nil {
@@ -619,28 +624,42 @@ func (r *run) rewrite(ctx context.Context, obj *metav1.PartialObjectMetadata) er
 		r.observer.ObjectSkipped(r.gr, SkipWrittenSinceChange, nil)
 		return nil
 	}
-	var written *metav1.PartialObjectMetadata
+	if err := r.probe(ctx, obj, h); err != nil {
+		return err
+	}
+	var a writeAnswer
 	err := r.retry(ctx, "patch", func(ctx context.Context) error {
 		var err error
-		written, err = r.patch(ctx, obj, "")
+		a, err = r.patch(ctx, obj, patchAs{entries: len(h) > 0})
 		return err
 	})
 	if err == nil {
-		r.written(obj, written)
-		return nil
+		return r.written(ctx, obj, h, a)
 	}
 	if denial, ok := admission.Denied(err); ok {
-		_, err := r.denied(ctx, obj, denial, err)
+		_, err := r.denied(ctx, obj, h, denial, err)
 		return err
 	}
 	return r.settle(ctx, obj, err)
 }
 
-// written counts an object svm wrote.
-func (r *run) written(obj, written *metav1.PartialObjectMetadata) {
+// written counts an object svm wrote, whose entries named h before the
+// write that answered a, unless the write lost them (check): then it
+// returns the error that stops the run.
+func (r *run) written(ctx context.Context, obj *metav1.PartialObjectMetadata, h held, a writeAnswer) error {
+	if err := r.check(ctx, obj, h, a); err != nil {
+		return err
+	}
+	r.countWritten(obj.ResourceVersion, a.resourceVersion)
+	return nil
+}
+
+// countWritten counts an object svm wrote at resourceVersion before,
+// answered with after.
+func (r *run) countWritten(before, after string) {
 	// The API server stores nothing when the bytes it would write are
 	// the stored ones, and then answers with the same resourceVersion.
-	restored := written.ResourceVersion != obj.ResourceVersion
+	restored := after != before
 	if restored {
 		r.counters.restored.Add(1)
 	} else {
@@ -858,6 +877,11 @@ func (r *run) turn(ctx context.Context, verb string, paced, held bool, tk ticket
 // with Retry-After is first handled inside client-go, which sleeps for the
 // time the server asked for. An empty verb is not reported to the observer.
 func (r *run) retry(ctx context.Context, verb string, fn func(context.Context) error) error {
+	return r.retryUpTo(ctx, verb, r.m.opts.Retry.Attempts, fn)
+}
+
+// retryUpTo is retry with at most attempts attempts.
+func (r *run) retryUpTo(ctx context.Context, verb string, attempts int, fn func(context.Context) error) error {
 	b := r.m.opts.Retry
 	delay := b.Initial
 	var err error
@@ -900,7 +924,7 @@ func (r *run) retry(ctx context.Context, verb string, fn func(context.Context) e
 			// Stopped from outside: the request did not fail by itself.
 			return ctx.Err()
 		}
-		if err == nil || !IsTransient(err) || attempt >= b.Attempts {
+		if err == nil || !IsTransient(err) || attempt >= attempts {
 			return err
 		}
 		if verb != "" {

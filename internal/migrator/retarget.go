@@ -50,7 +50,8 @@ type LeftEntry struct {
 	// version kept has no such field), NotServed (the API server cannot
 	// convert from the version), NotConverted (the conversion does not
 	// carry the fields one to one), Refused (the API server refused the
-	// dry run that converts them), Unplaced (no change to the object
+	// dry run that converts them, or kept them as they were when it
+	// stored the write that moves them), Unplaced (no change to the object
 	// shows where a field is), or Denied (an admission webhook or policy
 	// refused the write that moves them). Message says which field, or
 	// what the API server answered.
@@ -120,10 +121,19 @@ func (r *run) retarget(ctx context.Context, obj *metav1.PartialObjectMetadata) (
 			return true, nil
 		}
 		res, err := mf.Move(ctx, r.retry, o)
+		moved := false
 		if err == nil && res.Changed() {
-			err = r.patchEntries(ctx, o, res)
+			var stop stopping
+			if moved, err = r.moveEntries(ctx, o, res); errors.As(err, &stop) {
+				return true, stop.error
+			}
 		}
 		switch {
+		case err == nil && res.Changed() && !moved:
+			// The API server stored the object but kept its entries as
+			// they were (see moveAnswered): all of them stay.
+			r.left(o, mf.Leave(o.Entries, managedfields.Refused, "the API server kept them as they were when it stored the write that moves them: its field manager failed (a conversion webhook down or too slow?)"))
+			return true, nil
 		case err == nil:
 			r.left(o, res.Left)
 			if res.Changed() || !mf.Only {
@@ -148,7 +158,7 @@ func (r *run) retarget(ctx context.Context, obj *metav1.PartialObjectMetadata) (
 				at := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
 					Namespace: o.Namespace, Name: o.Name, UID: types.UID(o.UID), ResourceVersion: o.ResourceVersion,
 				}}
-				through, err := r.denied(ctx, at, denial, err)
+				through, err := r.denied(ctx, at, heldOf(o.Entries, entryVersion), denial, err)
 				if through {
 					r.left(o, mf.Leave(o.Entries, managedfields.Denied, denial.Who()+" refused the write that moves them; the object was re-stored through its status subresource, which keeps them"))
 				}
@@ -161,12 +171,45 @@ func (r *run) retarget(ctx context.Context, obj *metav1.PartialObjectMetadata) (
 	return true, nil
 }
 
+// moveEntries writes o's entries as res has them (patchEntries), once
+// the probe allows it: the write makes the field manager convert the
+// object for every entry still naming another version. moved is false
+// when the API server stored other entries than those sent.
+func (r *run) moveEntries(ctx context.Context, o *managedfields.Object, res managedfields.Result) (moved bool, err error) {
+	at := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+		Namespace: o.Namespace, Name: o.Name, UID: types.UID(o.UID), ResourceVersion: o.ResourceVersion,
+	}}
+	if err := r.probe(ctx, at, heldOf(o.Entries, entryVersion)); err != nil {
+		return false, stopping{err}
+	}
+	written, err := r.patchEntries(ctx, o, res)
+	if err != nil {
+		return false, err
+	}
+	switch moveAnswered(res.Entries, written.ManagedFields) {
+	case movedLost:
+		if err := r.lostAll(ctx, at, heldOf(res.Entries, entryVersion)); err != nil {
+			return false, stopping{err}
+		}
+	case movedNot:
+		r.countWritten(o.ResourceVersion, written.ResourceVersion)
+		return false, nil
+	}
+	r.countWritten(o.ResourceVersion, written.ResourceVersion)
+	r.counters.managedFieldsRewritten.Add(1)
+	return true, nil
+}
+
+// stopping is an error that stops the whole migration, which retarget
+// hands up as it is rather than classify as a request's.
+type stopping struct{ error }
+
 // patchEntries writes o's entries as res has them, guarded by the uid and
-// resourceVersion they were read at.
-func (r *run) patchEntries(ctx context.Context, o *managedfields.Object, res managedfields.Result) error {
+// resourceVersion they were read at, and returns the answer.
+func (r *run) patchEntries(ctx context.Context, o *managedfields.Object, res managedfields.Result) (*metav1.PartialObjectMetadata, error) {
 	patch, err := managedfields.Patch(o.UID, o.ResourceVersion, res.Entries)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	opts := metav1.PatchOptions{FieldManager: r.m.opts.FieldManager, FieldValidation: metav1.FieldValidationIgnore}
 	var written *metav1.PartialObjectMetadata
@@ -175,12 +218,7 @@ func (r *run) patchEntries(ctx context.Context, o *managedfields.Object, res man
 		written, err = r.metadataClient(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, patch, opts)
 		return err
 	})
-	if err != nil {
-		return err
-	}
-	r.written(&metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{ResourceVersion: o.ResourceVersion}}, written)
-	r.counters.managedFieldsRewritten.Add(1)
-	return nil
+	return written, err
 }
 
 // readMetadata reads obj's metadata again, listing its one name: svm's

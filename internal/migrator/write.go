@@ -17,14 +17,12 @@ import (
 // precondition the server checks before anything else: 409 Conflict when
 // the object was written since it was listed, and the uid keeps svm off an
 // object deleted and created again under the same name. The answer is the
-// object's metadata, of which svm reads only the resourceVersion, which
-// tells re-stored from already current (see readResourceVersion): the
-// rest, annotations of up to 256 KiB among it, is discarded unread, so
-// writes in flight hold little whatever the objects' size.
-//
-// subresource is "" for the object itself, or "status" (see
-// writeThroughStatus).
-func (r *run) patch(ctx context.Context, obj *metav1.PartialObjectMetadata, subresource string) (*metav1.PartialObjectMetadata, error) {
+// object's metadata, of which svm reads the resourceVersion, which tells
+// re-stored from already current, and, when how.entries asks, whether it
+// still has managedFields entries (see readAnswer and check): the rest,
+// annotations of up to 256 KiB among it, is discarded unheld, so writes
+// in flight hold little whatever the objects' size.
+func (r *run) patch(ctx context.Context, obj *metav1.PartialObjectMetadata, how patchAs) (writeAnswer, error) {
 	body := fmt.Appendf(nil, `{"metadata":{"uid":%q,"resourceVersion":%q}}`, obj.UID, obj.ResourceVersion)
 	namespace := ""
 	if r.namespaced {
@@ -35,19 +33,34 @@ func (r *run) patch(ctx context.Context, obj *metav1.PartialObjectMetadata, subr
 	// make the server decode every object strictly, and report as svm's
 	// any duplicate or unknown field it finds in the stored one.
 	path := resourcePath(r.req.Resource, namespace, obj.Name)
-	if subresource != "" {
-		path = append(path, subresource)
+	if how.subresource != "" {
+		path = append(path, how.subresource)
 	}
-	answer, err := r.m.rest.Patch(types.MergePatchType).AbsPath(path...).
+	req := r.m.rest.Patch(types.MergePatchType).AbsPath(path...).
 		Param("fieldManager", r.m.opts.FieldManager).Param("fieldValidation", metav1.FieldValidationIgnore).
-		SetHeader("Accept", metadataJSON).Body(body).Stream(ctx)
-	if err != nil {
-		return nil, err
+		SetHeader("Accept", metadataJSON).Body(body)
+	if how.dryRun {
+		req = req.Param("dryRun", metav1.DryRunAll)
 	}
-	defer answer.Close()
-	rv, err := readResourceVersion(answer)
+	stream, err := req.Stream(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("read the answer: %w", err)
+		return writeAnswer{}, err
 	}
-	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{ResourceVersion: rv}}, nil
+	defer stream.Close()
+	a, err := readAnswer(stream, how.entries)
+	if err != nil {
+		return a, fmt.Errorf("read the answer: %w", err)
+	}
+	return a, nil
+}
+
+// patchAs says how patch writes.
+type patchAs struct {
+	// subresource is "" for the object itself, or "status" (see
+	// writeThroughStatus).
+	subresource string
+	// dryRun stores nothing (see probe).
+	dryRun bool
+	// entries reads whether the answer has managedFields entries.
+	entries bool
 }

@@ -26,6 +26,15 @@ const (
 	// list, or a write for a reason that holds for every object alike.
 	ReasonListFailed  = migrator.ReasonListFailed
 	ReasonWriteFailed = migrator.ReasonWriteFailed
+	// ReasonManagedFieldsLost: the API server stored an object svm wrote
+	// without its managedFields entries (its field manager failed: a
+	// conversion webhook down, on kube-apiserver before 1.37); the run
+	// stopped there, the object named among the failed.
+	ReasonManagedFieldsLost = migrator.ReasonManagedFieldsLost
+	// ReasonManagedFieldsAtRisk: on kube-apiserver before 1.37, a dry run
+	// showed that writing an object whose entries need converting would
+	// clear them; the run stopped before writing any.
+	ReasonManagedFieldsAtRisk = migrator.ReasonManagedFieldsAtRisk
 	// ReasonCRDNotFound: the named CustomResourceDefinition does not
 	// exist, or was deleted while its resource was being migrated.
 	ReasonCRDNotFound = "CRDNotFound"

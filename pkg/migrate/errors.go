@@ -24,6 +24,15 @@ const (
 	// list, or a write for a reason that holds for every object alike.
 	ReasonListFailed  = operation.ReasonListFailed
 	ReasonWriteFailed = operation.ReasonWriteFailed
+	// ReasonManagedFieldsLost: the API server stored an object svm wrote
+	// without its managedFields entries (its field manager failed: a
+	// conversion webhook down, on kube-apiserver before 1.37); the run
+	// stopped there, the object named among the failed.
+	ReasonManagedFieldsLost = operation.ReasonManagedFieldsLost
+	// ReasonManagedFieldsAtRisk: on kube-apiserver before 1.37, a dry run
+	// showed that writing an object whose entries need converting would
+	// clear them; the run stopped before writing any.
+	ReasonManagedFieldsAtRisk = operation.ReasonManagedFieldsAtRisk
 	// ReasonCRDNotFound: the named CustomResourceDefinition does not
 	// exist, or was deleted while its resource was being migrated.
 	ReasonCRDNotFound = operation.ReasonCRDNotFound

@@ -83,6 +83,18 @@ type ConversionWebhook struct {
 	// to another, for versions whose fields differ (see
 	// StartRenamingConversionWebhook).
 	reshape func(obj map[string]any, from, to string)
+	// srv serves the webhook (see Stop).
+	srv *http.Server
+}
+
+// Stop closes the webhook's server, as a webhook that is down: the API
+// server's calls are refused, and every conversion of the resource fails
+// until the test ends.
+func (w *ConversionWebhook) Stop(t testing.TB) {
+	t.Helper()
+	if err := w.srv.Close(); err != nil {
+		t.Fatalf("stop the conversion webhook: %v", err)
+	}
 }
 
 // Conversions is what the webhook was asked so far.
@@ -163,7 +175,8 @@ func (e *Env) startConversionWebhook(t testing.TB, r Resource, reshape func(obj 
 		rw.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(rw).Encode(&review)
 	})
-	base, certPEM := serveTLS(t, mux)
+	base, certPEM, srv := startTLS(t, mux)
+	w.srv = srv
 
 	url := base + "/convert"
 	e.setConversion(t, r.CRDName(), &apiextensionsv1.CustomResourceConversion{

@@ -225,6 +225,14 @@ func (w *Webhook) TotalCalls() int { return w.calls.totalBut(w.probe) }
 // certificate to trust (a webhook's caBundle).
 func serveTLS(t testing.TB, handler http.Handler) (baseURL string, caBundle []byte) {
 	t.Helper()
+	baseURL, caBundle, _ = startTLS(t, handler)
+	return baseURL, caBundle
+}
+
+// startTLS is serveTLS, and returns the server too, which the test may
+// close before it ends.
+func startTLS(t testing.TB, handler http.Handler) (baseURL string, caBundle []byte, srv *http.Server) {
+	t.Helper()
 	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -237,8 +245,8 @@ func serveTLS(t testing.TB, handler http.Handler) (baseURL string, caBundle []by
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	return "https://" + ln.Addr().String(), certPEM
+	return "https://" + ln.Addr().String(), certPEM, srv
 }
