@@ -117,12 +117,14 @@ func (cp *ControlPlane) controllerManagerProcess() (*process, error) {
 			"--controllers=" + controllers,
 			// Leader election as in a real cluster: its lease in kube-system
 			// is how svm controller tells that a kube-controller-manager is
-			// running. Short periods, so that a restart after a kill takes
-			// the lease over within seconds rather than the default 15.
+			// running. The default periods (15 s lease, 10 s to renew): with
+			// a 4 s renew deadline a loaded 2-core machine made it lose the
+			// lease and exit mid-test; a restart after a kill takes the lease
+			// over within the 15 s.
 			"--leader-elect=true",
-			"--leader-elect-lease-duration=6s",
-			"--leader-elect-renew-deadline=4s",
-			"--leader-elect-retry-period=1s",
+			"--leader-elect-lease-duration=15s",
+			"--leader-elect-renew-deadline=10s",
+			"--leader-elect-retry-period=2s",
 			// Every controller uses the admin credentials of the kubeconfig:
 			// the service account token controller that would mint per
 			// controller credentials is not running.
