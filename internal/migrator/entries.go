@@ -99,12 +99,28 @@ func leadingNumber(s string) (int, error) {
 }
 
 // lost reports whether an answer without managedFields entries lost some
-// of h's: an entry naming the version written through, or one the API
-// server serves (served; nil when unknown, and every version then
-// counts). The field manager drops an entry naming a version the server
-// no longer has by design, failure or not.
+// of h's: an entry naming the version written through, or another version
+// of its group that the API server serves (served; nil when unknown, and
+// every version of the group then counts). The field manager drops by
+// design, failure or not, an entry naming a version the server no longer
+// has, and one naming another group's version: a resource served in two
+// groups (events and events.k8s.io) keeps, written through one, only the
+// entries of that group (kube-apiserver 1.37.2 answers svm's write of an
+// Event through v1 whose only entry names events.k8s.io/v1 without it).
 func lost(h held, written string, served func(string) bool) bool {
-	return slices.ContainsFunc(h, func(v string) bool { return v == written || served == nil || served(v) })
+	group := groupOf(written)
+	return slices.ContainsFunc(h, func(v string) bool {
+		return v == written || groupOf(v) == group && (served == nil || served(v))
+	})
+}
+
+// groupOf is the group of an apiVersion, "" for the core group's "v1".
+func groupOf(apiVersion string) string {
+	group, _, _ := strings.Cut(apiVersion, "/")
+	if !strings.Contains(apiVersion, "/") {
+		return ""
+	}
+	return group
 }
 
 // moveOutcome is what the API server did with the entries a write sent.

@@ -69,6 +69,9 @@ func TestLost(t *testing.T) {
 		{"one of them still served", held{"example.com/v0", "example.com/v1"}, served, true},
 		{"what is served unknown: every version counts", held{"example.com/v0"}, nil, true},
 		{"no entries", nil, served, false},
+		{"entries naming another group's version: dropped by design", held{"events.example.com/v1"}, func(string) bool { return true }, false},
+		{"another group's, what is served unknown", held{"events.example.com/v1"}, nil, false},
+		{"another group's and one of this group's", held{"events.example.com/v1", "example.com/v1"}, served, true},
 	} {
 		if got := lost(tc.h, "example.com/v2", tc.served); got != tc.want {
 			t.Errorf("%s: lost = %v, want %v", tc.name, got, tc.want)
