@@ -53,7 +53,8 @@ func newRetireCommand(configFlags *genericclioptions.ConfigFlags, out, errOut io
 		Short: "Make an API version removable: nothing stored in it, no managedFields naming it, no client using it",
 		Long: "Make an API version one that can be removed, in order, each step once the one before is done:\n\n" +
 			"  1. rewrite every object that may be stored in the version (a CRD's status.storedVersions\n" +
-			"     lists it; for other resources, svm's StorageState does or there is none), moving in the\n" +
+			"     list it, or svm's StorageState, a failed in-tree migration or objects older than the\n" +
+			"     CRD say so; for other resources, svm's StorageState does or there is none), moving in the\n" +
 			"     same write the managedFields entries that name it to the version kept, each manager\n" +
 			"     keeping its fields; then prune the CRD's status.storedVersions;\n" +
 			"  2. or, when nothing can be stored in it, rewrite only the objects whose managedFields name it;\n" +

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +33,7 @@ func listBody(items ...string) string {
 func listedObject(i int, entries ...metav1.ManagedFieldsEntry) metav1.PartialObjectMetadata {
 	return metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
 		Name: fmt.Sprintf("o-%d", i), Namespace: "ns", UID: types.UID(fmt.Sprintf("u-%d", i)), ResourceVersion: fmt.Sprint(100 + i), ManagedFields: entries,
+		CreationTimestamp: metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
 	}}
 }
 

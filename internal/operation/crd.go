@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/svm-project/svm/internal/crdversions"
+	"github.com/svm-project/svm/internal/maybestored"
 	"github.com/svm-project/svm/internal/migrator"
 	"github.com/svm-project/svm/internal/resources"
 )
@@ -49,6 +50,38 @@ type CRDResult struct {
 	// NotPrunedReason says why storedVersions were not pruned, "" when
 	// they were.
 	NotPrunedReason string
+	// StoredBecause, when storedVersions list the storage version alone,
+	// says why objects may still be stored in another
+	// (maybestored): why CRD migrated all the same.
+	StoredBecause string
+}
+
+// storedBesides answers whether objects of crd may be stored in a version
+// other than its storage version, though its storedVersions list that
+// alone: the first version maybestored says may be, after counting the
+// objects created before crd (one list of their metadata).
+func (o *Operations) storedBesides(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) (maybestored.Answer, error) {
+	storage := crdversions.StorageVersion(crd)
+	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: storage, Resource: crd.Spec.Names.Plural}
+	n, err := o.engine.Count(ctx, gvr, nil, crd.CreationTimestamp.Time)
+	if err != nil {
+		return maybestored.Answer{}, wrap(resources.DisplayName(gvr.GroupResource()), err)
+	}
+	var a maybestored.Answer
+	for _, v := range crd.Spec.Versions {
+		if v.Name == storage {
+			continue
+		}
+		e, err := o.Evidence(ctx, gvr.GroupResource().WithVersion(v.Name), crd.Spec.Names.Kind, crd)
+		if err != nil {
+			return a, err
+		}
+		e.CreatedBeforeCRD = n.CreatedBefore
+		if a = maybestored.Of(e); a.MayBeStored {
+			return a, nil
+		}
+	}
+	return a, nil
 }
 
 // CRD migrates the resource of the named CustomResourceDefinition to its
@@ -73,8 +106,15 @@ func (o *Operations) CRD(ctx context.Context, name string) (CRDResult, error) {
 		return out, terminal(ReasonCRDRejected, "customresourcedefinition %s has no storage version", name)
 	}
 	if start.OnlyStorage() {
-		out.NotPrunedReason = "status.storedVersions lists only the storage version: nothing to migrate from"
-		return out, nil
+		a, err := o.storedBesides(ctx, crd)
+		if err != nil {
+			return out, err
+		}
+		if !a.MayBeStored {
+			out.NotPrunedReason = "status.storedVersions lists only the storage version, and nothing else says another may be stored: nothing to migrate from"
+			return out, nil
+		}
+		out.StoredBecause = a.String()
 	}
 	version, ok := crdversions.Kept(crd, "")
 	if !ok {

@@ -10,14 +10,13 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/svm-project/svm/internal/apiservers"
 	"github.com/svm-project/svm/internal/crdversions"
 	"github.com/svm-project/svm/internal/managedfields"
+	"github.com/svm-project/svm/internal/maybestored"
 	"github.com/svm-project/svm/internal/resources"
 )
 
@@ -146,6 +145,9 @@ func (o *Operations) Retire(ctx context.Context, gvr schema.GroupVersionResource
 	if err := r.count(ctx, &res); err != nil {
 		return res, err
 	}
+	if err := r.mayBeStored(ctx, &res); err != nil {
+		return res, err
+	}
 	res.Usage = r.usage(ctx)
 	res.NothingToDo = !res.MayBeStored && res.NamingVersion == 0 && (!opts.Unserve || !res.Served)
 	if opts.DryRun || res.NothingToDo {
@@ -174,6 +176,8 @@ type retirement struct {
 	crd    *apiextensionsv1.CustomResourceDefinition // nil for a built-in
 	target schema.GroupVersionResource               // the version kept
 	kind   string
+	// createdBeforeCRD counts the objects created before crd was.
+	createdBeforeCRD int64
 }
 
 // retired is the version retired, as managedFields name it.
@@ -211,12 +215,6 @@ func (r *retirement) resolve(ctx context.Context, res *RetireResult) error {
 	}
 	r.target = r.gvr.GroupResource().WithVersion(version)
 	res.Target = r.target.GroupVersion().String()
-	res.MayBeStored = slices.Contains(s.StoredVersions, r.gvr.Version)
-	if res.MayBeStored {
-		res.StoredBecause = fmt.Sprintf("status.storedVersions %v lists %s", s.StoredVersions, r.gvr.Version)
-	} else {
-		res.StoredBecause = fmt.Sprintf("status.storedVersions %v does not list %s", s.StoredVersions, r.gvr.Version)
-	}
 	return nil
 }
 
@@ -262,46 +260,36 @@ func (r *retirement) resolveBuiltIn(ctx context.Context, res *RetireResult) erro
 	if info.StorageVersionHash != "" && info.StorageVersionHash == resources.StorageVersionHash(r.gvr.Group, r.gvr.Version, r.kind) {
 		return terminal(ReasonStorageVersion, "%s is the storage version of %s", r.gvr.Version, resources.DisplayName(r.gvr.GroupResource()))
 	}
-	res.MayBeStored, res.StoredBecause, err = r.storedPerStorageState(ctx)
-	return err
+	return nil
 }
 
-// storageStates is svm's StorageState API, read without its types so that
-// the public package needs none of svm's.
-var storageStates = schema.GroupVersionResource{Group: "migration.k8s.io", Version: "v1alpha1", Resource: "storagestates"}
-
-// storedPerStorageState reads svm's StorageState of the resource: objects
-// may be stored in the version retired when it lists the version's hash or
-// Unknown, or when there is no StorageState to tell.
-func (r *retirement) storedPerStorageState(ctx context.Context) (bool, string, error) {
-	name := resources.DisplayName(r.gvr.GroupResource())
-	state, err := r.clients.Dynamic.Resource(storageStates).Get(ctx, name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
-		return true, "no StorageState records what is stored", nil
-	case err != nil:
-		return false, "", fmt.Errorf("read storagestate %s: %w", name, err)
-	}
-	hashes, _, _ := unstructured.NestedStringSlice(state.Object, "status", "persistedStorageVersionHashes")
-	hash := resources.StorageVersionHash(r.gvr.Group, r.gvr.Version, r.kind)
-	switch {
-	case len(hashes) == 0 || slices.Contains(hashes, "Unknown"):
-		return true, fmt.Sprintf("StorageState %s does not know what is stored", name), nil
-	case slices.Contains(hashes, hash):
-		return true, fmt.Sprintf("StorageState %s lists its hash %s", name, hash), nil
-	}
-	return false, fmt.Sprintf("StorageState %s lists only %v, not its hash %s", name, hashes, hash), nil
-}
-
-// count counts the objects, and those whose managedFields name the
-// version retired, listing them as a migration does: within
-// Options.ChunkBytes, the answers decoded as they arrive.
+// count counts the objects, those whose managedFields name the version
+// retired, and those older than the CRD, listing them as a migration does:
+// within Options.ChunkBytes, the answers decoded as they arrive.
 func (r *retirement) count(ctx context.Context, res *RetireResult) error {
 	rt := managedfields.Retarget{Retired: []string{r.retired()}}
-	objects, naming, err := r.engine.Count(ctx, r.target, rt.Names)
-	res.Objects += objects
-	res.NamingVersion += naming
+	var before time.Time
+	if r.crd != nil {
+		before = r.crd.CreationTimestamp.Time
+	}
+	n, err := r.engine.Count(ctx, r.target, rt.Names, before)
+	res.Objects += n.Objects
+	res.NamingVersion += n.Matched
+	r.createdBeforeCRD = n.CreatedBefore
 	return wrap(resources.DisplayName(r.target.GroupResource()), err)
+}
+
+// mayBeStored answers whether objects may be stored in the version
+// retired, from everything that tells (maybestored), the objects counted.
+func (r *retirement) mayBeStored(ctx context.Context, res *RetireResult) error {
+	e, err := r.Evidence(ctx, r.gvr, r.kind, r.crd)
+	if err != nil {
+		return err
+	}
+	e.CreatedBeforeCRD = r.createdBeforeCRD
+	a := maybestored.Of(e)
+	res.MayBeStored, res.StoredBecause = a.MayBeStored, a.String()
+	return nil
 }
 
 // usage reads every API server's requests for the version retired.

@@ -14,7 +14,8 @@ import (
 // or CRD stopped before, see its error); StoredVersionsBefore as first
 // read and StoredVersionsAfter as CRD last saw, or wrote, them; whether
 // it Pruned status.storedVersions to the storage version, and if not,
-// NotPrunedReason.
+// NotPrunedReason; and, when it migrated though storedVersions listed the
+// storage version alone, StoredBecause.
 type CRDResult = operation.CRDResult
 
 // CRD migrates the resource of the named CustomResourceDefinition to its
@@ -34,10 +35,16 @@ type CRDResult = operation.CRDResult
 // carries the CRD's resourceVersion as read; on a conflict the CRD is read
 // again and the decision made again, never carried across a change.
 //
-// When storedVersions already list the storage version alone, there is
-// nothing to migrate from, and CRD returns at once without a write: call
-// it as often as you like. (To rewrite the objects anyway, after an
-// encryption key rotation say, use Resource.)
+// When storedVersions already list the storage version alone, CRD does
+// not take their word for it: a failed in-tree migration of the resource
+// (kube-controller-manager cuts storedVersions when one starts), svm's
+// StorageState listing another version, or objects older than the CRD
+// (left from an earlier CRD of that name) say another may still be
+// stored, and CRD then migrates all the same. It reads those and lists the
+// objects' metadata once; when none says so there is nothing to migrate
+// from, and CRD returns without a write: call it as often as you like. (To
+// rewrite the objects anyway, after an encryption key rotation say, use
+// Resource.)
 //
 // Errors are those of Resource, a *TerminalError about the CRD
 // (ReasonCRDNotFound, ReasonForbidden, ReasonCRDRejected, ReasonNotServed),
