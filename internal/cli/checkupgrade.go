@@ -11,13 +11,18 @@ import (
 
 	"github.com/spf13/cobra"
 	apiserverinternalv1alpha1 "k8s.io/api/apiserverinternal/v1alpha1"
+	storagemigrationv1 "k8s.io/api/storagemigration/v1"
+	storagemigrationv1beta1 "k8s.io/api/storagemigration/v1beta1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/intree"
+	"github.com/svm-project/svm/internal/maybestored"
 	"github.com/svm-project/svm/internal/upgrade"
 )
 
@@ -220,6 +225,9 @@ func (o *CheckUpgradeOptions) fetch(ctx context.Context) (*upgrade.Input, error)
 			return nil, err
 		}
 	}
+	if in.Unrecorded, err = unrecorded(ctx, o.Dynamic, groupList, in); err != nil {
+		return nil, err
+	}
 	in.StorageVersionAPIServed = served(groupList, storageVersionAPIGroupVersion)
 	if in.StorageVersionAPIServed {
 		list, err := o.Kube.InternalV1alpha1().StorageVersions().List(ctx, metav1.ListOptions{})
@@ -229,4 +237,48 @@ func (o *CheckUpgradeOptions) fetch(ctx context.Context) (*upgrade.Input, error)
 		in.StorageVersions = list.Items
 	}
 	return in, nil
+}
+
+// unrecorded asks maybestored.Unrecorded of every CRD in in, with the
+// in-tree migrations read from storagemigration.k8s.io/v1 (or v1beta1,
+// where v1 is not served): the custom resources whose storedVersions a
+// failed in-tree migration may have left short.
+func unrecorded(ctx context.Context, dyn dynamic.Interface, groups *metav1.APIGroupList, in *upgrade.Input) (map[schema.GroupResource]string, error) {
+	var inTree []storagemigrationv1.StorageVersionMigration
+	var err error
+	switch {
+	case len(in.CRDs) == 0:
+		return nil, nil
+	case served(groups, storagemigrationv1.SchemeGroupVersion):
+		inTree, err = listAs[storagemigrationv1.StorageVersionMigration](ctx, dyn, storagemigrationv1.SchemeGroupVersion.WithResource("storageversionmigrations"))
+	case served(groups, storagemigrationv1beta1.SchemeGroupVersion):
+		var beta []storagemigrationv1beta1.StorageVersionMigration
+		beta, err = listAs[storagemigrationv1beta1.StorageVersionMigration](ctx, dyn, storagemigrationv1beta1.SchemeGroupVersion.WithResource("storageversionmigrations"))
+		for i := range beta {
+			inTree = append(inTree, intree.FromBeta(&beta[i]))
+		}
+	}
+	if err != nil || len(inTree) == 0 {
+		return nil, err
+	}
+	out := map[schema.GroupResource]string{}
+	for i := range in.CRDs {
+		crd := &in.CRDs[i]
+		gr := schema.GroupResource{Group: crd.Spec.Group, Resource: crd.Spec.Names.Plural}
+		e := maybestored.Evidence{Group: gr.Group, Kind: crd.Spec.Names.Kind, CRD: crd}
+		for j := range in.StorageStates {
+			if s := &in.StorageStates[j]; s.Spec.Resource.Group == gr.Group && s.Spec.Resource.Resource == gr.Resource {
+				e.State = s
+			}
+		}
+		for _, m := range inTree {
+			if m.Spec.Resource.Group == gr.Group && m.Spec.Resource.Resource == gr.Resource {
+				e.InTree = append(e.InTree, m)
+			}
+		}
+		if why := maybestored.Unrecorded(e); why != "" {
+			out[gr] = why
+		}
+	}
+	return out, nil
 }

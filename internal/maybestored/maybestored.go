@@ -143,6 +143,21 @@ func vouches(e Evidence, s crdversions.Storage) (string, bool) {
 	return fmt.Sprintf("StorageState %s records every object rewritten in %s since", e.State.Name, s.StorageVersion), true
 }
 
+// Unrecorded is why a custom resource's objects may be stored in a version
+// its storedVersions do not list, though no object is older than its CRD,
+// "" when nothing says so: a failed in-tree migration that the
+// StorageState does not vouch over. svm check-upgrade, which reads no
+// object, asks it of every CRD.
+func Unrecorded(e Evidence) string {
+	if e.CRD == nil {
+		return ""
+	}
+	if _, ok := vouches(e, crdversions.Of(e.CRD)); ok {
+		return ""
+	}
+	return failedInTree(e)
+}
+
 // stateSays is why the StorageState says objects may be stored in the
 // version, "" when it does not.
 func stateSays(e Evidence) string {

@@ -53,15 +53,21 @@ const (
 	// SourceStorageVersionAPI: the encodingVersion an API server reports
 	// in the StorageVersion API.
 	SourceStorageVersionAPI Source = "storageVersionAPI"
+	// SourceFailedInTreeMigration: an in-tree migration of a custom
+	// resource failed after kube-controller-manager cut its CRD's
+	// storedVersions (Input.Unrecorded), so any version may be stored;
+	// this is one the resource has, as far as svm can see.
+	SourceFailedInTreeMigration Source = "failedInTreeMigration"
 )
 
 // sourceText is how the table names sources.
 var sourceText = map[Source]string{
-	SourceStorageState:        "StorageState",
-	SourceStorageStateUnknown: "StorageState Unknown",
-	SourceDiscovery:           "discovery",
-	SourceCRDStoredVersions:   "CRD storedVersions",
-	SourceStorageVersionAPI:   "StorageVersion API",
+	SourceStorageState:          "StorageState",
+	SourceStorageStateUnknown:   "StorageState Unknown",
+	SourceDiscovery:             "discovery",
+	SourceCRDStoredVersions:     "CRD storedVersions",
+	SourceStorageVersionAPI:     "StorageVersion API",
+	SourceFailedInTreeMigration: "failed in-tree migration",
 }
 
 // Report is what `svm check-upgrade` shows, and the document printed by
@@ -115,8 +121,9 @@ type Resource struct {
 	// Stored are the versions objects may be stored in, as group/version
 	// ("v1" for the core group), each with the records that say so.
 	Stored []StoredVersion `json:"stored"`
-	// AnyVersion: the StorageState says any version may be stored; Stored
-	// then also holds every version svm sees for the resource.
+	// AnyVersion: the StorageState (or a failed in-tree migration,
+	// Input.Unrecorded) says any version may be stored; Stored then also
+	// holds every version svm sees for the resource.
 	AnyVersion bool `json:"anyVersion"`
 	// UnresolvedHashes are recorded hashes that match no version svm
 	// tried: objects may be in a version svm cannot name.
@@ -166,6 +173,10 @@ type Input struct {
 	// is served; StorageVersions are ignored when it is not.
 	StorageVersionAPIServed bool
 	StorageVersions         []apiserverinternalv1alpha1.StorageVersion
+	// Unrecorded are custom resources whose storedVersions may miss a
+	// version objects are stored in (maybestored.Unrecorded), with why:
+	// any version they have may be stored.
+	Unrecorded map[schema.GroupResource]string
 	// TargetUnknown are resources whose decodable versions the target
 	// does not say (an aggregated API's, for a Kubernetes release), with
 	// why: they are judged unknown, or unsafe when their API servers
@@ -395,10 +406,12 @@ type facts struct {
 	// kind is the resource's kind, which its hashes are computed over;
 	// "" when neither discovery nor a CRD names it.
 	kind string
+	// unrecorded is Input.Unrecorded's word on it.
+	unrecorded string
 }
 
 func (rec *records) facts(gr schema.GroupResource) *facts {
-	f := &facts{gr: gr, state: rec.states[gr], crd: rec.crds[gr], sv: rec.storageVersions[gr]}
+	f := &facts{gr: gr, state: rec.states[gr], crd: rec.crds[gr], sv: rec.storageVersions[gr], unrecorded: rec.in.Unrecorded[gr]}
 	f.disc, f.served = rec.discovered[gr]
 	f.kind = f.disc.Kind
 	if f.kind == "" && f.crd != nil {
@@ -503,6 +516,13 @@ func (f *facts) stored(res *Resource, seen, decodes []schema.GroupVersion) (stor
 			stored.add(gv, SourceStorageStateUnknown)
 		}
 	}
+	if why := f.unrecorded; why != "" {
+		res.AnyVersion = true
+		notes = append(notes, why)
+		for _, gv := range seen {
+			stored.add(gv, SourceFailedInTreeMigration)
+		}
+	}
 	if f.state == nil && f.crd != nil {
 		notes = append(notes, "no StorageState; the CRD's status.storedVersions, kept by the API server, says what may be stored")
 	}
@@ -589,7 +609,11 @@ func safeReason(group string, res Resource) string {
 	}
 	switch {
 	case res.AnyVersion:
-		return "the StorageState lists Unknown, so any version may be stored; the target decodes every version svm sees for the resource: " + strings.Join(versions, ", ")
+		why := "the StorageState lists Unknown"
+		if !slices.ContainsFunc(res.Stored, func(s StoredVersion) bool { return slices.Contains(s.Sources, SourceStorageStateUnknown) }) {
+			why = "an in-tree migration failed after storedVersions were cut"
+		}
+		return why + ", so any version may be stored; the target decodes every version svm sees for the resource: " + strings.Join(versions, ", ")
 	case len(versions) == 1:
 		return "only " + versions[0] + " may be stored, and the target decodes it"
 	default:

@@ -159,6 +159,38 @@ func TestCheck(t *testing.T) {
 		wantNot:     []string{"example.com/v1"},
 		wantReasons: []string{"the target cannot decode v1 (CRD storedVersions, StorageState)"},
 	}, {
+		// kube-controller-manager cut storedVersions to [v2] when its
+		// migration started, and the migration failed: svm's cluster read
+		// (maybestored.Unrecorded) says any version may be stored.
+		name: "storedVersions cut by a failed in-tree migration",
+		in: func() Input {
+			in := cluster(target("widgets.example.com=v2"), widgetCRD("v2", true, "v2"))
+			in.Unrecorded = map[schema.GroupResource]string{widgets: "in-tree migration user failed and none succeeded after it"}
+			return in
+		}(),
+		want: VerdictUnsafe,
+		wantStored: map[string][]Source{
+			"example.com/v1": {SourceFailedInTreeMigration},
+			"example.com/v2": {SourceCRDStoredVersions, SourceDiscovery, SourceFailedInTreeMigration},
+		},
+		wantNot:     []string{"example.com/v1"},
+		wantAny:     true,
+		wantReasons: []string{"the target cannot decode v1 (failed in-tree migration)", "in-tree migration user failed"},
+	}, {
+		name: "storedVersions cut by a failed in-tree migration, target decodes every version",
+		in: func() Input {
+			in := cluster(target("widgets.example.com=v1,v2"), widgetCRD("v2", true, "v2"))
+			in.Unrecorded = map[schema.GroupResource]string{widgets: "in-tree migration user failed and none succeeded after it"}
+			return in
+		}(),
+		want: VerdictSafe,
+		wantStored: map[string][]Source{
+			"example.com/v1": {SourceFailedInTreeMigration},
+			"example.com/v2": {SourceCRDStoredVersions, SourceDiscovery, SourceFailedInTreeMigration},
+		},
+		wantAny:     true,
+		wantReasons: []string{"an in-tree migration failed after storedVersions were cut, so any version may be stored"},
+	}, {
 		name: "flipped while svm was down",
 		in:   cluster(target("widgets.example.com=v2"), state(widgets, widgetV1, widgetV1), widgetCRD("v2", true, "v1", "v2")),
 		want: VerdictUnsafe,
