@@ -577,6 +577,9 @@ func TestRetireWaitsForWritesInFlight(t *testing.T) {
 	r := framework.Resource{Group: "inflight.example.com", Plural: "widgets", Kind: "Widget"}
 	env.CreateResource(t, r)
 	env.CreateObjects(t, r, []string{"retire"}, n)
+	// svm is built before the change: building it on a loaded machine can
+	// take longer than the margin, which would then have passed already.
+	framework.SVMBinary(t)
 	write := framework.HoldWrite(t, env, r, "v1", "retire", "obj-00003", hold)
 	env.SetStorage(t, r, "v2")
 
