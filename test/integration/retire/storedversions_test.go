@@ -174,6 +174,13 @@ func TestRetireRefusesAfterAFailedInTreeMigration(t *testing.T) {
 	}
 	env.ExpectStored(t, r.EtcdPrefix(), map[string]int{r.Group + "/v1": n})
 
+	// check-upgrade, which reads no object, takes the failed migration
+	// the same way: v1 may be stored, and a target without it is unsafe.
+	code, out, errOut := framework.RunSVM(t, kubeconfig, time.Minute, "check-upgrade", "--decodable", r.CRDName()+"=v2")
+	if code != 3 || !strings.Contains(out, "the target cannot decode v1 (failed in-tree migration)") {
+		t.Errorf("svm check-upgrade --decodable %s=v2: exit %d, want 3 (unsafe) for v1 after the failed in-tree migration\n%s\n%s", r.CRDName(), code, out, errOut)
+	}
+
 	code, rep, out := retireJSON(t, kubeconfig, "widgets.v1."+r.Group, "--unserve", "--quiet-for", "1s")
 	if code == 0 || rep.Unserved || !rep.MayBeStored || !strings.Contains(rep.StoredBecause, "in-tree migration second failed") {
 		t.Errorf("svm retire --unserve: exit %d, %+v; want a refusal naming the failed in-tree migration\n%s", code, rep, out)
