@@ -16,12 +16,16 @@
 //   - A custom resource whose CRD converts through a webhook: the API
 //     server converts (see serverMapper), in dry-run updates that the
 //     field manager answers with what changed in the version kept.
-//   - A CRD without a webhook converts nothing but apiVersion, and a
-//     built-in resource's versions keep a field's path across Kubernetes'
-//     own conversions: a field stays where it is, if the kept version's
-//     schema (its OpenAPI v3 document) has it. The schema decides, not the
-//     object: a field an apply owns at a zero value that JSON omits is
-//     still the apply's.
+//   - A CRD without a webhook converts nothing but apiVersion: a field
+//     stays where it is, if the kept version's schema (its OpenAPI v3
+//     document) has it. The schema decides, not the object: a field an
+//     apply owns at a zero value that JSON omits is still the apply's.
+//   - A built-in resource's versions may not keep a field's path across
+//     Kubernetes' own conversions (autoscaling/v1 keeps v2's spec.behavior
+//     in an annotation): a field stays where it is only where the kept
+//     version's schema has it and the API server shows, in a dry-run
+//     update, that the conversion keeps it there (see builtinMapper);
+//     an entry with a field it puts elsewhere is left (NotConverted).
 //
 // An entry moves whole or stays whole: the API server keeps one Apply
 // entry per manager and subresource whatever its apiVersion, so half an

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -102,8 +103,10 @@ type Resource struct {
 
 // For is the one rule of how a resource's entries move, which the
 // controller, svm retire and pkg/migrate all use: with a conversion
-// webhook the API server converts; otherwise fields keep their paths,
-// where the kept version's schema has them. It reads the versions' OpenAPI
+// webhook the API server converts; a CRD's fields otherwise keep their
+// paths, where the kept version's schema has them; a built-in resource's
+// keep their paths only where the API server shows that its conversion
+// keeps them there (builtinMapper). It reads the versions' OpenAPI
 // documents once. ok is false when no version is left to retire.
 func For(ctx context.Context, r Resource, c Clients) (m *Mover, ok bool, err error) {
 	rt, ok := Between(r.Kept.Group, r.Retired, r.Kept.Version)
@@ -114,14 +117,18 @@ func For(ctx context.Context, r Resource, c Clients) (m *Mover, ok bool, err err
 	if err != nil {
 		return nil, false, fmt.Errorf("read the schema of %s: %w", r.Kept.GroupVersion(), err)
 	}
+	if r.CRD == nil {
+		m, err := forBuiltIn(ctx, r, c, rt, kept)
+		if err != nil {
+			return nil, false, err
+		}
+		return &Mover{Retarget: rt, Mapper: m}, true, nil
+	}
 	if !converts(r.CRD) {
 		m := schemaMapper{kept: kept}
 		if c.Dynamic != nil && r.CRD != nil && crdversions.StorageVersion(r.CRD) == r.Kept.Version {
 			// Read in the version kept, which is the one the object is
-			// stored in: what it lacks there, it lacks for good. A
-			// built-in resource's versions may keep a field elsewhere
-			// (autoscaling/v1 keeps v2's in annotations), so nothing of
-			// its entries is dropped.
+			// stored in: what it lacks there, it lacks for good.
 			m.read = func(ctx context.Context, do Do, obj *Object) (*unstructured.Unstructured, error) {
 				return readAt(ctx, do, c.Dynamic, r.Kept, obj)
 			}
@@ -147,6 +154,32 @@ func For(ctx context.Context, r Resource, c Clients) (m *Mover, ok bool, err err
 		s.types[gv.String()] = vs
 	}
 	return &Mover{Retarget: rt, Mapper: s}, true, nil
+}
+
+// forBuiltIn is the Mapper of a built-in (or aggregated) resource, whose
+// versions Kubernetes' own conversions may move a field between (see
+// builtinMapper): it reads the schemas of the retired versions served.
+func forBuiltIn(ctx context.Context, r Resource, c Clients, rt Retarget, kept *versionSchema) (Mapper, error) {
+	if c.Dynamic == nil {
+		return nil, fmt.Errorf("no client was given to ask the API server where %s keeps the fields of %s", r.Kept.GroupVersion(), strings.Join(rt.Retired, ", "))
+	}
+	s := &serverMapper{kept: r.Kept, client: c.Dynamic, fieldManager: c.FieldManager,
+		types: map[string]*versionSchema{rt.Target: kept}}
+	for _, v := range rt.Retired {
+		gv, err := schema.ParseGroupVersion(v)
+		if err != nil {
+			return nil, err
+		}
+		// nil when the version is not served: nothing converts from it.
+		vs, err := loadSchema(ctx, c.OpenAPI, gv.WithKind(r.Kind))
+		if err != nil {
+			return nil, fmt.Errorf("read the schema of %s: %w", gv, err)
+		}
+		if vs != nil {
+			s.types[v] = vs
+		}
+	}
+	return builtinMapper{serverMapper: s}, nil
 }
 
 // converts reports whether a CRD converts through a webhook: anything but
