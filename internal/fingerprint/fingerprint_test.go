@@ -27,6 +27,11 @@ func sv(rv string, common *string, encodings ...string) *apiserverinternalv1alph
 	return s
 }
 
+// of is the fingerprint of a read that knows of no earlier one.
+func of(c *apiextensionsv1.CustomResourceDefinition, s *apiserverinternalv1alpha1.StorageVersion) string {
+	return NewEpochs().Of(c, s).Value
+}
+
 func TestOf(t *testing.T) {
 	v1 := "apps/v1"
 	for _, tc := range []struct {
@@ -43,39 +48,71 @@ func TestOf(t *testing.T) {
 			disagreed: "API servers encode apps.deployments in different versions: apps/v1 (a), apps/v1beta2 (b)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Of(tc.crd, tc.sv)
-			if got.Value != tc.want || got.Disagreement != tc.disagreed {
-				t.Errorf("Of = %+v, want value %q, disagreement %q", got, tc.want, tc.disagreed)
+			for _, e := range []*Epochs{NewEpochs(), nil} {
+				got := e.Of(tc.crd, tc.sv)
+				if got.Value != tc.want || got.Disagreement != tc.disagreed {
+					t.Errorf("Of = %+v, want value %q, disagreement %q", got, tc.want, tc.disagreed)
+				}
 			}
 		})
 	}
 }
 
 func TestSameStorage(t *testing.T) {
-	base := Of(crd("u1", 3, "v2", "v1", "v2"), sv("42", nil)).Value
+	base := of(crd("u1", 3, "v2", "v1", "v2"), sv("42", nil))
 	for _, tc := range []struct {
 		name string
 		a, b string
 		want bool
 	}{
 		{name: "identical", a: base, b: base, want: true},
-		{name: "storedVersions pruned: not part of it", a: base, b: Of(crd("u1", 3, "v2", "v2"), sv("42", nil)).Value, want: true},
-		{name: "another generation, same storage version (a flip and a flip back)", a: base, b: Of(crd("u1", 5, "v2", "v1", "v2"), sv("42", nil)).Value},
-		{name: "another storage version", a: base, b: Of(crd("u1", 3, "v1", "v1", "v2"), sv("42", nil)).Value},
-		{name: "the CRD deleted and created again", a: base, b: Of(crd("u2", 3, "v2", "v1", "v2"), sv("42", nil)).Value},
-		{name: "the CRD deleted", a: base, b: Of(nil, sv("42", nil)).Value, want: true},
-		{name: "the CRD deleted, and the StorageVersion object changed", a: base, b: Of(nil, sv("43", nil)).Value},
-		{name: "a CRD created", a: Of(nil, sv("42", nil)).Value, b: base},
-		{name: "the StorageVersion object changed", a: base, b: Of(crd("u1", 3, "v2", "v1", "v2"), sv("43", nil)).Value},
+		{name: "storedVersions pruned: not part of it", a: base, b: of(crd("u1", 3, "v2", "v2"), sv("42", nil)), want: true},
+		{name: "the next generation, same storage version: one spec change, no flip", a: base, b: of(crd("u1", 4, "v2", "v1", "v2"), sv("42", nil)), want: true},
+		{name: "two generations on, same storage version: a flip and a flip back may hide between", a: base, b: of(crd("u1", 5, "v2", "v1", "v2"), sv("42", nil))},
+		{name: "generations seen one after another since", a: base, b: "crd=u1/3..9/v2,storageversion=42", want: true},
+		{name: "an epoch begun right after the generation read", a: base, b: "crd=u1/4..9/v2,storageversion=42", want: true},
+		{name: "an epoch begun later", a: base, b: "crd=u1/5..9/v2,storageversion=42"},
+		{name: "read in the other order", a: "crd=u1/3..9/v2,storageversion=42", b: base, want: true},
+		{name: "within one epoch", a: "crd=u1/2..6/v2", b: "crd=u1/2..9/v2", want: true},
+		{name: "another storage version", a: base, b: of(crd("u1", 3, "v1", "v1", "v2"), sv("42", nil))},
+		{name: "another storage version, next generation", a: base, b: of(crd("u1", 4, "v1", "v1", "v2"), sv("42", nil))},
+		{name: "the CRD deleted and created again", a: base, b: of(crd("u2", 3, "v2", "v1", "v2"), sv("42", nil))},
+		{name: "the CRD deleted", a: base, b: of(nil, sv("42", nil)), want: true},
+		{name: "the CRD deleted, and the StorageVersion object changed", a: base, b: of(nil, sv("43", nil))},
+		{name: "a CRD created", a: of(nil, sv("42", nil)), b: base},
+		{name: "the StorageVersion object changed", a: base, b: of(crd("u1", 3, "v2", "v1", "v2"), sv("43", nil))},
 		{name: "discovery alone both times", a: "", b: "", want: true},
-		{name: "the form svm wrote before the UID", a: "crd=3/v2", b: Of(crd("u1", 3, "v2", "v2"), nil).Value},
-		{name: "the form svm wrote before, unchanged", a: "crd=1/v2", b: "crd=1/v2", want: true},
-		{name: "the form svm wrote before, the CRD deleted", a: "crd=1/v2,storageversion=10", b: "storageversion=10", want: true},
+		{name: "the form svm wrote before the UID", a: "crd=3/v2", b: of(crd("u1", 3, "v2", "v2"), nil)},
+		{name: "the form svm wrote before the UID, unchanged", a: "crd=1/v2", b: "crd=1/v2", want: true},
+		{name: "the form svm wrote before the UID, the CRD deleted", a: "crd=1/v2,storageversion=10", b: "storageversion=10", want: true},
+		{name: "a range that cannot be", a: "crd=u1/5..3/v2", b: "crd=u1/3..5/v2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := SameStorage(tc.a, tc.b); got != tc.want {
 				t.Errorf("SameStorage(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
 			}
 		})
+	}
+}
+
+func TestCovers(t *testing.T) {
+	for _, tc := range []struct {
+		fp         string
+		generation int64
+		want       bool
+	}{
+		{fp: "crd=u1/3..7/v2", generation: 3, want: true},
+		{fp: "crd=u1/3..7/v2", generation: 7, want: true},
+		{fp: "crd=u1/3..7/v2,storageversion=4", generation: 5, want: true},
+		{fp: "crd=u1/3..7/v2", generation: 2},
+		{fp: "crd=u1/3..7/v2", generation: 8},
+		{fp: "crd=u1/7/v2", generation: 7, want: true},
+		{fp: "crd=u1/7/v2", generation: 6},
+		{fp: "storageversion=4", generation: 1},
+		{fp: "", generation: 1},
+	} {
+		if got := Covers(tc.fp, tc.generation); got != tc.want {
+			t.Errorf("Covers(%q, %d) = %v, want %v", tc.fp, tc.generation, got, tc.want)
+		}
 	}
 }

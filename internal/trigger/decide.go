@@ -23,7 +23,10 @@ const (
 	// migration was created for.
 	TargetHashAnnotation = followup.StorageVersionHashAnnotation
 	// CRDGenerationAnnotation records the generation of the CRD a trigger
-	// migration of a custom resource was created at.
+	// migration of a custom resource was created at. It vouches for the
+	// CRD's storage now only if that generation is in the fingerprint's
+	// run of generations with the storage version of now
+	// (fingerprint.Covers).
 	CRDGenerationAnnotation = "migration.k8s.io/crd-generation"
 	// ReasonAnnotation says why the trigger made a migration: ReasonChanged
 	// or ReasonFirstSight. The controller starts changes first.
@@ -60,8 +63,11 @@ type Input struct {
 	// Observed: discovery is one API server's view.
 	Encoding *Encoding
 	// Fingerprint is what decides the resource's storage version now
-	// (internal/fingerprint): its CRD, its StorageVersion object; "" when
-	// neither exists (discovery alone).
+	// (internal/fingerprint): its CRD, with the generations svm has seen
+	// one after another with its storage version, its StorageVersion
+	// object; "" when neither exists (discovery alone). A spec change
+	// that leaves the storage version as it was, seen, is no change of
+	// it (fingerprint.SameStorage).
 	Fingerprint string
 	// SettleDelay and DrainMargin apply to custom resources: a migration
 	// starts only once the storage has been as it is now for their sum.
@@ -232,10 +238,13 @@ func (in Input) current() *string {
 
 // storageMoved is the decision when the storage hash is the one recorded
 // but the storage behind it may not be, status being the state's status as
-// d leaves it: its fingerprint changed (a CRD whose storage version went
-// and came back, a CRD deleted and created again, a StorageVersion object
+// d leaves it: its fingerprint is not the same storage (a CRD whose storage
+// version went and came back, or whose generations svm did not all see
+// since, a CRD deleted and created again, a StorageVersion object
 // rewritten), or the CRD's storedVersions gained a version svm had not
-// recorded as possibly stored (gained). Objects written meanwhile may be
+// recorded as possibly stored (gained). A fingerprint that is the same
+// storage (the CRD's spec changed, its storage version did not) is
+// recorded, and nothing else changes. Objects written meanwhile may be
 // in another version, so the revision since which they are known current
 // no longer holds, svm's migrations made for the storage before stop
 // (their list may be older than writes still landing) and cannot vouch
@@ -429,8 +438,9 @@ func equalHold(a, b *migrationv1alpha1.PruneHold) bool {
 
 // countable is the migrations that can vouch for what is stored: only
 // those made since the state was (re)created, and while the CRD lists
-// other stored versions, only svm's made at its current generation, since
-// the storage version cannot have changed during them.
+// other stored versions, only svm's made at a generation with the storage
+// of now (madeAtThisStorage), since the storage version cannot have
+// changed during them.
 func countable(in Input) []migrationv1alpha1.StorageVersionMigration {
 	var live []migrationv1alpha1.StorageVersionMigration
 	behind := crdBehind(in.CRD)
@@ -438,12 +448,23 @@ func countable(in Input) []migrationv1alpha1.StorageVersionMigration {
 		if m.CreationTimestamp.Before(&in.State.CreationTimestamp) {
 			continue
 		}
-		if behind && (!IsOwned(&m) || m.Annotations[CRDGenerationAnnotation] != strconv.FormatInt(in.CRD.Generation, 10)) {
+		if behind && (!IsOwned(&m) || !madeAtThisStorage(in, &m)) {
 			continue
 		}
 		live = append(live, m)
 	}
 	return live
+}
+
+// madeAtThisStorage reports whether svm's migration m was made at the
+// CRD's current generation, or at one that svm saw, and every one since,
+// with the storage version of now: spec changes that left the storage
+// version alone (a conversion webhook's caBundle rotated) do not make a
+// migration made before them worthless, and one that may have hidden a
+// flip and a flip back does.
+func madeAtThisStorage(in Input, m *migrationv1alpha1.StorageVersionMigration) bool {
+	at, err := strconv.ParseInt(m.Annotations[CRDGenerationAnnotation], 10, 64)
+	return err == nil && (at == in.CRD.Generation || fingerprint.Covers(in.Fingerprint, at))
 }
 
 // madeSince is the migrations among ms made since the storage was first

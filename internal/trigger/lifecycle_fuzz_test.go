@@ -9,9 +9,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/fingerprint"
 )
 
 // world is a model cluster: the storage hash the API server really uses,
@@ -39,9 +41,27 @@ type world struct {
 	// svm decided in the last step.
 	changed time.Time
 	looked  bool
-	// startedAt is the generation each migration started at: one that
-	// ends at another starts over (the guard), as in the controller.
-	startedAt map[string]int
+	// epochs is what svm's process has seen of the CRD's generations
+	// (internal/fingerprint): every look and every guard reads through
+	// it, and a restart forgets it.
+	epochs *fingerprint.Epochs
+}
+
+// fingerprint reads the CRD's fingerprint, as the trigger and the guard
+// do, after teaching the process what svm recorded.
+func (w *world) fingerprint() string {
+	if !w.crd {
+		return ""
+	}
+	if w.state != nil {
+		w.epochs.Learn(w.state.Status.StorageFingerprint)
+	}
+	for _, m := range w.migrations {
+		w.epochs.Learn(m.Status.StorageFingerprint)
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{UID: "u", Generation: int64(w.generation)}}
+	crd.Spec.Versions = []apiextensionsv1.CustomResourceDefinitionVersion{{Name: w.actual, Storage: true}}
+	return w.epochs.Of(crd, nil).Value
 }
 
 const window = 10 * time.Minute
@@ -52,7 +72,7 @@ func (w *world) decide(observed *string) {
 	if w.crd {
 		in.CRD = &CRDStorage{Generation: int64(w.generation), StorageHash: w.actual,
 			StoredHashes: slices.DeleteFunc(slices.Clone(w.stored), func(h string) bool { return h == w.actual })}
-		in.Fingerprint = fmt.Sprintf("crd=u/%d/%s", w.generation, w.actual)
+		in.Fingerprint = w.fingerprint()
 		in.SettleDelay, in.DrainMargin = 15*time.Second, 2*time.Minute
 	}
 	d := Decide(in)
@@ -119,7 +139,7 @@ func (w *world) step(op byte) {
 		for i := range w.migrations {
 			if m := &w.migrations[i]; !w.started[m.Name] {
 				w.started[m.Name] = true
-				w.startedAt[m.Name] = w.generation
+				m.Status.StorageFingerprint = w.fingerprint()
 				m.Status.StorageVersionHash = w.actual
 				break
 			}
@@ -127,7 +147,7 @@ func (w *world) step(op byte) {
 	case 5, 6: // the oldest started migration ends
 		for i := range w.migrations {
 			if m := &w.migrations[i]; w.started[m.Name] && !m.IsFinished() {
-				if w.startedAt[m.Name] != w.generation {
+				if !fingerprint.SameStorage(m.Status.StorageFingerprint, w.fingerprint()) {
 					// The storage changed while it ran: it starts over.
 					w.started[m.Name] = false
 					break
@@ -146,6 +166,7 @@ func (w *world) step(op byte) {
 	case 7: // time passes
 		w.now = w.now.Add(time.Duration(1+int(op/9)%12) * time.Minute)
 	case 8: // svm restarts: a stale state is re-created as Unknown
+		w.epochs = fingerprint.NewEpochs()
 		if w.state != nil && (op/9)%4 == 3 {
 			// ...or svm crashed between creating a state and writing its status.
 			w.state = &migrationv1alpha1.StorageState{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(w.now)}}
@@ -207,7 +228,7 @@ func (w *world) checkRevision(t *testing.T, ops []byte) {
 
 func runOps(t *testing.T, ops []byte) {
 	for _, crd := range []bool{false, true} {
-		w := &world{now: t0, actual: "A", started: map[string]bool{}, crd: crd, stored: []string{"A"}, startedAt: map[string]int{}}
+		w := &world{now: t0, actual: "A", started: map[string]bool{}, crd: crd, stored: []string{"A"}, epochs: fingerprint.NewEpochs()}
 		for i, op := range ops {
 			w.looked = false
 			w.step(op)

@@ -189,13 +189,23 @@ func (e *Env) List(t testing.TB, gvr schema.GroupVersionResource) []unstructured
 // any other object; a consistent list sees them at once.
 func (e *Env) SeedWidgets(t testing.TB, version string, namespaces []string, n int) {
 	t.Helper()
+	e.SeedWidgetsWrittenThrough(t, version, version, namespaces, n)
+}
+
+// SeedWidgetsWrittenThrough is SeedWidgets with the model widget created
+// through API version through: every widget is stored in version (which
+// must be the CRD's storage version) and its managedFields name through,
+// as if its writer wrote it through through. A migration that prunes
+// version from the CRD then has no managedFields entry to move.
+func (e *Env) SeedWidgetsWrittenThrough(t testing.TB, version, through string, namespaces []string, n int) {
+	t.Helper()
 	start := time.Now()
 	for _, ns := range namespaces {
 		e.CreateNamespace(t, ns)
 	}
 	ctx := Context(t, 5*time.Minute)
-	gvr := schema.GroupVersionResource{Group: Widgets.Group, Version: version, Resource: Widgets.Resource}
-	first := Widget(version, "widget-00000", 0)
+	gvr := schema.GroupVersionResource{Group: Widgets.Group, Version: through, Resource: Widgets.Resource}
+	first := Widget(through, "widget-00000", 0)
 	if _, err := e.Dynamic.Resource(gvr).Namespace(namespaces[0]).Create(ctx, first, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create the model widget: %v", err)
 	}

@@ -64,16 +64,19 @@ type StorageStateStatus struct {
 	CurrentStorageVersionSince *metav1.Time `json:"currentStorageVersionSince,omitempty"`
 
 	// StorageFingerprint is what decided the resource's storage version
-	// when svm last looked: its CRD's UID, generation and storage version,
-	// and the resourceVersion of its StorageVersion object where the
-	// StorageVersion API is served (the migrations' status.storageFingerprint
-	// says the same of their start). A change of it (another CRD or
-	// generation, another storage version, another StorageVersion object),
-	// like a version the CRD's status.storedVersions gain, restarts
-	// CurrentStorageVersionSince and drops CurrentStorageVersionRevision,
-	// even when the storage version hash is the same: a CRD whose storage
-	// version went away and came back may hold objects written in the
-	// other version in between.
+	// when svm last looked: its CRD's UID and storage version, with the
+	// generations svm saw one after another with that storage version
+	// (first..last), and the resourceVersion of its StorageVersion object
+	// where the StorageVersion API is served (the migrations'
+	// status.storageFingerprint says the same of their start). A change of
+	// it that may be a storage change (another CRD, another storage
+	// version, a generation svm did not see, another StorageVersion
+	// object), like a version the CRD's status.storedVersions gain,
+	// restarts CurrentStorageVersionSince and drops
+	// CurrentStorageVersionRevision, even when the storage version hash is
+	// the same: a CRD whose storage version went away and came back may
+	// hold objects written in the other version in between. A spec change
+	// svm saw that left the storage version alone does not.
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	StorageFingerprint string `json:"storageFingerprint,omitempty"`

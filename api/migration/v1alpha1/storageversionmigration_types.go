@@ -311,12 +311,14 @@ type StorageVersionMigrationStatus struct {
 	StorageVersionHash string `json:"storageVersionHash,omitempty"`
 
 	// StorageFingerprint records what decided the resource's storage
-	// version when the migration started: its CRD's UID, generation and
+	// version when the migration started: its CRD's UID and storage
+	// version, with the generations svm saw one after another with that
 	// storage version, and the resourceVersion of its StorageVersion
-	// object where the StorageVersion API is served. If it differs when
-	// the migration ends, the storage version may have changed while
-	// objects were being rewritten, and the migration starts over instead
-	// of succeeding.
+	// object where the StorageVersion API is served. If the storage may
+	// have changed by the time the migration ends (another storage
+	// version, a generation svm did not see, another StorageVersion
+	// object), it may have changed while objects were being rewritten,
+	// and the migration starts over instead of succeeding.
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	StorageFingerprint string `json:"storageFingerprint,omitempty"`

@@ -23,6 +23,7 @@ import (
 	"github.com/svm-project/svm/internal/controller/encryption"
 	"github.com/svm-project/svm/internal/controller/migration"
 	"github.com/svm-project/svm/internal/controller/storagestate"
+	"github.com/svm-project/svm/internal/fingerprint"
 	"github.com/svm-project/svm/internal/health"
 	"github.com/svm-project/svm/internal/intree"
 	"github.com/svm-project/svm/internal/kubeclients"
@@ -114,6 +115,10 @@ type controllerBase struct {
 	mgr     ctrl.Manager
 	metrics *metrics.Metrics
 	tracker *health.Tracker
+	// epochs is what svm has seen of each CRD's generations, one for the
+	// trigger and the migrations' guard: both must agree on when two
+	// reads are the same storage (internal/fingerprint).
+	epochs *fingerprint.Epochs
 }
 
 // newBase registers svm's metrics and builds the manager, with its leader
@@ -147,7 +152,7 @@ func (o *Config) newBase(ctx context.Context) (*controllerBase, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)
 	}
-	return &controllerBase{clients: clients, mgr: mgr, metrics: svmMetrics, tracker: tracker}, nil
+	return &controllerBase{clients: clients, mgr: mgr, metrics: svmMetrics, tracker: tracker, epochs: fingerprint.NewEpochs()}, nil
 }
 
 // start adds the probes and runs the manager (see startUntilStopped).
@@ -182,7 +187,7 @@ func (o *Config) setUpMigrations(b *controllerBase) (betaServed bool, _ error) {
 		Executors:        choice,
 		InTreeServed:     served,
 		InTreeBetaServed: betaServed,
-		Guard:            migration.APIStorageGuard{Reader: b.mgr.GetAPIReader()},
+		Guard:            migration.APIStorageGuard{Reader: b.mgr.GetAPIReader(), Epochs: b.epochs},
 		Recorder:         b.mgr.GetEventRecorder("svm-controller"),
 		Metrics:          b.metrics,
 		MaxParallel:      o.MaxParallel,
@@ -203,7 +208,7 @@ func (o *Config) setUpTrigger(ctx context.Context, b *controllerBase, betaServed
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Discovery: b.clients.Discovery, InTreeBetaServed: betaServed,
 		Interval: o.TriggerInterval, StaleAfter: o.StaleAfter, RetryBase: o.TriggerRetryDelay,
 		PruneStoredVersions: o.PruneStoredVersions, ThroughStatus: o.ThroughStatus, CRDs: b.clients.CRDs.ApiextensionsV1().CustomResourceDefinitions(), MigrateUnhashed: o.MigrateUnhashed,
-		SettleDelay: o.CRDSettleDelay, DrainMargin: o.CRDDrainMargin, Clock: b.clients.Clock,
+		SettleDelay: o.CRDSettleDelay, DrainMargin: o.CRDDrainMargin, Clock: b.clients.Clock, Epochs: b.epochs,
 		Recorder: mgr.GetEventRecorder("svm-trigger"), Metrics: b.metrics, Health: b.tracker,
 	}
 	if o.StorageVersionAPI {

@@ -42,9 +42,18 @@ type APIStorageGuard struct {
 	// Reader should read from the API server, not a cache: a cache that
 	// lags would hide the very change the guard looks for.
 	Reader client.Reader
+	// Epochs is what svm has seen of each CRD's generations
+	// (internal/fingerprint), shared with the trigger, which reads the
+	// CRDs a second after each change: a spec change that leaves the
+	// storage version alone does not make a migration across it start
+	// over. nil knows only each read.
+	Epochs *fingerprint.Epochs
 }
 
-// Fingerprint implements StorageGuard.
+// Fingerprint implements StorageGuard. For a custom resource, it first
+// teaches Epochs the fingerprint the resource's StorageState records, so
+// that a guard that reads before the trigger's first round after a
+// restart goes on from the epoch svm recorded.
 func (g APIStorageGuard) Fingerprint(ctx context.Context, gr schema.GroupResource) (Fingerprint, error) {
 	var crd *apiextensionsv1.CustomResourceDefinition
 	if gr.Group != "" {
@@ -54,6 +63,7 @@ func (g APIStorageGuard) Fingerprint(ctx context.Context, gr schema.GroupResourc
 		}
 		if len(crds.Items) > 0 {
 			crd = &crds.Items[0]
+			g.learnState(ctx, gr)
 		}
 	}
 	var sv *apiserverinternalv1alpha1.StorageVersion
@@ -67,7 +77,34 @@ func (g APIStorageGuard) Fingerprint(ctx context.Context, gr schema.GroupResourc
 	case len(svs.Items) > 0:
 		sv = &svs.Items[0]
 	}
-	return fingerprint.Of(crd, sv), nil
+	return g.Epochs.Of(crd, sv), nil
+}
+
+// learnState teaches Epochs the fingerprint gr's StorageState records. A
+// state that cannot be read teaches nothing: the read then stands alone,
+// which may start a migration over, never let one through.
+func (g APIStorageGuard) learnState(ctx context.Context, gr schema.GroupResource) {
+	if g.Epochs == nil {
+		return
+	}
+	if st := g.state(ctx, gr); st != nil {
+		g.Epochs.Learn(st.Status.StorageFingerprint)
+	}
+}
+
+// state reads gr's StorageState, nil when there is none or it cannot be
+// read (logged).
+func (g APIStorageGuard) state(ctx context.Context, gr schema.GroupResource) *migrationv1alpha1.StorageState {
+	var states migrationv1alpha1.StorageStateList
+	name := migrationv1alpha1.StorageStateName(migrationv1alpha1.GroupResource{Group: gr.Group, Resource: gr.Resource})
+	if err := g.Reader.List(ctx, &states, client.MatchingFields{"metadata.name": name}); err != nil {
+		klog.FromContext(ctx).Error(err, "Read the StorageState; what it records goes unused (every object is written)", "resource", gr)
+		return nil
+	}
+	if len(states.Items) == 0 {
+		return nil
+	}
+	return &states.Items[0]
 }
 
 // StoredSince implements StorageGuard: it reads the revision the trigger
@@ -75,18 +112,11 @@ func (g APIStorageGuard) Fingerprint(ctx context.Context, gr schema.GroupResourc
 // holds only while the storage it was recorded for is the same as now's,
 // fp. A state that cannot be read leaves every object to be written.
 func (g APIStorageGuard) StoredSince(ctx context.Context, gr schema.GroupResource, fp Fingerprint) *operation.StoredSince {
-	var states migrationv1alpha1.StorageStateList
-	name := migrationv1alpha1.StorageStateName(migrationv1alpha1.GroupResource{Group: gr.Group, Resource: gr.Resource})
-	if err := g.Reader.List(ctx, &states, client.MatchingFields{"metadata.name": name}); err != nil {
-		klog.FromContext(ctx).Error(err, "Read the StorageState; every object will be written", "resource", gr)
+	st := g.state(ctx, gr)
+	if st == nil {
 		return nil
 	}
-	for _, s := range states.Items {
-		if ss := storedSince(&s.Status, fp); ss != nil {
-			return ss
-		}
-	}
-	return nil
+	return storedSince(&st.Status, fp)
 }
 
 // storedSince is the revision st records, if it holds for fp: recorded

@@ -41,6 +41,11 @@ func TestJudgeBefore(t *testing.T) {
 			want: GuardVerdict{Action: GuardWait, Why: disagree},
 		},
 		{
+			name: "resuming after spec changes that left the storage version alone, every generation seen",
+			in:   GuardInput{Saved: "crd=u1/3..5/v2", Now: Fingerprint{Value: "crd=u1/3..7/v2"}},
+			want: GuardVerdict{Action: GuardGoOn, Fingerprint: "crd=u1/3..5/v2"},
+		},
+		{
 			name: "changed while stopped: start over from the fingerprint now",
 			in:   GuardInput{Saved: "crd=1/v1", Now: Fingerprint{Value: "crd=2/v2"}},
 			want: GuardVerdict{Action: GuardStartOver, Fingerprint: "crd=2/v2", Why: "The storage version may have changed since the migration started"},
@@ -71,6 +76,21 @@ func TestJudgeAfter(t *testing.T) {
 			name: "servers disagree: start over rather than wait",
 			in:   GuardInput{After: true, Saved: "storageversion=10", Now: Fingerprint{Value: "storageversion=10", Disagreement: disagree}},
 			want: GuardVerdict{Action: GuardStartOver, Why: disagree},
+		},
+		{
+			name: "the CRD's spec changed while running, its storage version did not, every generation seen: done",
+			in:   GuardInput{After: true, Saved: "crd=u1/3..5/v2", Now: Fingerprint{Value: "crd=u1/3..9/v2"}},
+			want: GuardVerdict{Action: GuardGoOn, Fingerprint: "crd=u1/3..5/v2"},
+		},
+		{
+			name: "one spec change while running, seen by no other read: done, one change cannot flip and flip back",
+			in:   GuardInput{After: true, Saved: "crd=u1/5/v2", Now: Fingerprint{Value: "crd=u1/6/v2"}},
+			want: GuardVerdict{Action: GuardGoOn, Fingerprint: "crd=u1/5/v2"},
+		},
+		{
+			name: "generations unseen while running, the storage version the same: start over, they may have hidden a flip and a flip back",
+			in:   GuardInput{After: true, Saved: "crd=u1/3..5/v2", Now: Fingerprint{Value: "crd=u1/8/v2"}},
+			want: GuardVerdict{Action: GuardStartOver, Why: "the storage version may have changed while the migration ran"},
 		},
 		{
 			name: "a CRD appeared while running: start over",

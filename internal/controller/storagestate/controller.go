@@ -38,6 +38,7 @@ import (
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controller/round"
+	"github.com/svm-project/svm/internal/fingerprint"
 	"github.com/svm-project/svm/internal/health"
 	"github.com/svm-project/svm/internal/metrics"
 	"github.com/svm-project/svm/internal/trigger"
@@ -87,7 +88,7 @@ type Controller struct {
 	// followed by a new one. Defaults 1 minute and 1 hour.
 	RetryBase, RetryMax time.Duration
 	// PruneStoredVersions cuts a CRD's status.storedVersions to its storage
-	// version once a migration made at the CRD's current generation has
+	// version once a migration made at the CRD's storage of now has
 	// succeeded, so that old versions can be removed from the CRD.
 	PruneStoredVersions bool
 	// ThroughStatus sets spec.throughStatus on the migrations the trigger
@@ -113,6 +114,11 @@ type Controller struct {
 	// decides on every change, and trusts their common encoding version
 	// over discovery (one API server's view).
 	StorageVersions kubernetes.Interface
+	// Epochs is what svm has seen of each CRD's generations
+	// (internal/fingerprint), shared with the migration controller's
+	// guard: a spec change seen that leaves the storage version alone is
+	// no storage change. nil knows only each read.
+	Epochs *fingerprint.Epochs
 	// SettleDelay and DrainMargin: a custom resource is migrated only
 	// once its storage has been as it is now for their sum
 	// (trigger.Input).

@@ -56,6 +56,9 @@ func TestStorageChangedTransition(t *testing.T) {
 		{"a flip and a flip back: another generation", status("B", "crd=u/3/v2"), status("B", "crd=u/5/v2"), true},
 		{"the CRD re-created", status("B", "crd=u/3/v2"), status("B", "crd=w/1/v2"), true},
 		{"the same storage", status("B", "crd=u/3/v2"), status("B", "crd=u/3/v2"), false},
+		{"a spec change seen, the storage version the same", status("B", "crd=u/3/v2"), status("B", "crd=u/3..4/v2"), false},
+		{"spec changes seen one after another", status("B", "crd=u/2..5/v2"), status("B", "crd=u/2..9/v2"), false},
+		{"generations unseen, the storage version the same", status("B", "crd=u/2..5/v2"), status("B", "crd=u/7/v2"), true},
 		{"a fingerprint recorded for the first time", status("B", ""), status("B", "crd=u/3/v2"), false},
 		{"the hash changed too: StorageVersionChanged says it", status("A", "crd=u/3/v1"), status("B", "crd=u/4/v2"), false},
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	apiserverinternalv1alpha1 "k8s.io/api/apiserverinternal/v1alpha1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,7 +15,6 @@ import (
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controller/round"
-	"github.com/svm-project/svm/internal/fingerprint"
 	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/internal/trigger"
 )
@@ -148,7 +148,7 @@ func (c *Controller) decide(ctx context.Context, gr schema.GroupResource, observ
 	d := trigger.Decide(trigger.Input{
 		Now: now, Observed: observed, State: state, Migrations: migrations,
 		RetryBase: c.RetryBase, RetryMax: c.RetryMax, CRD: crdStorage(crd),
-		Encoding: c.encoding(gr, sv), Fingerprint: fingerprint.Of(crd, sv).Value,
+		Encoding: c.encoding(gr, sv), Fingerprint: c.fingerprint(state, migrations, crd, sv),
 		SettleDelay: c.SettleDelay, DrainMargin: c.DrainMargin,
 	})
 	requeue, err := c.apply(ctx, gr, state, crd, migrations, d)
@@ -158,6 +158,21 @@ func (c *Controller) decide(ctx context.Context, gr schema.GroupResource, observ
 	c.noteRetry(gr, state, d, now)
 	c.notePruneHeld(gr, state, d)
 	return sooner(d.RequeueAfter, requeue)
+}
+
+// fingerprint reads the fingerprint of a resource with CRD crd and
+// StorageVersion object sv (either nil when there is none), after
+// teaching Epochs what svm recorded of its storage on its StorageState and
+// migrations: after a restart, the CRD's epoch goes on from there.
+func (c *Controller) fingerprint(state *migrationv1alpha1.StorageState, migrations []migrationv1alpha1.StorageVersionMigration,
+	crd *apiextensionsv1.CustomResourceDefinition, sv *apiserverinternalv1alpha1.StorageVersion) string {
+	if state != nil {
+		c.Epochs.Learn(state.Status.StorageFingerprint)
+	}
+	for i := range migrations {
+		c.Epochs.Learn(migrations[i].Status.StorageFingerprint)
+	}
+	return c.Epochs.Of(crd, sv).Value
 }
 
 // notePruneHeld sets the gauge of the entries holding gr's prune, as d
