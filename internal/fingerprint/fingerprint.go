@@ -146,6 +146,29 @@ func parseCRD(s string) (c crdPart, ok bool) {
 	return crdPart{uid: f[0], storage: f[2], epoch: epoch, generation: generation}, true
 }
 
+// CRDUID is the UID of the CRD fingerprint v names; ok is false when it
+// names none svm can read.
+func CRDUID(v string) (uid string, ok bool) {
+	c, ok := parseCRD(split(v).crd)
+	return c.uid, ok
+}
+
+// Recreated reports whether fingerprint b names another CRD than a did:
+// one created since under the same name (a and b both name a CRD, by
+// other UIDs), or one where a named none but something else (a
+// StorageVersion object, or a fingerprint svm wrote before the UID was
+// part of it). Objects a CRD deleted without them (its finalizer
+// removed) left behind may be stored in any version it stored, which
+// nothing svm recorded for a can vouch for once svm was not watching.
+func Recreated(a, b string) bool {
+	pb, ok := parseCRD(split(b).crd)
+	if !ok || a == "" {
+		return false
+	}
+	pa, ok := parseCRD(split(a).crd)
+	return !ok || pa.uid != pb.uid
+}
+
 // parts is a fingerprint read back: its CRD part and its StorageVersion
 // object's resourceVersion, each "" when it has none.
 type parts struct {

@@ -116,3 +116,32 @@ func TestCovers(t *testing.T) {
 		}
 	}
 }
+
+func TestRecreated(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"crd=u1/3/v2", "crd=u1/3..4/v2", false},
+		{"crd=u1/3/v2", "crd=u2/1/v2", true},
+		{"crd=u1/3/v2,storageversion=7", "crd=u2/1/v2,storageversion=7", true},
+		{"storageversion=7", "crd=u2/1/v2", true},
+		{"crd=3/v2", "crd=u2/1/v2", true}, // written before the UID was part of it
+		{"", "crd=u2/1/v2", false},        // nothing recorded: first sight
+		{"crd=u1/3/v2", "", false},        // the CRD gone
+		{"crd=u1/3/v2", "storageversion=7", false},
+	} {
+		if got := Recreated(tc.a, tc.b); got != tc.want {
+			t.Errorf("Recreated(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+func TestCRDUID(t *testing.T) {
+	if uid, ok := CRDUID("crd=u1/3..5/v2,storageversion=7"); !ok || uid != "u1" {
+		t.Errorf("CRDUID = %q, %v; want u1", uid, ok)
+	}
+	if _, ok := CRDUID("crd=3/v2"); ok {
+		t.Error("CRDUID of a fingerprint without a UID is ok")
+	}
+}

@@ -25,6 +25,7 @@ import (
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/crdversions"
+	"github.com/svm-project/svm/internal/fingerprint"
 	"github.com/svm-project/svm/internal/intree"
 	"github.com/svm-project/svm/internal/resources"
 )
@@ -132,7 +133,10 @@ func (a *Answer) add(why string) {
 // another version: the storage version did not move, or the state would
 // say so.
 func vouches(e Evidence, s crdversions.Storage) (string, bool) {
-	if e.State == nil || e.CRD.UID == "" || !strings.Contains(e.State.Status.StorageFingerprint, string(e.CRD.UID)) {
+	if e.State == nil {
+		return "", false
+	}
+	if uid, ok := fingerprint.CRDUID(e.State.Status.StorageFingerprint); !ok || uid != string(e.CRD.UID) {
 		return "", false
 	}
 	want := resources.StorageVersionHash(e.Group, s.StorageVersion, e.CRD.Spec.Names.Kind)

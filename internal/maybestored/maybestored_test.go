@@ -52,7 +52,7 @@ func inTree(name string, at time.Time, cond storagemigrationv1.MigrationConditio
 }
 
 func TestOfCustomResource(t *testing.T) {
-	const thisCRD = "crd:crd-uid-2/3/v2"
+	const thisCRD = "crd=crd-uid-2/3/v2"
 	after := created.Add(time.Minute)
 	for _, tc := range []struct {
 		name     string
@@ -114,7 +114,7 @@ func TestOfCustomResource(t *testing.T) {
 		},
 		{
 			name: "a state of an earlier CRD of the name does not vouch",
-			e:    Evidence{CRD: widgets("v2"), State: state("crd:crd-uid-1/3/v2", hashV2, hashV2), CreatedBeforeCRD: 7},
+			e:    Evidence{CRD: widgets("v2"), State: state("crd=crd-uid-1/3/v2", hashV2, hashV2), CreatedBeforeCRD: 7},
 			may:  true, becauses: []string{"7 objects were created before"},
 		},
 		{

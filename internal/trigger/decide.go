@@ -249,7 +249,9 @@ func (in Input) current() *string {
 // no longer holds, svm's migrations made for the storage before stop
 // (their list may be older than writes still landing) and cannot vouch
 // for it (madeSince), and the wait for API servers to settle and writes to
-// drain starts again. A fingerprint seen for the first time (a state svm
+// drain starts again. A CRD created again under the name also makes any
+// version possibly stored (Unknown), so that a migration of the new one
+// rewrites whatever its predecessor left. A fingerprint seen for the first time (a state svm
 // recorded none on) is adopted the same way, but stops nothing: those
 // migrations' own fingerprints catch a change.
 func storageMoved(in Input, d Decision, status *migrationv1alpha1.StorageStateStatus, gained bool) Decision {
@@ -259,6 +261,13 @@ func storageMoved(in Input, d Decision, status *migrationv1alpha1.StorageStateSt
 		}
 		status.CurrentStorageVersionSince = ptrTime(in.Now)
 		status.CurrentStorageVersionRevision = ""
+	}
+	if fingerprint.Recreated(status.StorageFingerprint, in.Fingerprint) {
+		// A CRD created again under the name may stand over objects its
+		// predecessor left, in any version it stored, and its
+		// storedVersions start from its own storage version: what was
+		// recorded of the predecessor vouches for nothing svm did not see.
+		status.PersistedStorageVersionHashes = union(status.PersistedStorageVersionHashes, migrationv1alpha1.UnknownStorageVersionHash)
 	}
 	status.StorageFingerprint = in.Fingerprint
 	d.Status = status

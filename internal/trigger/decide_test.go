@@ -455,6 +455,18 @@ func TestDecideStorageMoved(t *testing.T) {
 			want: Decision{Status: recorded(status(t0, "B", "B", "A"), at3, now, ""), RequeueAfter: wait},
 		},
 		{
+			name: "the CRD created again under its name, unseen, storedVersions its storage version alone: any version may be stored, the wait starts again",
+			in: Input{Now: now, State: migrated(), CRD: &CRDStorage{Generation: 1, StorageHash: "B"}, Fingerprint: "crd=u2/1/v2",
+				SettleDelay: settle, DrainMargin: drain},
+			want: Decision{Status: recorded(status(t0, "B", "B", "Unknown"), "crd=u2/1/v2", now, ""), RequeueAfter: wait},
+		},
+		{
+			name: "and once it settled and drained, a migration",
+			in: Input{Now: now.Add(wait), State: withFingerprint(seen(state(t0, "B", "B", "Unknown"), now), "crd=u2/1/v2"), CRD: &CRDStorage{Generation: 1, StorageHash: "B"},
+				Fingerprint: "crd=u2/1/v2", SettleDelay: settle, DrainMargin: drain},
+			want: Decision{CreateMigrationFor: ptr("B"), RecordRevision: true},
+		},
+		{
 			name: "storedVersions pruned: the same storage, the revision stays",
 			in: Input{Now: now, State: withFingerprint(withRevision(seen(state(t0, "B", "B"), t0), "100"), at3),
 				CRD: &CRDStorage{Generation: 3, StorageHash: "B"}, Fingerprint: at3},

@@ -12,12 +12,8 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	storagemigrationv1 "k8s.io/api/storagemigration/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/svm-project/svm/pkg/migrate"
 	"github.com/svm-project/svm/test/controlplane"
@@ -69,7 +65,7 @@ func TestRetireRewritesWhatACRDRecreatedOverOrphansLeft(t *testing.T) {
 	orphans := env.RawValues(t, r.EtcdPrefix())
 	env.ExpectStored(t, r.EtcdPrefix(), map[string]int{r.Group + "/v1": n})
 
-	recreateOverOrphans(t, env, r.CRDName(), orphans)
+	env.RecreateCRDOverOrphans(t, r.CRDName(), "v2", orphans)
 	if got := env.CRDStoredVersions(t, r.CRDName()); !slices.Equal(got, []string{"v2"}) {
 		t.Fatalf("storedVersions %v after the CRD was created again, want [v2]", got)
 	}
@@ -93,42 +89,6 @@ func TestRetireRewritesWhatACRDRecreatedOverOrphansLeft(t *testing.T) {
 	}
 	env.ExpectStored(t, r.EtcdPrefix(), map[string]int{r.Group + "/v2": n})
 	env.ExpectUnchanged(t, r.GVR("v2"), before)
-}
-
-// recreateOverOrphans deletes the CRD named name, which deletes its
-// objects, creates it again with v2 as its storage version, and puts the
-// objects' values back into etcd as they were: what a CRD whose finalizer
-// was removed before its objects were deleted, created again, leaves.
-func recreateOverOrphans(t *testing.T, env *framework.Env, name string, orphans map[string][]byte) {
-	t.Helper()
-	ctx := framework.Context(t, 2*time.Minute)
-	old := &apiextensionsv1.CustomResourceDefinition{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, old); err != nil {
-		t.Fatal(err)
-	}
-	if err := env.Client.Delete(ctx, old); err != nil {
-		t.Fatal(err)
-	}
-	framework.Eventually(t, "the CRD deleted", time.Minute, func(ctx context.Context) (bool, error) {
-		err := env.Client.Get(ctx, client.ObjectKey{Name: name}, &apiextensionsv1.CustomResourceDefinition{})
-		return apierrors.IsNotFound(err), nil
-	})
-	// Creation times are in seconds: the CRD is created in a later one
-	// than its objects were.
-	time.Sleep(1100 * time.Millisecond)
-	again := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: old.Spec}
-	for i := range again.Spec.Versions {
-		again.Spec.Versions[i].Storage = again.Spec.Versions[i].Name == "v2"
-	}
-	if err := env.Client.Create(ctx, again); err != nil {
-		t.Fatal(err)
-	}
-	env.WaitEstablished(t, name)
-	for key, value := range orphans {
-		if _, err := env.Etcd.Put(ctx, key, string(value)); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // TestRetireRefusesAfterAFailedInTreeMigration: kube-controller-manager
