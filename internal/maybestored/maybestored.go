@@ -22,11 +22,11 @@ import (
 
 	storagemigrationv1 "k8s.io/api/storagemigration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/crdversions"
 	"github.com/svm-project/svm/internal/fingerprint"
-	"github.com/svm-project/svm/internal/intree"
 	"github.com/svm-project/svm/internal/resources"
 )
 
@@ -188,16 +188,23 @@ func stateSays(e Evidence) string {
 func failedInTree(e Evidence) string {
 	var lastSucceeded time.Time
 	for i := range e.InTree {
-		if m := &e.InTree[i]; intree.Succeeded(m) && m.CreationTimestamp.After(lastSucceeded) {
+		if m := &e.InTree[i]; ended(m, storagemigrationv1.MigrationSucceeded) && m.CreationTimestamp.After(lastSucceeded) {
 			lastSucceeded = m.CreationTimestamp.Time
 		}
 	}
 	for i := range e.InTree {
 		m := &e.InTree[i]
-		if !intree.Failed(m) || m.CreationTimestamp.Before(&e.CRD.CreationTimestamp) || m.CreationTimestamp.Time.Before(lastSucceeded) {
+		if !ended(m, storagemigrationv1.MigrationFailed) || m.CreationTimestamp.Before(&e.CRD.CreationTimestamp) || m.CreationTimestamp.Time.Before(lastSucceeded) {
 			continue
 		}
 		return fmt.Sprintf("in-tree migration %s failed and none succeeded after it: kube-controller-manager cuts storedVersions when a migration starts, so they may miss what it did not rewrite", m.Name)
 	}
 	return ""
+}
+
+// ended reports whether the in-tree migration m has condition c true. Read
+// here rather than through internal/intree, which would bring
+// controller-runtime into pkg/migrate's imports.
+func ended(m *storagemigrationv1.StorageVersionMigration, c storagemigrationv1.MigrationConditionType) bool {
+	return meta.IsStatusConditionTrue(m.Status.Conditions, string(c))
 }

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
-	"github.com/svm-project/svm/internal/intree"
 	"github.com/svm-project/svm/internal/maybestored"
 	"github.com/svm-project/svm/internal/resources"
 )
@@ -63,7 +62,7 @@ func (o *Operations) storageState(ctx context.Context, gr schema.GroupResource) 
 // and 1.36; asked only then, for the deprecation warning it would print);
 // none where neither is served.
 func (o *Operations) inTreeMigrations(ctx context.Context, gr schema.GroupResource) ([]storagemigrationv1.StorageVersionMigration, error) {
-	for _, gv := range []schema.GroupVersion{intree.GroupVersion, intree.BetaGroupVersion} {
+	for _, gv := range []schema.GroupVersion{storagemigrationv1.SchemeGroupVersion, storagemigrationv1beta1.SchemeGroupVersion} {
 		list, err := o.clients.Dynamic.Resource(gv.WithResource("storageversionmigrations")).List(ctx, metav1.ListOptions{})
 		switch {
 		case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
@@ -86,16 +85,13 @@ func (o *Operations) inTreeMigrations(ctx context.Context, gr schema.GroupResour
 	return nil, nil
 }
 
-// inTreeOf reads an in-tree migration listed in gv as a v1 one.
+// inTreeOf reads an in-tree migration listed in gv as a v1 one: v1beta1
+// has the same fields (internal/intree converts them the same way; it is
+// not imported here, for it would bring controller-runtime into
+// pkg/migrate's imports).
 func inTreeOf(gv schema.GroupVersion, obj map[string]any) (storagemigrationv1.StorageVersionMigration, error) {
 	var m storagemigrationv1.StorageVersionMigration
-	if gv != intree.BetaGroupVersion {
-		err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, &m)
-		return m, err
-	}
-	var beta storagemigrationv1beta1.StorageVersionMigration
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, &beta); err != nil {
-		return m, err
-	}
-	return intree.FromBeta(&beta), nil
+	err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, &m)
+	m.APIVersion = storagemigrationv1.SchemeGroupVersion.String()
+	return m, err
 }
