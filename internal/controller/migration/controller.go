@@ -155,6 +155,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	r.deleteAbandoned(ctx, list.Items, inTree)
 	running, ends := r.runner.state()
 	r.settle(ctx, ends)
 	notBefore, ended := r.runState(list.Items)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/fingerprint"
 	"github.com/svm-project/svm/internal/followup"
 	"github.com/svm-project/svm/internal/metrics"
 	"github.com/svm-project/svm/internal/operation"
@@ -32,31 +33,51 @@ type execution struct {
 	log         klog.Logger
 	// end is how the run ended, for the scheduler (see ending).
 	end ending
+	// generation is the generation of the resource's CRD the run started
+	// at, read with the guard's fingerprint; 0 when unknown.
+	generation int64
+	// crd is the StorageMigrating condition the executor left on the
+	// CRD, settled as crdEnd says once the run has ended (see CRDMark).
+	crd    CRDMark
+	crdEnd runEnd
 }
 
 // execute runs one migration with ex to its end, cancellation, or a
 // transient failure, and returns how it ended for the scheduler. The guard
 // is read before the objects are rewritten and after (see Judge).
 func (r *Reconciler) execute(ctx context.Context, m *migrationv1alpha1.StorageVersionMigration, ex Executor) ending {
-	e := &execution{
+	e := r.newExecution(ctx, m, ex)
+	e.run(ctx)
+	return e.end
+}
+
+// newExecution is a run of m with ex, not started.
+func (r *Reconciler) newExecution(ctx context.Context, m *migrationv1alpha1.StorageVersionMigration, ex Executor) *execution {
+	return &execution{
 		r: r, m: m, ex: ex,
 		gvr:    schema.GroupVersionResource{Group: m.Spec.Resource.Group, Version: m.Spec.Resource.Version, Resource: m.Spec.Resource.Resource},
 		status: m.Status.DeepCopy(),
 		resume: resumeState(m),
 		log:    klog.FromContext(ctx).WithValues("migration", klog.KObj(m), "resource", m.Spec.Resource),
 	}
+}
+
+// run runs the migration once; e.end then says how it ended.
+func (e *execution) run(ctx context.Context) {
 	if !e.begin(ctx) || !e.guard(ctx, e.guardBefore) {
-		return e.end
+		return
 	}
+	// The condition says how the run ended only once the guard decided
+	// whether it holds, and the outcome is saved.
+	defer func() { e.crd.Settle(ctx, e.crdEnd) }()
 	res, err := e.rewrite(ctx)
 	if e.interrupted(ctx, err) {
-		return e.end
+		return
 	}
 	if err == nil && !e.guard(ctx, e.guardAfter) {
-		return e.end
+		return
 	}
 	e.conclude(ctx, res, err)
-	return e.end
 }
 
 // retryLater ends the run, to be run again after the scheduler's backoff.
@@ -155,6 +176,10 @@ func (e *execution) guardBefore(ctx context.Context, fp Fingerprint) bool {
 	case GuardStartOver:
 		e.r.event(e.m, corev1.EventTypeWarning, ReasonStorageVersionChanged, v.Why+": starting over")
 		e.log.Info("Storage version changed since the migration started; starting over", "was", e.status.StorageFingerprint, "now", fp.Value)
+		if err := e.abandonInTree(ctx); err != nil {
+			e.retryLater(err)
+			return false
+		}
 		startOver(e.status, v.Fingerprint)
 		if err := e.r.saveStartOver(ctx, e.m, e.status); err != nil {
 			e.retryLater(err)
@@ -164,6 +189,7 @@ func (e *execution) guardBefore(ctx context.Context, fp Fingerprint) bool {
 	default:
 		e.status.StorageFingerprint = v.Fingerprint
 	}
+	e.generation, _ = fingerprint.CRDGeneration(fp.Value)
 	// Only the trigger's migrations skip objects written since the
 	// storage version change: they are made for it. A user's migration
 	// may be made to re-encrypt under a new key, which objects written
@@ -184,7 +210,34 @@ func (e *execution) rewrite(ctx context.Context) (operation.RunResult, error) {
 		StoredSince: e.storedSince,
 		OnDelegated: e.delegated,
 		OnChunk:     e.saveChunk,
+		Generation:  e.generation,
+		CRD:         &e.crd,
 	})
+}
+
+// abandoner is an executor that can take back what it handed over
+// (InTreeExecutor.Abandon).
+type abandoner interface {
+	Abandon(ctx context.Context, m *migrationv1alpha1.StorageVersionMigration) error
+}
+
+// abandonInTree deletes the in-tree migration an earlier or this run of
+// the migration handed over, when the run is found to prove nothing: were
+// it left, the next run would follow it to its old end, and
+// kube-controller-manager, restarted, might run it outside any run of
+// svm's and prune storedVersions. Nothing when none was handed over.
+func (e *execution) abandonInTree(ctx context.Context) error {
+	a, ok := e.ex.(abandoner)
+	if e.status.InTreeMigration == "" || !ok {
+		return nil
+	}
+	final, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := a.Abandon(final, e.m); err != nil {
+		return err
+	}
+	e.log.Info("Deleted the in-tree migration this migration handed over: it proves nothing", "inTreeMigration", e.status.InTreeMigration)
+	return nil
 }
 
 // delegated records the in-tree migration that executes this one.
@@ -250,6 +303,13 @@ func (e *execution) guardAfter(ctx context.Context, fp Fingerprint) bool {
 	}
 	e.r.event(e.m, corev1.EventTypeWarning, ReasonStorageVersionChanged, v.Why+": starting over")
 	e.log.Info("Storage version changed during the migration; starting over", "was", e.status.StorageFingerprint, "now", fp.Value, "disagreement", fp.Disagreement)
+	e.crdEnd = endStartedOver
+	if err := e.abandonInTree(ctx); err != nil {
+		// Not started over: the next run finds the storage changed
+		// since the fingerprint saved, and abandons it then.
+		e.retryLater(err)
+		return false
+	}
 	startOver(e.status, v.Fingerprint)
 	e.redo(ctx, v.Why+"; starting over")
 	return false
@@ -280,8 +340,10 @@ func (e *execution) conclude(ctx context.Context, res operation.RunResult, err e
 	case out.retry:
 		e.retryLater(err)
 	case err == nil:
+		e.crdEnd = endSucceeded
 		e.succeeded(res)
 	default:
+		e.crdEnd = endFailed
 		e.failed(err)
 	}
 }

@@ -226,3 +226,67 @@ func TestExecuteWithoutGuardSucceeds(t *testing.T) {
 		t.Error("the run's end is not remembered for the scheduler")
 	}
 }
+
+// abandoningExecutor is a recordingExecutor that hands over and records
+// what it is asked to abandon.
+type abandoningExecutor struct {
+	recordingExecutor
+	abandoned []string
+}
+
+func (e *abandoningExecutor) Abandon(_ context.Context, m *migrationv1alpha1.StorageVersionMigration) error {
+	e.abandoned = append(e.abandoned, m.Name)
+	return nil
+}
+
+// The CRD's StorageMigrating condition is settled only once the guard has
+// decided, with the generation the run started at; an in-tree migration
+// handed over for a run that proves nothing is abandoned.
+func TestExecuteSettlesTheCRDAfterTheGuard(t *testing.T) {
+	const start, flipped = "crd=uid-1/3/v2", "crd=uid-1/4/v1"
+	for _, tc := range []struct {
+		name          string
+		inTree        string
+		saved         string
+		fps           []string
+		wantEnd       runEnd
+		wantAbandoned int
+		wantSucceeded bool
+	}{
+		{name: "the guard holds", fps: []string{start, start}, wantEnd: endSucceeded, wantSucceeded: true},
+		{name: "the guard voids the run", fps: []string{start, flipped}, wantEnd: endStartedOver},
+		{name: "the guard voids a handed-over run", inTree: "widgets", fps: []string{start, flipped}, wantEnd: endStartedOver, wantAbandoned: 1},
+		{name: "the storage moved since a hand-over", inTree: "widgets", saved: "crd=uid-1/2/v1", fps: []string{start, start}, wantEnd: endSucceeded, wantAbandoned: 1, wantSucceeded: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := stopped(tc.saved)
+			m.Status.ResourceVersionCheckpoint = ""
+			m.Status.InTreeMigration = tc.inTree
+			cl := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithStatusSubresource(&migrationv1alpha1.StorageVersionMigration{}).WithObjects(m).Build()
+			g := &fingerprints{}
+			for _, v := range tc.fps {
+				g.seq = append(g.seq, Fingerprint{Value: v})
+			}
+			r := &Reconciler{Client: cl, Guard: g, Clock: clocktesting.NewFakeClock(t0)}
+			r.setDefaults()
+			if err := cl.Get(t.Context(), client.ObjectKeyFromObject(m), m); err != nil {
+				t.Fatal(err)
+			}
+			ex := &abandoningExecutor{}
+			e := r.newExecution(t.Context(), m, ex)
+			e.run(t.Context())
+			if e.crdEnd != tc.wantEnd || e.generation != 3 {
+				t.Errorf("the CRD settled as %d at generation %d, want %d at 3 (the run's start)", e.crdEnd, e.generation, tc.wantEnd)
+			}
+			if len(ex.runs) != 1 || ex.runs[0].Generation != 3 || ex.runs[0].CRD != &e.crd {
+				t.Errorf("runs %+v: want one, started at generation 3, with the run's CRD mark", ex.runs)
+			}
+			if len(ex.abandoned) != tc.wantAbandoned {
+				t.Errorf("abandoned %v, want %d", ex.abandoned, tc.wantAbandoned)
+			}
+			if got := e.end.final; got != tc.wantSucceeded {
+				t.Errorf("ended for good: %v, want %v", got, tc.wantSucceeded)
+			}
+		})
+	}
+}

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -56,6 +57,16 @@ type Run struct {
 	OnChunk func(context.Context, operation.State) error
 	// OnDelegated records the in-tree migration that executes this one.
 	OnDelegated func(ctx context.Context, inTree string) error
+	// Generation is the generation of the resource's CRD the run started
+	// at, the one its storage fingerprint was read at; 0 when unknown
+	// (no guard, no CRD), and then the one read when the CRD is marked.
+	Generation int64
+	// CRD, if set, is where an executor records the StorageMigrating
+	// condition it leaves on the resource's CRD, for the controller to
+	// settle once the storage guard has decided whether the run holds
+	// (CRDMark). Without it the executor settles the condition itself
+	// when it returns.
+	CRD *CRDMark
 }
 
 // EngineExecutor rewrites with svm's own engine.
@@ -79,10 +90,16 @@ func (e EngineExecutor) Execute(ctx context.Context, run Run) (res operation.Run
 		if req.ManagedFields, err = e.CRDs.RetiredFields(ctx, run.Resource, e.Operations); err != nil {
 			return res, err
 		}
-		if merr := e.CRDs.Mark(ctx, run.Resource.GroupResource(), run.Migration.Name); merr != nil {
+		mark := run.CRD
+		if mark == nil {
+			// Nobody settles it after a guard: settled here, by how the
+			// run ended.
+			mark = &CRDMark{}
+			defer func() { mark.Settle(ctx, endOf(err)) }()
+		}
+		if merr := e.CRDs.Mark(ctx, mark, run.Resource.GroupResource(), run.Migration.Name, run.Generation); merr != nil {
 			return res, merr
 		}
-		defer func() { e.CRDs.Unmark(ctx, run.Resource.GroupResource(), run.Migration.Name, err) }()
 	}
 	return e.Operations.Run(ctx, req)
 }
@@ -137,46 +154,121 @@ type CRDMarker struct {
 // Condition reasons svm writes on StorageMigrating. Succeeded and failed
 // are kube-controller-manager's own.
 const (
-	crdReasonRunning   = "MigrationRunning"
-	crdReasonSucceeded = "MigrationSucceeded"
-	crdReasonFailed    = "MigrationFailed"
-	crdReasonStopped   = "MigrationStopped"
+	crdReasonRunning     = "MigrationRunning"
+	crdReasonSucceeded   = "MigrationSucceeded"
+	crdReasonFailed      = "MigrationFailed"
+	crdReasonStopped     = "MigrationStopped"
+	crdReasonStartedOver = "MigrationStartedOver"
 )
 
-// Mark sets StorageMigrating=True on gr's CRD; a resource without one is
-// not a custom resource and is left alone.
-func (c *CRDMarker) Mark(ctx context.Context, gr schema.GroupResource, migration string) error {
-	return c.apply(ctx, gr, apiextensionsv1.ConditionTrue, crdReasonRunning, "svm migration "+migration+" is running")
-}
+// runEnd is how a run ended, as the StorageMigrating condition tells it.
+type runEnd int
 
-// Unmark sets StorageMigrating=False after a run that ended with err. It
-// runs even when the run was cancelled, within its own deadline, so that
-// a stopped run never leaves the CRD marked; failing to is logged, not
-// returned: the run's outcome stands.
-func (c *CRDMarker) Unmark(ctx context.Context, gr schema.GroupResource, migration string, err error) {
-	reason, message := crdReasonSucceeded, "svm migration "+migration+" succeeded"
+const (
+	// endStopped: stopped or to be retried; it resumes later. What a
+	// run ends as unless it is known to have ended otherwise.
+	endStopped runEnd = iota
+	// endSucceeded: every object rewritten, and the storage guard found
+	// the storage version as it was at the start.
+	endSucceeded
+	// endFailed: the migration failed for good.
+	endFailed
+	// endStartedOver: every object rewritten, but the storage version
+	// may have changed meanwhile: the run proves nothing and the
+	// migration starts over.
+	endStartedOver
+)
+
+// endOf is how a run that returned err ended when no guard is read after
+// it.
+func endOf(err error) runEnd {
 	var terminal *operation.TerminalError
 	var partial *operation.ObjectsFailedError
 	switch {
 	case err == nil:
+		return endSucceeded
 	case errors.As(err, &terminal) || errors.As(err, &partial):
-		reason, message = crdReasonFailed, "svm migration "+migration+" failed"
-	default:
-		reason, message = crdReasonStopped, "svm migration "+migration+" stopped; it resumes later"
+		return endFailed
 	}
+	return endStopped
+}
+
+// crdCondition is the reason and message of StorageMigrating=False after
+// migration's run ended as end. Only a run the guard held says
+// MigrationSucceeded: a reader of the CRD (kube-controller-manager prunes
+// storedVersions on it) must never see a success the guard then voided.
+func crdCondition(end runEnd, migration string) (reason, message string) {
+	switch end {
+	case endSucceeded:
+		return crdReasonSucceeded, "svm migration " + migration + " succeeded"
+	case endFailed:
+		return crdReasonFailed, "svm migration " + migration + " failed"
+	case endStartedOver:
+		return crdReasonStartedOver, "svm migration " + migration + " starts over: the storage version may have changed while it ran"
+	}
+	return crdReasonStopped, "svm migration " + migration + " stopped; it resumes later"
+}
+
+// CRDMark is the StorageMigrating condition a run leaves on its resource's
+// CRD until the controller settles it (Settle), once the storage guard has
+// decided whether the run holds: a run that rewrote every object is not
+// yet a success. The zero value marks nothing.
+type CRDMark struct {
+	marker    *CRDMarker
+	gr        schema.GroupResource
+	migration string
+	// generation is the CRD's generation the run started at: what the
+	// condition speaks for, True and False alike, however the CRD moved
+	// since.
+	generation int64
+	// inTree: kube-controller-manager set the condition and cleared it,
+	// saying MigrationSucceeded when its migration succeeded; svm writes
+	// it only to take back a success the guard voided.
+	inTree bool
+}
+
+// Mark sets StorageMigrating=True on gr's CRD, with generation as its
+// observedGeneration (0: the CRD's as read now), and records it in mark
+// for Settle; a resource without a CRD is not a custom resource and is
+// left alone.
+func (c *CRDMarker) Mark(ctx context.Context, mark *CRDMark, gr schema.GroupResource, migration string, generation int64) error {
+	*mark = CRDMark{marker: c, gr: gr, migration: migration, generation: generation}
+	return c.apply(ctx, gr, apiextensionsv1.ConditionTrue, crdReasonRunning, "svm migration "+migration+" is running", &mark.generation)
+}
+
+// handedOver records in mark that kube-controller-manager executes the
+// run: it keeps the condition of gr's CRD itself, and svm writes it only
+// if the guard voids the run (Settle).
+func (c *CRDMarker) handedOver(mark *CRDMark, gr schema.GroupResource, migration string, generation int64) {
+	*mark = CRDMark{marker: c, gr: gr, migration: migration, generation: generation, inTree: true}
+}
+
+// Settle sets StorageMigrating=False after a run that ended as end, with
+// the generation the run started at. It runs even when the run was
+// cancelled, within its own deadline, so that a stopped run never leaves
+// the CRD marked; failing to is logged, not returned: the run's outcome
+// stands. Nothing when nothing was marked, and, where
+// kube-controller-manager executed the run, unless the guard voided it.
+func (m *CRDMark) Settle(ctx context.Context, end runEnd) {
+	if m == nil || m.marker == nil || m.inTree && end != endStartedOver {
+		return
+	}
+	reason, message := crdCondition(end, m.migration)
 	final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if aerr := c.apply(final, gr, apiextensionsv1.ConditionFalse, reason, message); aerr != nil {
-		klog.FromContext(ctx).Error(aerr, "Could not clear the CRD's StorageMigrating condition", "resource", gr)
+	if err := m.marker.apply(final, m.gr, apiextensionsv1.ConditionFalse, reason, message, &m.generation); err != nil {
+		klog.FromContext(ctx).Error(err, "Could not clear the CRD's StorageMigrating condition", "resource", m.gr)
 	}
 }
 
-func (c *CRDMarker) apply(ctx context.Context, gr schema.GroupResource, status apiextensionsv1.ConditionStatus, reason, message string) error {
+// apply writes the condition, with *generation as its observedGeneration;
+// a zero *generation is set to the CRD's as first read.
+func (c *CRDMarker) apply(ctx context.Context, gr schema.GroupResource, status apiextensionsv1.ConditionStatus, reason, message string, generation *int64) error {
 	if gr.Group == "" {
 		return nil
 	}
 	name := gr.Resource + "." + gr.Group
-	err := c.applyCondition(ctx, gr, status, reason, message, true)
+	err := c.applyCondition(ctx, gr, status, reason, message, generation, true)
 	if unknownObservedGeneration(err) {
 		// Kubernetes before 1.35 has no observedGeneration in a CRD's
 		// conditions (nor an in-tree migrator to read it): the condition
@@ -184,7 +276,7 @@ func (c *CRDMarker) apply(ctx context.Context, gr schema.GroupResource, status a
 		c.saidNoGeneration.Do(func() {
 			klog.FromContext(ctx).Info("The API server's CRD conditions have no observedGeneration (Kubernetes before 1.35): StorageMigrating is set without it")
 		})
-		err = c.applyCondition(ctx, gr, status, reason, message, false)
+		err = c.applyCondition(ctx, gr, status, reason, message, generation, false)
 	}
 	switch {
 	case err == nil:
@@ -201,9 +293,9 @@ func (c *CRDMarker) apply(ctx context.Context, gr schema.GroupResource, status a
 }
 
 // applyCondition writes the condition with server-side apply, conditional
-// on the CRD's resourceVersion, with the CRD's generation as its
-// observedGeneration when withGeneration is set.
-func (c *CRDMarker) applyCondition(ctx context.Context, gr schema.GroupResource, status apiextensionsv1.ConditionStatus, reason, message string, withGeneration bool) error {
+// on the CRD's resourceVersion, with *generation as its observedGeneration
+// when withGeneration is set (a zero one taken from the CRD as read).
+func (c *CRDMarker) applyCondition(ctx context.Context, gr schema.GroupResource, status apiextensionsv1.ConditionStatus, reason, message string, generation *int64, withGeneration bool) error {
 	name := gr.Resource + "." + gr.Group
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		crd, err := c.read(ctx, gr)
@@ -213,9 +305,14 @@ func (c *CRDMarker) applyCondition(ctx context.Context, gr schema.GroupResource,
 		if crd == nil {
 			return nil // not a custom resource, or deleted: nothing to mark
 		}
-		// The resourceVersion makes the write conditional: the generation
-		// recorded is the one the condition speaks for, and the in-tree
-		// migrator prunes storedVersions only while they match.
+		if *generation == 0 {
+			*generation = crd.Generation
+		}
+		// The generation recorded is the one the run started at, never
+		// one read at this write: the run speaks for no later spec, and
+		// the in-tree migrator prunes storedVersions only while the
+		// condition's generation is the CRD's. The resourceVersion makes
+		// the write conditional on the CRD as read.
 		cond := apiextensionsapply.CustomResourceDefinitionCondition().
 			WithType(apiextensionsv1.StorageMigrating).
 			WithStatus(status).
@@ -223,7 +320,7 @@ func (c *CRDMarker) applyCondition(ctx context.Context, gr schema.GroupResource,
 			WithReason(reason).
 			WithMessage(message)
 		if withGeneration {
-			cond.WithObservedGeneration(crd.Generation)
+			cond.WithObservedGeneration(*generation)
 		}
 		cfg := apiextensionsapply.CustomResourceDefinition(name).
 			WithResourceVersion(crd.ResourceVersion).
@@ -290,8 +387,8 @@ func unknownObservedGeneration(err error) bool {
 // svm's trigger, which acts on the svm migration's outcome, never prunes
 // as well.
 type InTreeExecutor struct {
-	// Client creates in-tree migrations; Reader reads them (a cache is
-	// fine: the executor waits for a change).
+	// Client creates and deletes in-tree migrations; Reader reads them (a
+	// cache is fine: the executor waits for a change).
 	Client client.Client
 	Reader client.Reader
 	// Lookup finds the resource in discovery, with its storage version
@@ -300,11 +397,13 @@ type InTreeExecutor struct {
 	// Fallback executes the resources kube-controller-manager cannot
 	// (intree.CanExecute): svm's engine.
 	Fallback Executor
-	// Operations and CRDs, if set, move the managedFields entries that name a
-	// version kube-controller-manager prunes from a CRD's storedVersions
-	// once its migration succeeds, which it does not do itself (see
-	// CRDMarker.RetiredFields): only the objects with such entries are
-	// written, by svm's engine.
+	// Operations and CRDs, if set, move the managedFields entries that
+	// name a version kube-controller-manager prunes from a CRD's
+	// storedVersions once its migration succeeds, which it does not do
+	// itself (see CRDMarker.RetiredFields), before the migration is
+	// handed over: only the objects with such entries are written, by
+	// svm's engine. Entries that cannot be moved keep it from being
+	// handed over (see moveFirst).
 	Operations *operation.Operations
 	CRDs       *CRDMarker
 	// Empty, if set, tells whether a resource has no object at all. An
@@ -315,19 +414,6 @@ type InTreeExecutor struct {
 	Clock clock.Clock
 	// Interval between reads of the in-tree migration. Default 1 second.
 	Interval time.Duration
-}
-
-// moveFields moves the managedFields entries fields names, after the
-// in-tree migration rewrote the objects; nothing when fields is nil.
-func (e InTreeExecutor) moveFields(ctx context.Context, gvr schema.GroupVersionResource, fields *operation.ManagedFields) error {
-	if fields == nil {
-		return nil
-	}
-	fields.Only = true
-	res, err := e.Operations.Run(ctx, operation.Request{Resource: gvr, ManagedFields: fields})
-	klog.FromContext(ctx).Info("Moved managedFields off the versions the in-tree migration pruned", "resource", gvr.GroupResource(),
-		"retired", fields.Retired, "objects", res.Progress.ManagedFieldsRewritten, "entriesLeft", res.Progress.ManagedFieldsLeft, "failed", res.Progress.Failed)
-	return err
 }
 
 // Execute implements Executor.
@@ -349,62 +435,174 @@ func (e InTreeExecutor) Execute(ctx context.Context, run Run) (operation.RunResu
 		return e.Fallback.Execute(ctx, run)
 	}
 	res.StorageVersionHash = info.StorageVersionHash
-	// Read before kube-controller-manager prunes storedVersions.
-	var fields *operation.ManagedFields
-	if e.Operations != nil && e.CRDs != nil {
-		if fields, err = e.CRDs.RetiredFields(ctx, run.Resource, e.Operations); err != nil {
-			return res, err
+	it, moved, err := e.handOver(ctx, run)
+	if err != nil || it == nil {
+		if errors.Is(err, errNotHandedOver) {
+			return e.Fallback.Execute(ctx, run)
 		}
-	}
-	it, err := e.handOver(ctx, run)
-	if err != nil {
 		return res, err
 	}
-	if it == nil {
-		return e.Fallback.Execute(ctx, run)
-	}
+	// svm counted nothing but the managedFields it moved first:
+	// kube-controller-manager rewrites.
+	res.Progress.ManagedFieldsRewritten = moved
 	if err := run.OnDelegated(ctx, run.Migration.Name); err != nil {
 		return res, err
 	}
-	return res, e.follow(ctx, run, it, fields)
+	if e.CRDs != nil && run.CRD != nil {
+		e.CRDs.handedOver(run.CRD, run.Resource.GroupResource(), run.Migration.Name, run.Generation)
+	}
+	return res, e.follow(ctx, run, it)
 }
 
+// errNotHandedOver: the migration is not handed over but run by Fallback.
+var errNotHandedOver = errors.New("not handed over")
+
 // handOver returns the in-tree migration that executes run, created if
-// there was none; nil, with no error, when the resource has no object and
-// Fallback runs it instead.
-func (e InTreeExecutor) handOver(ctx context.Context, run Run) (*storagemigrationv1.StorageVersionMigration, error) {
+// there was none, and how many objects' managedFields were moved before it
+// was; errNotHandedOver when Fallback runs the migration instead (the
+// resource has no object, or entries could not be moved).
+func (e InTreeExecutor) handOver(ctx context.Context, run Run) (*storagemigrationv1.StorageVersionMigration, int64, error) {
 	m := run.Migration
 	it := &storagemigrationv1.StorageVersionMigration{}
 	err := e.Reader.Get(ctx, client.ObjectKey{Name: m.Name}, it)
 	switch {
-	case apierrors.IsNotFound(err) && e.Empty != nil:
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return nil, 0, fmt.Errorf("read the in-tree migration %s: %w", m.Name, err)
+	case it.Annotations[intree.ForMigrationAnnotation] == string(m.UID) && it.DeletionTimestamp == nil:
+		return it, 0, nil
+	case it.DeletionTimestamp != nil || it.Labels[intree.CreatedByLabel] == intree.CreatedByExecutor:
+		// Being deleted, or one svm created for a migration of this name
+		// that is gone, which svm deletes (Reconciler.deleteAbandoned).
+		return nil, 0, fmt.Errorf("the in-tree migration %s of an earlier run is being deleted; waiting for it to go", m.Name)
+	default:
+		return nil, 0, &operation.TerminalError{Reason: ReasonInTreeNameTaken, Err: fmt.Errorf(
+			"an in-tree migration named %s exists and is not this migration's: rename one of them", m.Name)}
+	}
+	if e.Empty != nil {
 		// An object created from now on is written in the storage
 		// version: an empty resource has nothing to rewrite.
 		empty, eerr := e.Empty(ctx, run.Resource)
 		if eerr != nil {
-			return nil, fmt.Errorf("tell whether %s has objects: %w", run.Resource.GroupResource(), eerr)
+			return nil, 0, fmt.Errorf("tell whether %s has objects: %w", run.Resource.GroupResource(), eerr)
 		}
 		if empty {
-			return nil, nil
+			return nil, 0, errNotHandedOver
 		}
-		fallthrough
-	case apierrors.IsNotFound(err):
-		if e.CRDs != nil {
-			if err := e.CRDs.KeepStoredVersions(ctx, run.Resource.GroupResource()); err != nil {
-				return nil, err
-			}
+	}
+	moved, err := e.moveFirst(ctx, run)
+	if err != nil {
+		return nil, 0, err
+	}
+	it, err = e.create(ctx, run)
+	return it, moved, err
+}
+
+// create keeps the CRD's storedVersions (KeepStoredVersions) and creates
+// the in-tree migration that executes run.
+func (e InTreeExecutor) create(ctx context.Context, run Run) (*storagemigrationv1.StorageVersionMigration, error) {
+	if e.CRDs != nil {
+		if err := e.CRDs.KeepStoredVersions(ctx, run.Resource.GroupResource()); err != nil {
+			return nil, err
 		}
-		it = newInTreeMigration(m, run.Resource.GroupResource())
-		if err := e.Client.Create(ctx, it, client.FieldOwner(FieldManager)); err != nil {
-			return nil, fmt.Errorf("create the in-tree migration %s: %w", m.Name, err)
-		}
-	case err != nil:
-		return nil, fmt.Errorf("read the in-tree migration %s: %w", m.Name, err)
-	case it.Annotations[intree.ForMigrationAnnotation] != string(m.UID):
-		return nil, &operation.TerminalError{Reason: ReasonInTreeNameTaken, Err: fmt.Errorf(
-			"an in-tree migration named %s exists and is not this migration's: rename one of them", m.Name)}
+	}
+	it := newInTreeMigration(run.Migration, run.Resource.GroupResource())
+	if err := e.Client.Create(ctx, it, client.FieldOwner(FieldManager)); err != nil {
+		return nil, fmt.Errorf("create the in-tree migration %s: %w", run.Migration.Name, err)
 	}
 	return it, nil
+}
+
+// moveFirst moves the managedFields entries that name a version the CRD's
+// storedVersions list besides the storage version, and returns on how many
+// objects. kube-controller-manager prunes storedVersions as soon as its
+// migration succeeds, whatever entries still name a pruned version, after
+// which every server-side apply on their objects fails once the version
+// is removed from the CRD: so they move before it is handed over, and it
+// is handed over only when none is left. Entries left (or objects whose
+// entries could not be written) are errNotHandedOver: svm's engine then
+// rewrites the objects, counts the entries left in the migration's status,
+// and the trigger holds the prune until they move (StorageState
+// status.pruneHeld). Nothing when the resource has no CRD or nothing is to
+// be pruned.
+func (e InTreeExecutor) moveFirst(ctx context.Context, run Run) (int64, error) {
+	if e.Operations == nil || e.CRDs == nil {
+		return 0, nil
+	}
+	fields, err := e.CRDs.RetiredFields(ctx, run.Resource, e.Operations)
+	if err != nil || fields == nil {
+		return 0, err
+	}
+	fields.Only = true
+	res, err := e.Operations.Run(ctx, operation.Request{Resource: run.Resource, ManagedFields: fields})
+	p := res.Progress
+	klog.FromContext(ctx).Info("Moved managedFields off the versions kube-controller-manager will prune, before handing over", "resource", run.Resource.GroupResource(),
+		"retired", fields.Retired, "objects", p.ManagedFieldsRewritten, "entriesLeft", p.ManagedFieldsLeft.Total(), "failed", p.Failed)
+	switch v := handOverAfterMove(p, err); v {
+	case moveHandOver:
+		return p.ManagedFieldsRewritten, nil
+	case moveFallBack:
+		klog.FromContext(ctx).Info("Not handing the migration over: managedFields entries still name a version kube-controller-manager would prune; svm's engine runs it, and the prune waits for them",
+			"resource", run.Resource.GroupResource(), "entriesLeft", p.ManagedFieldsLeft.Total(), "failed", p.Failed)
+		return 0, errNotHandedOver
+	}
+	return 0, err
+}
+
+// moveVerdict is what follows a move of managedFields before a hand-over.
+type moveVerdict int
+
+const (
+	// moveHandOver: every entry moved; kube-controller-manager may prune.
+	moveHandOver moveVerdict = iota
+	// moveFallBack: entries are left, or objects could not be written:
+	// not handed over, so that nobody prunes under them.
+	moveFallBack
+	// moveRetry: the move itself stopped (cancelled, transient or
+	// terminal trouble); its error ends the run.
+	moveRetry
+)
+
+// handOverAfterMove decides from a move's progress p and error err whether
+// the migration may be handed over.
+func handOverAfterMove(p operation.Progress, err error) moveVerdict {
+	var partial *operation.ObjectsFailedError
+	switch {
+	case err == nil && p.ManagedFieldsLeft.Total() == 0 && p.Failed == 0:
+		return moveHandOver
+	case err == nil || errors.As(err, &partial):
+		return moveFallBack
+	}
+	return moveRetry
+}
+
+// Abandon deletes the in-tree migration that executed m, if there is one,
+// and waits until the Reader no longer shows it: a run that proved
+// nothing (the storage guard voided it, or the storage moved since it was
+// handed over) must not be followed to its old end by the next run, nor
+// run later by kube-controller-manager outside any run of svm's.
+func (e InTreeExecutor) Abandon(ctx context.Context, m *migrationv1alpha1.StorageVersionMigration) error {
+	it := &storagemigrationv1.StorageVersionMigration{}
+	err := e.Reader.Get(ctx, client.ObjectKey{Name: m.Name}, it)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read the in-tree migration %s: %w", m.Name, err)
+	case it.Annotations[intree.ForMigrationAnnotation] != string(m.UID):
+		return nil
+	}
+	if err := intree.Delete(ctx, e.Client, it); err != nil {
+		return err
+	}
+	uid := it.UID
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := e.Reader.Get(ctx, client.ObjectKey{Name: m.Name}, it)
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return err == nil && it.UID != uid, err
+	})
 }
 
 // newInTreeMigration is the in-tree migration of gr that executes m, named
@@ -426,9 +624,8 @@ func newInTreeMigration(m *migrationv1alpha1.StorageVersionMigration, gr schema.
 	}
 }
 
-// follow reads the in-tree migration it until it ends, and then, if it
-// succeeded, moves fields.
-func (e InTreeExecutor) follow(ctx context.Context, run Run, it *storagemigrationv1.StorageVersionMigration, fields *operation.ManagedFields) error {
+// follow reads the in-tree migration it until it ends.
+func (e InTreeExecutor) follow(ctx context.Context, run Run, it *storagemigrationv1.StorageVersionMigration) error {
 	name := run.Migration.Name
 	clk := e.Clock
 	if clk == nil {
@@ -438,7 +635,7 @@ func (e InTreeExecutor) follow(ctx context.Context, run Run, it *storagemigratio
 	for {
 		switch {
 		case intree.Ended(it) && intree.Succeeded(it):
-			return e.moveFields(ctx, run.Resource, fields)
+			return nil
 		case intree.Ended(it):
 			return &operation.TerminalError{Reason: ReasonInTreeMigrationFailed, Err: errors.New("in-tree migration " + name + " failed: " + intree.Message(it))}
 		}

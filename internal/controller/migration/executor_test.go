@@ -3,6 +3,8 @@ package migration
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	storagemigrationv1 "k8s.io/api/storagemigration/v1"
@@ -138,5 +140,131 @@ func checkInTreeCreated(t *testing.T, cl client.Client, tc inTreeCase, uid types
 		}
 	case tc.existing == nil && !apierrors.IsNotFound(err):
 		t.Errorf("an in-tree migration was created (%v), want none", err)
+	}
+}
+
+// Only a run the guard held says MigrationSucceeded on the CRD.
+func TestCRDCondition(t *testing.T) {
+	for _, tc := range []struct {
+		end        runEnd
+		wantReason string
+	}{
+		{endSucceeded, crdReasonSucceeded},
+		{endFailed, crdReasonFailed},
+		{endStopped, crdReasonStopped},
+		{endStartedOver, crdReasonStartedOver},
+	} {
+		reason, message := crdCondition(tc.end, "widgets-1")
+		if reason != tc.wantReason || !strings.Contains(message, "svm migration widgets-1 ") {
+			t.Errorf("crdCondition(%d) = %q, %q; want reason %q, naming the migration", tc.end, reason, message, tc.wantReason)
+		}
+		if tc.end != endSucceeded && strings.Contains(message, "succeeded") {
+			t.Errorf("crdCondition(%d) says %q: only a run the guard held succeeded", tc.end, message)
+		}
+	}
+}
+
+func TestEndOf(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want runEnd
+	}{
+		{nil, endSucceeded},
+		{&operation.TerminalError{Reason: "X", Err: errors.New("x")}, endFailed},
+		{fmt.Errorf("wrapped: %w", &operation.ObjectsFailedError{}), endFailed},
+		{context.Canceled, endStopped},
+		{errors.New("connection refused"), endStopped},
+	} {
+		if got := endOf(tc.err); got != tc.want {
+			t.Errorf("endOf(%v) = %d, want %d", tc.err, got, tc.want)
+		}
+	}
+}
+
+// A migration is handed over only once no managedFields entry names a
+// version kube-controller-manager would prune.
+func TestHandOverAfterMove(t *testing.T) {
+	left := operation.Progress{}
+	left.ManagedFieldsLeft.Denied = 2
+	failed := operation.Progress{}
+	failed.Failed = 1
+	moved := operation.Progress{}
+	moved.ManagedFieldsRewritten = 10
+	for _, tc := range []struct {
+		name string
+		p    operation.Progress
+		err  error
+		want moveVerdict
+	}{
+		{"every entry moved", moved, nil, moveHandOver},
+		{"nothing to move", operation.Progress{}, nil, moveHandOver},
+		{"entries left", left, nil, moveFallBack},
+		{"objects failed", failed, &operation.ObjectsFailedError{}, moveFallBack},
+		{"stopped", moved, context.Canceled, moveRetry},
+		{"transient trouble", operation.Progress{}, errors.New("connection refused"), moveRetry},
+		{"terminal", operation.Progress{}, &operation.TerminalError{Reason: "X", Err: errors.New("x")}, moveRetry},
+	} {
+		if got := handOverAfterMove(tc.p, tc.err); got != tc.want {
+			t.Errorf("%s: handOverAfterMove = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// An in-tree migration of the name that svm created for an earlier
+// migration, or that is being deleted, is waited for, not taken for a
+// stranger's.
+func TestInTreeExecutorWaitsForAnAbandonedOne(t *testing.T) {
+	earlier := inTree("widgets", "widgets", false, "uid-earlier")
+	earlier.Spec.Resource.Group = "example.com"
+	earlier.Labels = map[string]string{intree.CreatedByLabel: intree.CreatedByExecutor}
+	deleting := inTree("widgets", "widgets", false, "uid-widgets")
+	deleting.Spec.Resource.Group = "example.com"
+	deleting.Finalizers = []string{"example.com/hold"}
+	deleting.DeletionTimestamp = &metav1.Time{Time: t0}
+	for name, existing := range map[string]*storagemigrationv1.StorageVersionMigration{"svm's, for an earlier migration": &earlier, "its own, being deleted": &deleting} {
+		t.Run(name, func(t *testing.T) {
+			cl := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(existing).Build()
+			fallback := &recordingExecutor{}
+			e := InTreeExecutor{Client: cl, Reader: cl, Fallback: fallback, Clock: clocktesting.NewFakeClock(t0),
+				Lookup: func(context.Context, schema.GroupVersionResource) (*metav1.APIResource, error) {
+					return &metav1.APIResource{Verbs: []string{"list", "watch", "delete", "patch"}}, nil
+				}}
+			_, err := e.Execute(t.Context(), Run{Migration: stopped(""), Resource: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"},
+				OnDelegated: func(context.Context, string) error { t.Error("handed over"); return nil }})
+			var terminal *operation.TerminalError
+			if err == nil || errors.As(err, &terminal) || len(fallback.runs) != 0 {
+				t.Errorf("error %v, %d engine runs: want a transient error, to wait", err, len(fallback.runs))
+			}
+		})
+	}
+}
+
+// Abandon deletes the migration's own in-tree migration, and no other.
+func TestInTreeExecutorAbandon(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		forUID     types.UID
+		wantExists bool
+	}{
+		{"its own", "uid-widgets", false},
+		{"another's", "uid-other", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			it := inTree("widgets", "widgets", false, tc.forUID)
+			it.UID = "uid-in-tree"
+			cl := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(&it).Build()
+			e := InTreeExecutor{Client: cl, Reader: cl}
+			if err := e.Abandon(t.Context(), stopped("")); err != nil {
+				t.Fatal(err)
+			}
+			err := cl.Get(t.Context(), client.ObjectKey{Name: "widgets"}, &storagemigrationv1.StorageVersionMigration{})
+			if exists := err == nil; exists != tc.wantExists {
+				t.Errorf("in-tree migration exists: %v (%v), want %v", exists, err, tc.wantExists)
+			}
+		})
+	}
+	cl := fake.NewClientBuilder().WithScheme(scheme.Scheme).Build()
+	if err := (InTreeExecutor{Client: cl, Reader: cl}).Abandon(t.Context(), stopped("")); err != nil {
+		t.Errorf("abandoning none: %v", err)
 	}
 }

@@ -188,8 +188,12 @@ func finish(st *migrationv1alpha1.StorageVersionMigrationStatus, res operation.R
 		st.Conditions = setCondition(st.Conditions, migrationv1alpha1.MigrationRunning, corev1.ConditionFalse, ReasonCompleted, "", now)
 		msg := res.Progress.Outcomes()
 		if st.InTreeMigration != "" {
-			// svm counted nothing: kube-controller-manager wrote.
+			// svm counted nothing but the managedFields it moved before
+			// the hand-over: kube-controller-manager wrote.
 			msg = "every object rewritten by kube-controller-manager's in-tree migration " + st.InTreeMigration
+			if n := res.Progress.ManagedFieldsRewritten; n > 0 {
+				msg += fmt.Sprintf("; managedFields moved off the retired versions on %d objects before it was handed over", n)
+			}
 		}
 		st.Conditions = setCondition(st.Conditions, migrationv1alpha1.MigrationSucceeded, corev1.ConditionTrue, ReasonAllObjectsRewritten, msg, now)
 		st.CompletionTime = &now

@@ -119,8 +119,8 @@ func TestTriggerHandsMigrationsToKubeControllerManager(t *testing.T) {
 	if got := env.CRDStoredVersions(t, framework.WidgetsCRDName); !slices.Equal(got, []string{"v2"}) {
 		t.Errorf("storedVersions %v, want [v2]", got)
 	}
-	// kube-controller-manager pruned storedVersions but left the widgets'
-	// managedFields naming v1: svm moved them once it was done.
+	// kube-controller-manager prunes storedVersions whatever the widgets'
+	// managedFields name: svm moved them off v1 before it handed over.
 	if diff := cmp.Diff(map[string]int{"example.com/v2": n}, env.ManagedFieldsVersions(t, widgetsPrefix)); diff != "" {
 		t.Errorf("managedFields in etcd (-want +got):\n%s", diff)
 	}
@@ -150,15 +150,15 @@ func TestTriggerHandsMigrationsToKubeControllerManager(t *testing.T) {
 			t.Errorf("in-tree migration %s: labels %v, annotations %v, conditions %+v", it.Name, it.Labels, it.Annotations, it.Status.Conditions)
 		}
 		// svm wrote the widgets only to move their managedFields, one
-		// patch each, after kube-controller-manager had rewritten them all.
-		succeeded := meta.FindStatusCondition(it.Status.Conditions, string(storagemigrationv1.MigrationSucceeded))
+		// patch each, before it created the in-tree migration (whose time
+		// has a resolution of a second).
 		updates := widgetWrites(proxy)
 		if len(updates) != n {
 			t.Errorf("svm sent %d writes to widgets, want %d: one per widget, for its managedFields", len(updates), n)
 		}
 		for _, at := range updates {
-			if succeeded == nil || at.Before(succeeded.LastTransitionTime.Time) {
-				t.Errorf("svm updated a widget at %s, before the in-tree migration succeeded (%v)", at, succeeded)
+			if at.After(it.CreationTimestamp.Add(time.Second)) {
+				t.Errorf("svm updated a widget at %s, after it created the in-tree migration (%s)", at, it.CreationTimestamp)
 				break
 			}
 		}
