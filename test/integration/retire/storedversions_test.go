@@ -53,14 +53,7 @@ func TestRetireRewritesWhatACRDRecreatedOverOrphansLeft(t *testing.T) {
 	r := env.NewResource(t)
 	ns := framework.TestName(t)
 	const n = 12
-	env.CreateNamespace(t, ns)
-	for i := range n {
-		obj := r.Object("v2", fmt.Sprintf("orphan-%02d", i), i)
-		obj.SetNamespace(ns)
-		if _, err := env.Dynamic.Resource(r.GVR("v2")).Namespace(ns).Create(framework.Context(t, time.Minute), obj, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createThroughV2(t, env, r, ns, "orphan", n)
 	before := env.TakeSnapshot(t, r.GVR("v2"))
 	orphans := env.RawValues(t, r.EtcdPrefix())
 	env.ExpectStored(t, r.EtcdPrefix(), map[string]int{r.Group + "/v1": n})
@@ -106,14 +99,7 @@ func TestRetireRefusesAfterAFailedInTreeMigration(t *testing.T) {
 	r := env.NewResource(t)
 	ns := framework.TestName(t)
 	const n = 15
-	env.CreateNamespace(t, ns)
-	for i := range n {
-		obj := r.Object("v2", fmt.Sprintf("w-%02d", i), i)
-		obj.SetNamespace(ns)
-		if _, err := env.Dynamic.Resource(r.GVR("v2")).Namespace(ns).Create(framework.Context(t, time.Minute), obj, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createThroughV2(t, env, r, ns, "w", n)
 	gr := r.GVR("v1").GroupResource()
 	// The first in-tree migration succeeds: kube-controller-manager prunes
 	// storedVersions to [v1] and owns them from then on.
@@ -176,4 +162,19 @@ func waitInTreeEnded(t *testing.T, env *framework.Env, name string, want storage
 		}
 		return false, nil
 	})
+}
+
+// createThroughV2 creates n objects of r named prefix-NN in namespace ns,
+// written through v2: their managedFields name v2, whatever they are
+// stored in.
+func createThroughV2(t *testing.T, env *framework.Env, r framework.Resource, ns, prefix string, n int) {
+	t.Helper()
+	env.CreateNamespace(t, ns)
+	for i := range n {
+		obj := r.Object("v2", fmt.Sprintf("%s-%02d", prefix, i), i)
+		obj.SetNamespace(ns)
+		if _, err := env.Dynamic.Resource(r.GVR("v2")).Namespace(ns).Create(framework.Context(t, time.Minute), obj, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
