@@ -124,11 +124,13 @@ func (a *Answer) add(why string) {
 }
 
 // vouches says whether the StorageState answers for every object of this
-// CRD: it follows this CRD (its fingerprint names the CRD's UID: a state
-// left from an earlier CRD of the name knows nothing of what happened in
-// between), records the storage version's hash as current, and lists it
-// alone as persisted, which the trigger writes only once a migration made
-// since the storage last moved has rewritten every object. A failed
+// CRD: it follows this CRD as it is now (its fingerprint names the CRD's
+// UID, and a run of generations with the storage version that holds the
+// CRD's current one: a state left from an earlier CRD of the name, or one
+// that has not seen the CRD's last changes, knows nothing of what happened
+// in between), records the storage version's hash as current, and lists
+// it alone as persisted, which the trigger writes only once a migration
+// made since the storage last moved has rewritten every object. A failed
 // in-tree migration before or after cannot have stored anything in
 // another version: the storage version did not move, or the state would
 // say so.
@@ -136,7 +138,8 @@ func vouches(e Evidence, s crdversions.Storage) (string, bool) {
 	if e.State == nil {
 		return "", false
 	}
-	if uid, ok := fingerprint.CRDUID(e.State.Status.StorageFingerprint); !ok || uid != string(e.CRD.UID) {
+	fp := e.State.Status.StorageFingerprint
+	if uid, ok := fingerprint.CRDUID(fp); !ok || uid != string(e.CRD.UID) || !fingerprint.Covers(fp, e.CRD.Generation) {
 		return "", false
 	}
 	want := resources.StorageVersionHash(e.Group, s.StorageVersion, e.CRD.Spec.Names.Kind)
@@ -180,11 +183,13 @@ func stateSays(e Evidence) string {
 }
 
 // failedInTree is why the in-tree migrations say objects may be stored in
-// the version, "" when they do not: one of this CRD's resource failed, and
+// the version, "" when they do not: one of this CRD's resource failed or
+// has not ended (kube-controller-manager cuts storedVersions when it
+// starts one, before it has rewritten anything), and
 // none was created after it that succeeded (one made in the same second
-// does not count: creation times are in seconds). kube-controller-manager cuts storedVersions
-// when it starts a migration, so a failed one leaves them saying nothing
-// is stored in a version objects were never moved out of.
+// does not count: creation times are in seconds). A failed one leaves
+// storedVersions saying nothing is stored in a version objects were never
+// moved out of.
 func failedInTree(e Evidence) string {
 	var lastSucceeded time.Time
 	for i := range e.InTree {
@@ -194,10 +199,14 @@ func failedInTree(e Evidence) string {
 	}
 	for i := range e.InTree {
 		m := &e.InTree[i]
-		if !ended(m, storagemigrationv1.MigrationFailed) || m.CreationTimestamp.Before(&e.CRD.CreationTimestamp) || m.CreationTimestamp.Time.Before(lastSucceeded) {
+		if ended(m, storagemigrationv1.MigrationSucceeded) || m.CreationTimestamp.Before(&e.CRD.CreationTimestamp) || m.CreationTimestamp.Time.Before(lastSucceeded) {
 			continue
 		}
-		return fmt.Sprintf("in-tree migration %s failed and none succeeded after it: kube-controller-manager cuts storedVersions when a migration starts, so they may miss what it did not rewrite", m.Name)
+		what := "has not ended"
+		if ended(m, storagemigrationv1.MigrationFailed) {
+			what = "failed"
+		}
+		return fmt.Sprintf("in-tree migration %s %s and none succeeded after it: kube-controller-manager cuts storedVersions when a migration starts, so they may miss what it did not rewrite", m.Name, what)
 	}
 	return ""
 }

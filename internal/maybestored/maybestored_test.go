@@ -21,7 +21,7 @@ var (
 
 func widgets(stored ...string) *apiextensionsv1.CustomResourceDefinition {
 	return &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "widgets.example.com", UID: "crd-uid-2", CreationTimestamp: metav1.NewTime(created)},
+		ObjectMeta: metav1.ObjectMeta{Name: "widgets.example.com", UID: "crd-uid-2", Generation: 3, CreationTimestamp: metav1.NewTime(created)},
 		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
 			Group: "example.com",
 			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "Widget", Plural: "widgets"},
@@ -111,6 +111,22 @@ func TestOfCustomResource(t *testing.T) {
 			e: Evidence{CRD: widgets("v2"), State: state(thisCRD, hashV2, hashV2), CreatedBeforeCRD: 7,
 				InTree: []storagemigrationv1.StorageVersionMigration{inTree("user", after, storagemigrationv1.MigrationFailed)}},
 			may: false, becauses: []string{"records every object rewritten in v2 since"},
+		},
+		{
+			name: "a state that has not seen the CRD's last generations does not vouch: the storage may have flipped and back",
+			e: Evidence{CRD: widgets("v2"), State: state("crd=crd-uid-2/1..2/v2", hashV2, hashV2),
+				InTree: []storagemigrationv1.StorageVersionMigration{inTree("user", after, storagemigrationv1.MigrationFailed)}},
+			may: true, becauses: []string{"in-tree migration user failed"},
+		},
+		{
+			name: "a state whose run of generations holds the CRD's vouches",
+			e:    Evidence{CRD: widgets("v2"), State: state("crd=crd-uid-2/1..3/v2", hashV2, hashV2), CreatedBeforeCRD: 2},
+			may:  false, becauses: []string{"records every object rewritten in v2 since"},
+		},
+		{
+			name: "an in-tree migration under way: storedVersions cut when it started",
+			e:    Evidence{CRD: widgets("v2"), InTree: []storagemigrationv1.StorageVersionMigration{inTree("user", after, storagemigrationv1.MigrationRunning)}},
+			may:  true, becauses: []string{"in-tree migration user has not ended"},
 		},
 		{
 			name: "a state of an earlier CRD of the name does not vouch",
