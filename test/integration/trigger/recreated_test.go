@@ -34,6 +34,8 @@ func TestACRDRecreatedOverOrphansIsMigrated(t *testing.T) {
 	}
 
 	env.SetStorage(t, framework.WidgetResource, "v1")
+	// The API server takes the new storage version up a moment after.
+	env.WaitWritesStoredIn(t, framework.WidgetResource, "v1")
 	for i := range late {
 		obj := framework.WidgetResource.Object("v2", fmt.Sprintf("late-%d", i), n+i)
 		obj.SetNamespace("default")
