@@ -72,7 +72,11 @@ func TestSVMKeepsOutOfV1beta1InTreeMigrations(t *testing.T) {
 func waitBeta(t *testing.T, env *framework.Env, name, what string, cond func(*storagemigrationv1.StorageVersionMigration) bool) *storagemigrationv1.StorageVersionMigration {
 	t.Helper()
 	var m storagemigrationv1.StorageVersionMigration
-	framework.Eventually(t, "v1beta1 in-tree migration "+name+" "+what, 3*time.Minute, func(ctx context.Context) (bool, error) {
+	start := time.Now()
+	// kube-controller-manager's migrator waits for its garbage
+	// collector's cache before it starts, and migrates the widgets one
+	// page at a time: minutes on a loaded 2-core machine.
+	framework.Eventually(t, "v1beta1 in-tree migration "+name+" "+what, 6*time.Minute, func(ctx context.Context) (bool, error) {
 		got, err := env.Kube.StoragemigrationV1beta1().StorageVersionMigrations().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -80,5 +84,6 @@ func waitBeta(t *testing.T, env *framework.Env, name, what string, cond func(*st
 		m = intree.FromBeta(got)
 		return cond(&m), nil
 	})
+	t.Logf("v1beta1 in-tree migration %s %s after %s", name, what, time.Since(start).Round(time.Second))
 	return &m
 }

@@ -382,7 +382,7 @@ func stoppedFor(t *testing.T, env *framework.Env, name string, since time.Time) 
 // .status.conditions[0] readers look.
 func waitSucceeded(t *testing.T, env *framework.Env, name string) *migrationv1alpha1.StorageVersionMigration {
 	t.Helper()
-	m := env.WaitMigrationSucceeded(t, name, 3*time.Minute)
+	m := env.WaitMigrationSucceeded(t, name, 5*time.Minute)
 	if m.Status.Conditions[0].Type != migrationv1alpha1.MigrationSucceeded {
 		t.Errorf("conditions %+v: want Succeeded at index 0", m.Status.Conditions)
 	}
