@@ -157,7 +157,7 @@ func (c *Controller) SetupWithManager(_ context.Context, mgr ctrl.Manager) error
 		// a retry: re-decide, without discovery. Migrations change after
 		// every chunk; the delay gathers a burst into one round.
 		Watches(&migrationv1alpha1.StorageVersionMigration{}, round.After(time.Second)).
-		WatchesMetadata(&apiextensionsv1.CustomResourceDefinition{}, c.onChange(crdNeedsDiscovery)).
+		WatchesMetadata(&apiextensionsv1.CustomResourceDefinition{}, c.seeingGenerations(c.onChange(crdNeedsDiscovery))).
 		WatchesMetadata(apiServices(), c.onChange(func(old, new client.Object) bool { return true })).
 		WatchesRawSource(&c.kicks).
 		Complete(c)
