@@ -169,6 +169,18 @@ func Recreated(a, b string) bool {
 	return !ok || pa.uid != pb.uid
 }
 
+// GenerationsUnseen reports whether a and b name the same CRD with a
+// generation between them that svm did not see with their storage
+// version (their ranges, joined, leave one out): the storage may have
+// gone to any version the CRD had and come back, and objects written
+// meanwhile be stored in it, whatever storedVersions say now (they can be
+// cut, by kube-controller-manager's migrator or by hand).
+func GenerationsUnseen(a, b string) bool {
+	ca, okA := parseCRD(split(a).crd)
+	cb, okB := parseCRD(split(b).crd)
+	return okA && okB && ca.uid == cb.uid && !ca.joins(cb)
+}
+
 // parts is a fingerprint read back: its CRD part and its StorageVersion
 // object's resourceVersion, each "" when it has none.
 type parts struct {

@@ -137,6 +137,28 @@ func TestRecreated(t *testing.T) {
 	}
 }
 
+func TestGenerationsUnseen(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"crd=u1/3/v2", "crd=u1/4/v2", false},      // one generation on: nothing between
+		{"crd=u1/3/v2", "crd=u1/4..7/v2", false},   // seen one after another
+		{"crd=u1/3/v2", "crd=u1/5/v2", true},       // generation 4 unseen
+		{"crd=u1/3..4/v2", "crd=u1/6..9/v2", true}, // generation 5 unseen
+		{"crd=u1/3/v2,storageversion=7", "crd=u1/5/v2,storageversion=8", true},
+		{"crd=u1/3/v2,storageversion=7", "crd=u1/3/v2,storageversion=8", false}, // the StorageVersion object alone
+		{"crd=u1/3/v2", "crd=u2/5/v2", false},                                   // another CRD: Recreated says so
+		{"", "crd=u1/5/v2", false},                                              // nothing recorded: first sight
+		{"crd=3/v2", "crd=u1/5/v2", false},                                      // a record that does not parse: Recreated
+		{"crd=u1/3/v2", "", false},                                              // the CRD gone
+	} {
+		if got := GenerationsUnseen(tc.a, tc.b); got != tc.want {
+			t.Errorf("GenerationsUnseen(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
 func TestCRDUID(t *testing.T) {
 	if uid, ok := CRDUID("crd=u1/3..5/v2,storageversion=7"); !ok || uid != "u1" {
 		t.Errorf("CRDUID = %q, %v; want u1", uid, ok)

@@ -251,7 +251,10 @@ func (in Input) current() *string {
 // for it (madeSince), and the wait for API servers to settle and writes to
 // drain starts again. A CRD created again under the name also makes any
 // version possibly stored (Unknown), so that a migration of the new one
-// rewrites whatever its predecessor left. A fingerprint seen for the first time (a state svm
+// rewrites whatever its predecessor left, and so do generations of the
+// CRD svm did not see: storedVersions alone cannot say what they stored,
+// as kube-controller-manager's migrator cuts them when it starts. A
+// fingerprint seen for the first time (a state svm
 // recorded none on) is adopted the same way, but stops nothing: those
 // migrations' own fingerprints catch a change.
 func storageMoved(in Input, d Decision, status *migrationv1alpha1.StorageStateStatus, gained bool) Decision {
@@ -262,11 +265,13 @@ func storageMoved(in Input, d Decision, status *migrationv1alpha1.StorageStateSt
 		status.CurrentStorageVersionSince = ptrTime(in.Now)
 		status.CurrentStorageVersionRevision = ""
 	}
-	if fingerprint.Recreated(status.StorageFingerprint, in.Fingerprint) {
+	if fingerprint.Recreated(status.StorageFingerprint, in.Fingerprint) || fingerprint.GenerationsUnseen(status.StorageFingerprint, in.Fingerprint) {
 		// A CRD created again under the name may stand over objects its
 		// predecessor left, in any version it stored, and its
-		// storedVersions start from its own storage version: what was
-		// recorded of the predecessor vouches for nothing svm did not see.
+		// storedVersions start from its own storage version. Generations
+		// svm did not see may have stored any version the CRD had, and
+		// storedVersions may have been cut since. What was recorded
+		// vouches for nothing svm did not see.
 		status.PersistedStorageVersionHashes = union(status.PersistedStorageVersionHashes, migrationv1alpha1.UnknownStorageVersionHash)
 	}
 	status.StorageFingerprint = in.Fingerprint

@@ -422,19 +422,31 @@ func TestDecideStorageMoved(t *testing.T) {
 		{
 			name: "flipped and flipped back unseen: the revision is dropped, the wait starts again, and a migration follows it",
 			in:   Input{Now: now, State: migrated(), CRD: back, Fingerprint: at5, SettleDelay: settle, DrainMargin: drain},
-			want: Decision{Status: recorded(status(t0, "B", "B", "A"), at5, now, ""), RequeueAfter: wait},
+			want: Decision{Status: recorded(status(t0, "B", "B", "A", unknown), at5, now, ""), RequeueAfter: wait},
+		},
+		{
+			name: "flipped and flipped back unseen, storedVersions cut to the storage version since (kube-controller-manager's migrator): any version may be stored",
+			in: Input{Now: now, State: migrated(), CRD: &CRDStorage{Generation: 5, StorageHash: "B"}, Fingerprint: at5,
+				SettleDelay: settle, DrainMargin: drain},
+			want: Decision{Status: recorded(status(t0, "B", "B", unknown), at5, now, ""), RequeueAfter: wait},
+		},
+		{
+			name: "and once it settled and drained, a migration, though storedVersions list the storage version alone",
+			in: Input{Now: now.Add(wait), State: withFingerprint(seen(state(t0, "B", "B", unknown), now), at5), CRD: &CRDStorage{Generation: 5, StorageHash: "B"},
+				Fingerprint: at5, SettleDelay: settle, DrainMargin: drain},
+			want: Decision{CreateMigrationFor: ptr("B"), RecordRevision: true},
 		},
 		{
 			name: "a migration made for the storage before stops",
 			in: Input{Now: now, State: migrated(), CRD: back, Fingerprint: at5, SettleDelay: settle, DrainMargin: drain,
 				Migrations: []migrationv1alpha1.StorageVersionMigration{atGeneration(owned("at-3", "B", t0, ""), "3"), user("mine", t0, "", "")}},
-			want: Decision{DeleteMigrations: []string{"at-3"}, Status: recorded(status(t0, "B", "B", "A"), at5, now, "")},
+			want: Decision{DeleteMigrations: []string{"at-3"}, Status: recorded(status(t0, "B", "B", "A", unknown), at5, now, "")},
 		},
 		{
 			name: "a generation change alone (a flip and a flip back within one look, storedVersions not yet pruned): the same",
 			in: Input{Now: now, State: withFingerprint(withRevision(seen(state(t0, "B", "B", "A"), t0), "100"), at3), CRD: back, Fingerprint: at5,
 				SettleDelay: settle, DrainMargin: drain},
-			want: Decision{Status: recorded(status(t0, "B", "B", "A"), at5, now, ""), RequeueAfter: wait},
+			want: Decision{Status: recorded(status(t0, "B", "B", "A", unknown), at5, now, ""), RequeueAfter: wait},
 		},
 		{
 			name: "the new storage settled and drained: migrate, and record a revision for it",
@@ -541,9 +553,9 @@ func TestDecideSpecChangeLeavesStorage(t *testing.T) {
 			want: Decision{Status: recorded(status(t0, "B", "B", "A"), at6, t0, "100"), CreateMigrationFor: ptr("B")},
 		},
 		{
-			name: "generations unseen in between: the migration stops, the revision is dropped, the wait starts again",
+			name: "generations unseen in between: the migration stops, the revision is dropped, the wait starts again, any version may be stored",
 			in:   in(gap7, &CRDStorage{Generation: 7, StorageHash: "B", StoredHashes: []string{"A"}}, running),
-			want: Decision{DeleteMigrations: []string{"at-4"}, Status: recorded(status(t0, "B", "B", "A"), gap7, now, "")},
+			want: Decision{DeleteMigrations: []string{"at-4"}, Status: recorded(status(t0, "B", "B", "A", unknown), gap7, now, "")},
 		},
 		{
 			name: "a spec change while the storage settles does not restart the wait",

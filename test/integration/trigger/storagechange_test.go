@@ -1,6 +1,7 @@
 package trigger_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -42,9 +43,29 @@ func gadgetHash(version string) string {
 // managedFields naming only v2), and storage comes back to v2: the storage
 // version hash is the one svm recorded, and the 300 are newer than its
 // revision. svm must rewrite them all before it prunes v1 again, and etcd
-// is read at the very moment it does.
+// is read at the very moment it does. Twice: with storedVersions as the
+// API server left them ([v2, v1]), and cut back to [v2] before svm looks
+// again, as kube-controller-manager's migrator does when it starts one of
+// its own: then only the generations svm did not see tell.
 func TestFlipAndFlipBackUnseenNeverPrunesWhatIsStored(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cut  bool
+	}{
+		{name: "storedVersions as left"},
+		{name: "storedVersions cut", cut: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			flipAndFlipBackUnseen(t, tc.cut)
+		})
+	}
+}
+
+// flipAndFlipBackUnseen is TestFlipAndFlipBackUnseenNeverPrunesWhatIsStored,
+// with storedVersions cut to [v2] after the flip back when cut is set.
+func flipAndFlipBackUnseen(t *testing.T, cut bool) {
 	const n, created, updated = 600, 200, 100
 	env := framework.Start(t, controlplane.Options{})
 	env.InstallCRDs(t, framework.CRDBasesDir())
@@ -74,10 +95,20 @@ func TestFlipAndFlipBackUnseenNeverPrunesWhatIsStored(t *testing.T) {
 	if hash := env.StorageVersionHash(t, gadgets.GVR("v2")); hash != gadgetHash("v2") {
 		t.Fatalf("discovery's hash is %s, want v2's %s, the one svm recorded", hash, gadgetHash("v2"))
 	}
+	if cut {
+		setStoredVersions(t, env, gadgets.CRDName(), "v2")
+	}
 	before := env.TakeSnapshot(t, gadgets.GVR("v2"))
+	resumed := time.Now().Truncate(time.Second)
 	svm.Resume(t)
 
-	env.WaitPrunedSafely(t, gadgets, "v1", 3*time.Minute)
+	if cut {
+		// storedVersions say [v2] all along: only a migration made
+		// since tells that svm saw the gap.
+		waitMigratedSince(t, env, resumed)
+	} else {
+		env.WaitPrunedSafely(t, gadgets, "v1", 3*time.Minute)
+	}
 	env.ExpectStored(t, gadgets.EtcdPrefix(), map[string]int{gadgets.Group + "/v2": n + created})
 	env.ExpectUnchanged(t, gadgets.GVR("v2"), before)
 	env.WaitStorageState(t, gr, time.Minute, "only v2 persisted", persisted(gadgetHash("v2")))
@@ -203,6 +234,20 @@ func setStoredVersions(t *testing.T, env *framework.Env, name string, versions .
 	if err != nil {
 		t.Fatalf("set storedVersions of %s: %v", name, err)
 	}
+}
+
+// waitMigratedSince waits for one of svm's trigger migrations of the
+// gadgets created at or after since to succeed.
+func waitMigratedSince(t *testing.T, env *framework.Env, since time.Time) {
+	t.Helper()
+	framework.Eventually(t, "a migration of the gadgets made since svm resumed", 3*time.Minute, func(context.Context) (bool, error) {
+		for _, m := range migrationsOf(t, env, gadgets.Plural) {
+			if trigger.IsOwned(&m) && m.HasCondition(migrationv1alpha1.MigrationSucceeded) && !m.CreationTimestamp.Time.Before(since) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 }
 
 // lastSucceeded is the newest of svm's successful trigger migrations of
