@@ -105,6 +105,9 @@ func custom(e Evidence) Answer {
 	if why := stateSays(e); why != "" {
 		a.add(why)
 	}
+	if why := stateBehind(e); why != "" {
+		a.add(why)
+	}
 	if why := failedInTree(e); why != "" {
 		a.add(why)
 	}
@@ -162,7 +165,34 @@ func Unrecorded(e Evidence) string {
 	if _, ok := vouches(e, crdversions.Of(e.CRD)); ok {
 		return ""
 	}
+	if why := stateBehind(e); why != "" {
+		return why
+	}
 	return failedInTree(e)
+}
+
+// stateBehind is why the StorageState cannot tell what generations of
+// this CRD it did not see stored, "" when it saw them all or follows
+// another CRD: it records a generation of this CRD, the CRD is now at a
+// later one, and one in between was never read (svm controller was not
+// running, or not leading). The storage version may have gone to another
+// version and come back meanwhile, objects written then be stored in it,
+// and storedVersions have been cut since (kube-controller-manager's
+// migrator cuts them when it starts, and a failed in-tree migration
+// that was deleted leaves no trace). svm controller, once it looks, says
+// the same (every version possibly stored) and migrates.
+func stateBehind(e Evidence) string {
+	if e.State == nil {
+		return ""
+	}
+	recorded := e.State.Status.StorageFingerprint
+	now := (*fingerprint.Epochs)(nil).Of(e.CRD, nil).Value
+	if !fingerprint.GenerationsUnseen(recorded, now) {
+		return ""
+	}
+	seen, _ := fingerprint.CRDGeneration(recorded)
+	return fmt.Sprintf("StorageState %s last saw generation %d of customresourcedefinition %s, which is now at %d: its storage version may have moved and come back in between, unseen",
+		e.State.Name, seen, e.CRD.Name, e.CRD.Generation)
 }
 
 // stateSays is why the StorageState says objects may be stored in the

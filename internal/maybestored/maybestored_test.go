@@ -119,6 +119,16 @@ func TestOfCustomResource(t *testing.T) {
 			may: true, becauses: []string{"in-tree migration user failed"},
 		},
 		{
+			name: "a state that last saw a generation two before the CRD's, and nothing else (a failed in-tree migration deleted): the storage may have flipped and back",
+			e:    Evidence{CRD: widgets("v2"), State: state("crd=crd-uid-2/1/v2", hashV2, hashV2)},
+			may:  true, becauses: []string{"StorageState widgets.example.com last saw generation 1 of customresourcedefinition widgets.example.com, which is now at 3"},
+		},
+		{
+			name: "a state that last saw the generation before the CRD's, with the storage version of now: nothing hides between them",
+			e:    Evidence{CRD: widgets("v2"), State: state("crd=crd-uid-2/1..2/v2", hashV2, hashV2)},
+			may:  false, becauses: []string{"nothing else says it may be stored"},
+		},
+		{
 			name: "a state whose run of generations holds the CRD's vouches",
 			e:    Evidence{CRD: widgets("v2"), State: state("crd=crd-uid-2/1..3/v2", hashV2, hashV2), CreatedBeforeCRD: 2},
 			may:  false, becauses: []string{"records every object rewritten in v2 since"},
@@ -185,6 +195,43 @@ func TestOfBuiltIn(t *testing.T) {
 			got := Of(Evidence{Group: "autoscaling", Version: "v1", Kind: "HorizontalPodAutoscaler", State: tc.state})
 			if got.MayBeStored != tc.may || len(got.Because) != 1 {
 				t.Errorf("Of = %+v, want MayBeStored %v with one reason", got, tc.may)
+			}
+		})
+	}
+}
+
+// TestUnrecorded: what svm check-upgrade, reading no object, hears of a
+// CRD: the reasons storedVersions miss, never the orphans it cannot count.
+func TestUnrecorded(t *testing.T) {
+	after := created.Add(time.Minute)
+	for _, tc := range []struct {
+		name string
+		e    Evidence
+		want string // "" when nothing is unrecorded
+	}{
+		{name: "nothing", e: Evidence{CRD: widgets("v2")}},
+		{name: "a built-in resource", e: Evidence{State: state("", hashV2, hashV2)}},
+		{
+			name: "a failed in-tree migration",
+			e:    Evidence{CRD: widgets("v2"), InTree: []storagemigrationv1.StorageVersionMigration{inTree("user", after, storagemigrationv1.MigrationFailed)}},
+			want: "in-tree migration user failed",
+		},
+		{
+			name: "a state that has not seen generation 2",
+			e:    Evidence{CRD: widgets("v2"), State: state("crd=crd-uid-2/1/v2", hashV2, hashV2)},
+			want: "last saw generation 1",
+		},
+		{
+			name: "a state that vouches",
+			e: Evidence{CRD: widgets("v2"), State: state("crd=crd-uid-2/3/v2", hashV2, hashV2),
+				InTree: []storagemigrationv1.StorageVersionMigration{inTree("user", after, storagemigrationv1.MigrationFailed)}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.e.Group, tc.e.Version, tc.e.Kind = "example.com", "v1", "Widget"
+			got := Unrecorded(tc.e)
+			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+				t.Errorf("Unrecorded = %q, want %q", got, tc.want)
 			}
 		})
 	}
