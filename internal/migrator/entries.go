@@ -100,13 +100,15 @@ func leadingNumber(s string) (int, error) {
 
 // lost reports whether an answer without managedFields entries lost some
 // of h's: an entry naming the version written through, or another version
-// of its group that the API server serves (served; nil when unknown, and
-// every version of the group then counts). The field manager drops by
-// design, failure or not, an entry naming a version the server no longer
-// has, and one naming another group's version: a resource served in two
-// groups (events and events.k8s.io) keeps, written through one, only the
-// entries of that group (kube-apiserver 1.37.2 answers svm's write of an
-// Event through v1 whose only entry names events.k8s.io/v1 without it).
+// of its group that the API server still has (served: one discovery lists
+// or, for a custom resource, one its CRD defines, served or not; nil when
+// unknown, and every version of the group then counts). The field manager
+// drops by design, failure or not, an entry naming a version the server
+// no longer has (neither served nor, for a custom resource, defined), and
+// one naming another group's version: a resource served in two groups
+// (events and events.k8s.io) keeps, written through one, only the entries
+// of that group (kube-apiserver 1.37.2 answers svm's write of an Event
+// through v1 whose only entry names events.k8s.io/v1 without it).
 func lost(h held, written string, served func(string) bool) bool {
 	group := groupOf(written)
 	return slices.ContainsFunc(h, func(v string) bool {
@@ -201,8 +203,11 @@ func (r *run) serverLocked(ctx context.Context) {
 	}
 }
 
-// servedLocked is whether the API server serves an apiVersion, read
-// once; nil when it cannot tell. r.guard.mu is held.
+// servedLocked is whether the API server still has an apiVersion, in
+// the sense lost needs: whether its field manager converts entries naming
+// it. That is a version discovery lists or, for a custom resource, one
+// its CRD defines, served or not (see servedSet). Read once; nil when it
+// cannot tell, discovery or the CRD unreadable. r.guard.mu is held.
 func (r *run) servedLocked(ctx context.Context) func(string) bool {
 	g := &r.guard
 	if !g.servedRead {
@@ -212,14 +217,13 @@ func (r *run) servedLocked(ctx context.Context) func(string) bool {
 			groups, err = discovery.ToServerGroupsInterfaceWithContext(r.m.discovery).ServerGroupsWithContext(ctx)
 			return err
 		})
+		var defined []string
+		if err == nil {
+			defined, err = r.definedVersions(ctx)
+		}
 		g.servedRead = ctx.Err() == nil
 		if err == nil {
-			g.served = map[string]bool{}
-			for _, group := range groups.Groups {
-				for _, v := range group.Versions {
-					g.served[v.GroupVersion] = true
-				}
-			}
+			g.served = servedSet(groups, defined)
 		}
 	}
 	if g.served == nil {

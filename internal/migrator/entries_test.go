@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/version"
@@ -79,6 +80,35 @@ func TestLost(t *testing.T) {
 	}
 }
 
+// TestLostWithDefinedVersions holds lost to what the field manager of a
+// custom resource converts to: every version its CRD defines, served or
+// not, besides those discovery lists (servedSet).
+func TestLostWithDefinedVersions(t *testing.T) {
+	groups := &metav1.APIGroupList{Groups: []metav1.APIGroup{{
+		Name:     "example.com",
+		Versions: []metav1.GroupVersionForDiscovery{{GroupVersion: "example.com/v2", Version: "v2"}},
+	}}}
+	// v1 is defined in the CRD with served: false: discovery does not list it.
+	defined := []string{"example.com/v1", "example.com/v2"}
+	for _, tc := range []struct {
+		name    string
+		h       held
+		defined []string
+		want    bool
+	}{
+		{"an entry naming a version defined but not served: converted, so lost", held{"example.com/v1"}, defined, true},
+		{"an entry naming a version neither served nor defined: dropped by design", held{"example.com/v0"}, defined, false},
+		{"both: the defined one is lost", held{"example.com/v0", "example.com/v1"}, defined, true},
+		{"no CRD (an aggregated API server's resource): discovery alone", held{"example.com/v1"}, nil, false},
+		{"another group's version, though defined: dropped by design", held{"other.example.com/v1"}, append(defined, "other.example.com/v1"), false},
+	} {
+		set := servedSet(groups, tc.defined)
+		if got := lost(tc.h, "example.com/v2", func(v string) bool { return set[v] }); got != tc.want {
+			t.Errorf("%s: lost(%v) = %v, want %v", tc.name, tc.h, got, tc.want)
+		}
+	}
+}
+
 func TestMoveAnswered(t *testing.T) {
 	e := func(manager, apiVersion string) metav1.ManagedFieldsEntry {
 		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationApply, APIVersion: apiVersion}
@@ -114,9 +144,15 @@ type entriesServer struct {
 	// writeKeeps and dryRunKeeps: whether the answer carries the entries;
 	// dryRunFails answers dry runs with 500.
 	writeKeeps, dryRunKeeps, dryRunFails bool
+	// discovered are the versions of example.com discovery lists (v1 and
+	// v2 when nil); crd, those the CRD widgets.example.com defines (the
+	// CRD API answers 404 when nil); crdStatus, when set, is the status
+	// every list of CRDs is answered with.
+	discovered, crd []string
+	crdStatus       int
 
-	mu              sync.Mutex
-	writes, dryRuns int
+	mu                        sync.Mutex
+	writes, dryRuns, crdLists int
 }
 
 func (s *entriesServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -129,10 +165,17 @@ func (s *entriesServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodGet && r.URL.Path == "/api":
 		writeJSON(w, http.StatusOK, metav1.APIVersions{TypeMeta: metav1.TypeMeta{Kind: "APIVersions"}, Versions: []string{"v1"}})
 	case r.Method == http.MethodGet && r.URL.Path == "/apis":
-		writeJSON(w, http.StatusOK, metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}, Groups: []metav1.APIGroup{{
-			Name:     "example.com",
-			Versions: []metav1.GroupVersionForDiscovery{{GroupVersion: "example.com/v1", Version: "v1"}, {GroupVersion: "example.com/v2", Version: "v2"}},
-		}}})
+		group, discovered := metav1.APIGroup{Name: "example.com"}, s.discovered
+		if discovered == nil {
+			discovered = []string{"v1", "v2"}
+		}
+		for _, v := range discovered {
+			group.Versions = append(group.Versions, metav1.GroupVersionForDiscovery{GroupVersion: "example.com/" + v, Version: v})
+		}
+		writeJSON(w, http.StatusOK, metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}, Groups: []metav1.APIGroup{group}})
+	case r.Method == http.MethodGet && r.URL.Path == crdsPath && (s.crd != nil || s.crdStatus != 0):
+		s.crdLists++
+		s.listCRDs(w, r)
 	case r.Method == http.MethodGet && r.URL.Path == "/apis/example.com/v2":
 		writeJSON(w, http.StatusOK, metav1.APIResourceList{GroupVersion: "example.com/v2", APIResources: []metav1.APIResource{
 			{Name: "widgets", Namespaced: true, Kind: "Widget", Verbs: metav1.Verbs{"list", "patch"}},
@@ -159,6 +202,25 @@ func (s *entriesServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.NotFound(w, r)
 	}
+}
+
+// listCRDs answers a list of CRDs: the CRD widgets.example.com when the
+// list asks for it by name, as JSON, and svm may list CRDs.
+func (s *entriesServer) listCRDs(w http.ResponseWriter, r *http.Request) {
+	if s.crdStatus != 0 {
+		writeJSON(w, s.crdStatus, metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure, Code: int32(s.crdStatus)})
+		return
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	crd.Name = "widgets.example.com"
+	for _, v := range s.crd {
+		crd.Spec.Versions = append(crd.Spec.Versions, apiextensionsv1.CustomResourceDefinitionVersion{Name: v, Served: v == "v2", Storage: v == "v2"})
+	}
+	list := apiextensionsv1.CustomResourceDefinitionList{TypeMeta: metav1.TypeMeta{Kind: "CustomResourceDefinitionList", APIVersion: "apiextensions.k8s.io/v1"}}
+	if r.URL.Query().Get("fieldSelector") == "metadata.name=widgets.example.com" && r.Header.Get("Accept") == "application/json" {
+		list.Items = append(list.Items, crd)
+	}
+	writeJSON(w, http.StatusOK, list)
 }
 
 func (s *entriesServer) object(name, rv string, entries bool) metav1.PartialObjectMetadata {
@@ -221,6 +283,33 @@ func TestNoWriteLosesManagedFields(t *testing.T) {
 			srv:        &entriesServer{n: n, minor: "37", entries: []string{"example.com/v0"}, writeKeeps: false},
 			wantWrites: n, wantRestored: n,
 		},
+		{
+			name: "1.35, entries naming a version the CRD defines but does not serve: converted, so stopped before any write",
+			srv: &entriesServer{n: n, minor: "35", entries: []string{"example.com/v1"}, discovered: []string{"v2"}, crd: []string{"v1", "v2"},
+				writeKeeps: false, dryRunKeeps: false},
+			wantReason: ReasonManagedFieldsAtRisk, wantDryRuns: 1,
+			wantInText: "example.com/v1",
+		},
+		{
+			name: "1.37, entries naming a version the CRD defines but does not serve: an answer without them stops the run",
+			srv: &entriesServer{n: n, minor: "37", entries: []string{"example.com/v1"}, discovered: []string{"v2"}, crd: []string{"v1", "v2"},
+				writeKeeps: false},
+			wantReason: ReasonManagedFieldsLost, wantWrites: 1, wantFailed: 1, wantFailedName: "w-000",
+			wantInText: "example.com/v1",
+		},
+		{
+			name: "entries naming a version neither served nor defined by the CRD: dropped by design, not lost",
+			srv: &entriesServer{n: n, minor: "37", entries: []string{"example.com/v0"}, discovered: []string{"v2"}, crd: []string{"v1", "v2"},
+				writeKeeps: false},
+			wantWrites: n, wantRestored: n,
+		},
+		{
+			name: "the CRD cannot be read: every version of the group counts",
+			srv: &entriesServer{n: n, minor: "37", entries: []string{"example.com/v0"}, discovered: []string{"v2"}, crdStatus: http.StatusForbidden,
+				writeKeeps: false},
+			wantReason: ReasonManagedFieldsLost, wantWrites: 1, wantFailed: 1, wantFailedName: "w-000",
+			wantInText: "example.com/v0",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -262,6 +351,9 @@ func TestNoWriteLosesManagedFields(t *testing.T) {
 			defer tt.srv.mu.Unlock()
 			if tt.srv.writes != tt.wantWrites || tt.srv.dryRuns != tt.wantDryRuns {
 				t.Errorf("%d writes and %d dry runs, want %d and %d", tt.srv.writes, tt.srv.dryRuns, tt.wantWrites, tt.wantDryRuns)
+			}
+			if tt.srv.crdLists > 1 {
+				t.Errorf("the CRD was listed %d times, want at most once per run", tt.srv.crdLists)
 			}
 		})
 	}
