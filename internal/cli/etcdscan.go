@@ -30,14 +30,16 @@ type EtcdScanOptions struct {
 	Timeout  time.Duration
 	PageSize int64
 	// FailOnKeys and FailOnIdentity make the command exit ExitUnsafe when
-	// a value is encrypted under one of these keys, or not encrypted.
+	// a value is encrypted under one of these keys (see
+	// etcdscan.FailOnKey), or not encrypted.
 	FailOnKeys     []string
 	FailOnIdentity bool
 
 	Out, ErrOut io.Writer
 
-	endpoints []string
-	prefixes  []string
+	endpoints  []string
+	prefixes   []string
+	failOnKeys []etcdscan.FailOnKey
 }
 
 var etcdScanOutputs = []string{"table", "json"}
@@ -49,13 +51,16 @@ func newEtcdScanCommand(out, errOut io.Writer) *cobra.Command {
 		Short: "Count the values in etcd by resource and encryption key, reading etcd directly",
 		Long: "Read what kube-apiserver stored in etcd, under /registry/ only and never writing, and count the\n" +
 			"values of each resource by how they are stored: encrypted under a provider and key\n" +
-			"(aescbc:v1:key1; kms:v2:NAME, named after the KMS provider), in plain text (identity), or\n" +
-			"unrecognised. Only counts are printed, never a key (an object's name) nor a byte of a value.\n" +
+			"(aescbc:v1:key1; kms:v2:NAME:KEYID, named after the KMS v2 provider and the key ID that sealed\n" +
+			"the value), in plain text (identity), or unrecognised. Only counts are printed, never a key\n" +
+			"(an object's name) nor a byte of a value beyond what its envelope keeps in the clear.\n" +
 			"Every page is read at the etcd revision of the first, so the counts are one snapshot, and the\n" +
 			"revision is printed.\n\n" +
 			"Before removing an old encryption key from the API servers' configuration, this is the proof\n" +
 			"that no stored value still needs it: after `svm migrate secrets`, `svm etcd-scan --resource\n" +
-			"secrets --fail-on-key OLD` exits 0 only if no Secret is encrypted under OLD.\n\n" +
+			"secrets --fail-on-key OLD` exits 0 only if no Secret is encrypted under OLD. OLD is the name\n" +
+			"of a key (for KMS, of the provider) or a KMS v2 key ID without colons; or kms:v2:NAME:KEYID\n" +
+			"as the table shows it, the key ID quoted when the table quotes it (kms:v2:vault:\"key 2\").\n\n" +
 			"Resources are named as they are stored: RESOURCE for keys under /registry/<resource>/, which\n" +
 			"is where kube-apiserver keeps its built-in resources whatever their group (secrets,\n" +
 			"deployments), and RESOURCE.GROUP for keys under /registry/<group>/<resource>/ (custom\n" +
@@ -65,6 +70,7 @@ func newEtcdScanCommand(out, errOut io.Writer) *cobra.Command {
 			"stored under a prefix read); 1 the scan could not be made.",
 		Example: "  svm etcd-scan --endpoints https://10.0.0.1:2379 --cacert ca.crt --cert client.crt --key client.key\n" +
 			"  svm etcd-scan --endpoints http://127.0.0.1:2379 --resource secrets --fail-on-key key1\n" +
+			"  svm etcd-scan --endpoints http://127.0.0.1:2379 --resource secrets --fail-on-key kms:v2:vault:transit-key-3\n" +
 			"  svm etcd-scan --endpoints http://127.0.0.1:2379 --resource widgets.example.com -o json",
 		Args: cobra.NoArgs,
 		RunE: runOptions(o, o.Run),
@@ -79,7 +85,7 @@ func newEtcdScanCommand(out, errOut io.Writer) *cobra.Command {
 	fs.StringVarP(&o.Output, "output", "o", "table", "output format: "+strings.Join(etcdScanOutputs, ", ")+" (json has a stable, versioned structure)")
 	fs.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "give up when the scan takes longer")
 	fs.Int64Var(&o.PageSize, "page-size", 500, "values read per request")
-	fs.StringArrayVar(&o.FailOnKeys, "fail-on-key", nil, "exit 3 if any value read is encrypted under the key of this name (for KMS, the provider's name); may be repeated")
+	fs.StringArrayVar(&o.FailOnKeys, "fail-on-key", nil, "exit 3 if any value read is encrypted under this key: a key's name (for KMS, the provider's) or a KMS v2 key ID without colons, or kms:v2:PROVIDER:KEYID as the table shows it; may be repeated")
 	fs.BoolVar(&o.FailOnIdentity, "fail-on-identity", false, "exit 3 if any value read is not encrypted")
 	_ = cmd.MarkFlagRequired("endpoints")
 	return cmd
@@ -122,10 +128,13 @@ func (o *EtcdScanOptions) Validate() error {
 	if o.PageSize < 1 {
 		return fmt.Errorf("--page-size must be at least 1, got %d", o.PageSize)
 	}
-	for _, k := range o.FailOnKeys {
-		if k == "" || strings.Contains(k, ":") {
-			return fmt.Errorf("--fail-on-key %q: want the name of a key in the encryption configuration", k)
+	o.failOnKeys = nil
+	for _, arg := range o.FailOnKeys {
+		k, err := etcdscan.ParseFailOnKey(arg)
+		if err != nil {
+			return err
 		}
+		o.failOnKeys = append(o.failOnKeys, k)
 	}
 	return nil
 }
@@ -152,7 +161,7 @@ func (o *EtcdScanOptions) Run(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	verdict, lines := etcdscan.Check(r, o.FailOnKeys, o.FailOnIdentity)
+	verdict, lines := etcdscan.Check(r, o.failOnKeys, o.FailOnIdentity)
 	for _, l := range lines {
 		fmt.Fprintln(o.ErrOut, l)
 	}

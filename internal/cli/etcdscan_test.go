@@ -6,15 +6,18 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/svm-project/svm/internal/etcdscan"
 )
 
 func TestEtcdScanFlags(t *testing.T) {
 	valid := func(o *EtcdScanOptions) {}
 	tests := []struct {
-		name         string
-		set          func(*EtcdScanOptions)
-		wantPrefixes []string
-		wantErr      string
+		name           string
+		set            func(*EtcdScanOptions)
+		wantPrefixes   []string
+		wantFailOnKeys []etcdscan.FailOnKey
+		wantErr        string
 	}{
 		{name: "defaults", set: valid, wantPrefixes: []string{"/registry/"}},
 		{name: "https with TLS", set: func(o *EtcdScanOptions) {
@@ -31,6 +34,13 @@ func TestEtcdScanFlags(t *testing.T) {
 		{name: "a prefix within a resource: one namespace's secrets", set: func(o *EtcdScanOptions) {
 			o.Prefix, o.Resources = "/registry/secrets/team-a/", []string{"secrets"}
 		}, wantPrefixes: []string{"/registry/secrets/team-a/"}},
+		{name: "keys: a name, a KMS v2 key ID with colons, quoted as the table shows it", set: func(o *EtcdScanOptions) {
+			o.FailOnKeys = []string{"key1", "kms:v2:aws:arn:aws:kms:eu-west-1:111122223333:key/old", `kms:v2:vault:"key 2"`}
+		}, wantPrefixes: []string{"/registry/"}, wantFailOnKeys: []etcdscan.FailOnKey{
+			{Name: "key1"},
+			{Name: "aws", KMSv2: true, KeyID: "arn:aws:kms:eu-west-1:111122223333:key/old"},
+			{Name: "vault", KMSv2: true, KeyID: "key 2"},
+		}},
 
 		{name: "no endpoint", set: func(o *EtcdScanOptions) { o.Endpoints = " , " }, wantErr: "--endpoints must name at least one etcd client URL"},
 		{name: "endpoint without a scheme", set: func(o *EtcdScanOptions) { o.Endpoints = "10.0.0.1:2379" }, wantErr: `--endpoints: "10.0.0.1:2379" is not an etcd client URL like https://10.0.0.1:2379`},
@@ -50,6 +60,9 @@ func TestEtcdScanFlags(t *testing.T) {
 		{name: "no page", set: func(o *EtcdScanOptions) { o.PageSize = 0 }, wantErr: "--page-size must be at least 1, got 0"},
 		{name: "empty key name", set: func(o *EtcdScanOptions) { o.FailOnKeys = []string{""} }, wantErr: `--fail-on-key "": want the name of a key`},
 		{name: "a label for a key name", set: func(o *EtcdScanOptions) { o.FailOnKeys = []string{"aescbc:v1:key1"} }, wantErr: `--fail-on-key "aescbc:v1:key1": want the name of a key`},
+		{name: "a KMS v2 key ID with colons, without its provider", set: func(o *EtcdScanOptions) { o.FailOnKeys = []string{"arn:aws:kms:x:1:key/old"} },
+			wantErr: `--fail-on-key "arn:aws:kms:x:1:key/old": want the name of a key in the encryption configuration (for KMS, the provider's name), a KMS v2 key ID without colons, or kms:v2:PROVIDER:KEYID`},
+		{name: "an empty KMS v2 key ID", set: func(o *EtcdScanOptions) { o.FailOnKeys = []string{"kms:v2:vault:"} }, wantErr: `--fail-on-key "kms:v2:vault:": the key ID is empty`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,6 +83,9 @@ func TestEtcdScanFlags(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.wantPrefixes, o.prefixes); diff != "" {
 				t.Errorf("prefixes (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantFailOnKeys, o.failOnKeys); diff != "" {
+				t.Errorf("--fail-on-key (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -5,8 +5,9 @@
 // key, which no answer of the API server can give. It is svm etcd-scan's
 // engine; the command adds flags, output and exit codes.
 //
-// A Report holds counts only: no etcd key (which names an object) and no
-// byte of any value.
+// A Report holds counts only: no etcd key (which names an object) and,
+// of the values, only what their envelope keeps in the clear: the
+// provider, the key's name and a KMS v2 value's key ID.
 package etcdscan
 
 import (
@@ -40,8 +41,8 @@ const Version = "v1"
 const DialTimeout = 10 * time.Second
 
 // Report is the document printed by `svm etcd-scan -o json`. It
-// holds counts only: no etcd key (which names an object) and no byte of
-// any value.
+// holds counts only: no etcd key (which names an object) and, of the
+// values, only what their envelope keeps in the clear.
 type Report struct {
 	// Version is the Version of this structure.
 	Version string `json:"version"`
@@ -50,7 +51,8 @@ type Report struct {
 	Revision int64 `json:"revision"`
 	// Prefixes are the key prefixes read, with how many values each holds.
 	Prefixes []Prefix `json:"prefixes"`
-	// Counts are the values by resource and encryption, sorted by both.
+	// Counts are the values by resource, encryption and KMS v2 key ID,
+	// sorted by the three.
 	Counts []Count `json:"counts"`
 	// Total is the number of values read.
 	Total int64 `json:"total"`
@@ -76,7 +78,24 @@ type Count struct {
 	// on, for encrypted values only.
 	Provider string `json:"provider,omitempty"`
 	Key      string `json:"key,omitempty"`
-	Values   int64  `json:"values"`
+	// KeyID is, for KMS v2 values only, the key ID of the KMS key they
+	// are sealed under, as kube-apiserver wrote it (any characters). The
+	// values of one KMS v2 provider are counted apart by key ID, so a
+	// resource may have several counts of one Encryption; the table shows
+	// them as kms:v2:<provider>:<key ID> (see etcdvalue.QuoteKeyID).
+	KeyID  string `json:"keyID,omitempty"`
+	Values int64  `json:"values"`
+}
+
+// Shown is how the table and the messages name c's encryption:
+// Encryption, and for KMS v2 values ":" and the key ID, quoted when it
+// holds a character that is not plain (kms:v2:vault:key-2,
+// kms:v2:vault:"key 2").
+func (c Count) Shown() string {
+	if c.KeyID == "" {
+		return c.Encryption
+	}
+	return c.Encryption + ":" + etcdvalue.QuoteKeyID(c.KeyID)
 }
 
 // EndpointsSecure checks that every endpoint is an http:// or https://
@@ -224,7 +243,7 @@ func (o Scanner) Scan(ctx context.Context, kv Reader, prefixes []string) (*Repor
 	}
 	r.Counts = []Count{}
 	for _, t := range census.Tallies() {
-		r.Counts = append(r.Counts, Count{Resource: t.Resource, Encryption: t.Label, Provider: t.Encryption.Provider, Key: t.Encryption.Key, Values: t.Values})
+		r.Counts = append(r.Counts, Count{Resource: t.Resource, Encryption: t.Label, Provider: t.Encryption.Provider, Key: t.Encryption.Key, KeyID: t.Encryption.KeyID, Values: t.Values})
 	}
 	r.Total = census.Total()
 	return r, nil
@@ -276,7 +295,7 @@ const (
 // were not recognised, since they may need any key, or when a prefix read
 // held nothing, since a misspelt --resource would pass every check.
 // Without checks it passes, and an empty prefix is only noted.
-func Check(r *Report, failOnKeys []string, failOnIdentity bool) (Verdict, []string) {
+func Check(r *Report, failOnKeys []FailOnKey, failOnIdentity bool) (Verdict, []string) {
 	var empty []string
 	for _, p := range r.Prefixes {
 		if p.Values == 0 {
@@ -291,9 +310,9 @@ func Check(r *Report, failOnKeys []string, failOnIdentity bool) (Verdict, []stri
 		return Passed, notes
 	}
 	var unsafe, unknown []string
-	for _, name := range failOnKeys {
-		if n, where := countWhere(r.Counts, func(c Count) bool { return c.Key == name }); n > 0 {
-			unsafe = append(unsafe, fmt.Sprintf("svm: --fail-on-key %s: %s still encrypted under key %s (%s)", name, valuesAre(n), name, where))
+	for _, k := range failOnKeys {
+		if n, where := countWhere(r.Counts, k.Matches); n > 0 {
+			unsafe = append(unsafe, fmt.Sprintf("svm: --fail-on-key %s: %s still encrypted %s (%s)", k, valuesAre(n), k.under(), where))
 		}
 	}
 	if failOnIdentity {
@@ -354,7 +373,7 @@ func WriteTable(w io.Writer, r *Report) error {
 		tw := tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
 		fmt.Fprintln(tw, "RESOURCE\tENCRYPTION\tVALUES")
 		for _, c := range r.Counts {
-			fmt.Fprintf(tw, "%s\t%s\t%d\n", c.Resource, c.Encryption, c.Values)
+			fmt.Fprintf(tw, "%s\t%s\t%d\n", c.Resource, c.Shown(), c.Values)
 		}
 		_ = tw.Flush()
 	}

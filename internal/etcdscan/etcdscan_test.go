@@ -110,6 +110,12 @@ func TestCheck(t *testing.T) {
 	key2 := Count{Resource: "secrets", Encryption: "aescbc:v1:key2", Provider: "aescbc", Key: "key2", Values: 60}
 	plain := Count{Resource: "configmaps", Encryption: "identity", Values: 5}
 	unrecognised := Count{Resource: "secrets", Encryption: "unrecognised", Values: 2}
+	kmsOld := Count{Resource: "secrets", Encryption: "kms:v2:vault", Provider: "kms", Key: "vault", KeyID: "arn:aws:kms:x:1:key/old", Values: 7}
+	kmsNew := Count{Resource: "secrets", Encryption: "kms:v2:vault", Provider: "kms", Key: "vault", KeyID: "arn:aws:kms:x:1:key/new", Values: 53}
+	kmsNewWidgets := Count{Resource: "widgets.example.com", Encryption: "kms:v2:vault", Provider: "kms", Key: "vault", KeyID: "arn:aws:kms:x:1:key/new", Values: 2}
+	kmsOther := Count{Resource: "secrets", Encryption: "kms:v2:gcp", Provider: "kms", Key: "gcp", KeyID: "arn:aws:kms:x:1:key/old", Values: 4}
+	kmsPlainID := Count{Resource: "secrets", Encryption: "kms:v2:vault", Provider: "kms", Key: "vault", KeyID: "transit-3", Values: 1}
+	kmsOddID := Count{Resource: "secrets", Encryption: "kms:v2:vault", Provider: "kms", Key: "vault", KeyID: "key \"3\"\n", Values: 1}
 	tests := []struct {
 		name           string
 		r              *Report
@@ -135,10 +141,36 @@ func TestCheck(t *testing.T) {
 			}},
 		{name: "a misspelt resource proves nothing", r: &Report{Prefixes: []Prefix{{Prefix: "/registry/secret/"}}}, failOnKeys: []string{"key1"}, wantVerdict: Unknown,
 			wantLines: []string{"svm: cannot vouch for the --fail-on-* checks: nothing is stored under /registry/secret/; is the resource or the prefix misspelt?"}},
+
+		{name: "kms v2: the old key ID gone", r: report(kmsNew, kmsNewWidgets, plain), failOnKeys: []string{"kms:v2:vault:arn:aws:kms:x:1:key/old"}},
+		{name: "kms v2: the old key ID still used, the same key ID of another provider apart",
+			r: report(kmsOld, kmsNew, kmsOther), failOnKeys: []string{"kms:v2:vault:arn:aws:kms:x:1:key/old"}, wantVerdict: Unsafe,
+			wantLines: []string{"svm: --fail-on-key kms:v2:vault:arn:aws:kms:x:1:key/old: 7 values are still encrypted under key ID arn:aws:kms:x:1:key/old of KMS v2 provider vault (secrets 7)"}},
+		{name: "kms v2: a key ID in two resources", r: report(kmsOld, kmsNew, kmsNewWidgets), failOnKeys: []string{"kms:v2:vault:arn:aws:kms:x:1:key/new"}, wantVerdict: Unsafe,
+			wantLines: []string{"svm: --fail-on-key kms:v2:vault:arn:aws:kms:x:1:key/new: 55 values are still encrypted under key ID arn:aws:kms:x:1:key/new of KMS v2 provider vault (secrets 53, widgets.example.com 2)"}},
+		{name: "kms v2: a key ID quoted as the table shows it", r: report(kmsOddID, kmsNew), failOnKeys: []string{`kms:v2:vault:"key \"3\"\n"`}, wantVerdict: Unsafe,
+			wantLines: []string{`svm: --fail-on-key kms:v2:vault:"key \"3\"\n": 1 value is still encrypted under key ID "key \"3\"\n" of KMS v2 provider vault (secrets 1)`}},
+		{name: "kms v2: a provider, every key ID", r: report(kmsOld, kmsNew, kmsOther), failOnKeys: []string{"kms:v2:vault"}, wantVerdict: Unsafe,
+			wantLines: []string{"svm: --fail-on-key kms:v2:vault: 60 values are still encrypted by KMS v2 provider vault (secrets 60)"}},
+		{name: "kms v2: a provider's name, as before", r: report(kmsOld, kmsNew, kmsOther), failOnKeys: []string{"gcp"}, wantVerdict: Unsafe,
+			wantLines: []string{"svm: --fail-on-key gcp: 4 values are still encrypted under key gcp (secrets 4)"}},
+		{name: "kms v2: a key ID without colons, plain", r: report(kmsPlainID, kmsNew), failOnKeys: []string{"transit-3"}, wantVerdict: Unsafe,
+			wantLines: []string{"svm: --fail-on-key transit-3: 1 value is still encrypted under key transit-3 (secrets 1)"}},
+		{name: "kms v2: a key ID without colons, gone", r: report(kmsNew, key1), failOnKeys: []string{"transit-3"}},
+		{name: "kms v2: unrecognised values may be under the key ID", r: report(kmsNew, unrecognised), failOnKeys: []string{"kms:v2:vault:arn:aws:kms:x:1:key/old"}, wantVerdict: Unknown,
+			wantLines: []string{"svm: cannot vouch for the --fail-on-* checks: 2 values are unrecognised (secrets 2) and may need any key"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			verdict, lines := Check(tt.r, tt.failOnKeys, tt.failOnIdentity)
+			var failOnKeys []FailOnKey
+			for _, arg := range tt.failOnKeys {
+				k, err := ParseFailOnKey(arg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				failOnKeys = append(failOnKeys, k)
+			}
+			verdict, lines := Check(tt.r, failOnKeys, tt.failOnIdentity)
 			if verdict != tt.wantVerdict {
 				t.Errorf("verdict %d, want %d", verdict, tt.wantVerdict)
 			}
@@ -157,20 +189,24 @@ func TestWriteTable(t *testing.T) {
 		Counts: []Count{
 			{Resource: "configmaps", Encryption: "identity", Values: 5},
 			{Resource: "secrets", Encryption: "aescbc:v1:key1", Provider: "aescbc", Key: "key1", Values: 60},
+			{Resource: "secrets", Encryption: "kms:v2:vault", Provider: "kms", Key: "vault", KeyID: "key 2", Values: 3},
+			{Resource: "secrets", Encryption: "kms:v2:vault", Provider: "kms", Key: "vault", KeyID: "transit-3", Values: 4},
 			{Resource: "secrets", Encryption: "unrecognised", Values: 1},
 		},
-		Total: 66,
+		Total: 73,
 	}
 	var table bytes.Buffer
 	if err := WriteTable(&table, r); err != nil {
 		t.Fatal(err)
 	}
 	wantTable := "" +
-		"RESOURCE     ENCRYPTION       VALUES\n" +
-		"configmaps   identity         5\n" +
-		"secrets      aescbc:v1:key1   60\n" +
-		"secrets      unrecognised     1\n" +
-		"etcd revision 812: 66 values under /registry/configmaps/, /registry/secrets/\n"
+		"RESOURCE     ENCRYPTION               VALUES\n" +
+		"configmaps   identity                 5\n" +
+		"secrets      aescbc:v1:key1           60\n" +
+		"secrets      kms:v2:vault:\"key 2\"     3\n" +
+		"secrets      kms:v2:vault:transit-3   4\n" +
+		"secrets      unrecognised             1\n" +
+		"etcd revision 812: 73 values under /registry/configmaps/, /registry/secrets/\n"
 	if diff := cmp.Diff(wantTable, table.String()); diff != "" {
 		t.Errorf("table (-want +got):\n%s", diff)
 	}

@@ -86,7 +86,9 @@ func ResourcePrefix(resource string) (string, error) {
 // when it is encrypted (aescbc:v1:key1, kms:v2:vault), Identity when it is
 // plain JSON or protobuf, Unrecognised otherwise. An encrypted label is
 // always the start of the value after "k8s:enc:", and never reaches into
-// the ciphertext.
+// the ciphertext. The encryption returned also holds a KMS v2 value's key
+// ID, which is not part of the label; a KMS v2 value whose key ID cannot
+// be read (see KMSv2KeyID) is Unrecognised, since it may be under any.
 func Label(raw []byte) (string, Encryption) {
 	v, err := Inspect(raw)
 	switch {
@@ -124,15 +126,16 @@ type Tally struct {
 	// Label is what Label says of the values.
 	Label string
 	// Encryption is the provider, version and key of encrypted values,
-	// and zero for Identity and Unrecognised.
+	// with the key ID of KMS v2 values, and zero for Identity and
+	// Unrecognised.
 	Encryption Encryption
 	Values     int64
 }
 
-// Census counts values by the resource their key belongs to and their
-// Label. It keeps counts only, so that what it is given, object names and
-// Secrets' ciphertext among it, cannot end up in what is shown of it. The
-// zero Census is empty and ready.
+// Census counts values by the resource their key belongs to, their
+// Label and, for KMS v2, their key ID. It keeps counts only, so that what
+// it is given, object names and Secrets' ciphertext among it, cannot end
+// up in what is shown of it. The zero Census is empty and ready.
 type Census struct {
 	counts map[tallyClass]int64
 	total  int64
@@ -156,14 +159,14 @@ func (c *Census) Add(key string, raw []byte) {
 // Total is the number of values added.
 func (c *Census) Total() int64 { return c.total }
 
-// Tallies are the counts, by resource and then label.
+// Tallies are the counts, by resource, then label, then key ID.
 func (c *Census) Tallies() []Tally {
 	out := make([]Tally, 0, len(c.counts))
 	for k, n := range c.counts {
 		out = append(out, Tally{Resource: k.resource, Label: k.label, Encryption: k.encryption, Values: n})
 	}
 	slices.SortFunc(out, func(a, b Tally) int {
-		return cmp.Or(cmp.Compare(a.Resource, b.Resource), cmp.Compare(a.Label, b.Label))
+		return cmp.Or(cmp.Compare(a.Resource, b.Resource), cmp.Compare(a.Label, b.Label), cmp.Compare(a.Encryption.KeyID, b.Encryption.KeyID))
 	})
 	return out
 }

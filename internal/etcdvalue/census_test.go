@@ -74,23 +74,28 @@ func TestResourcePrefix(t *testing.T) {
 
 func TestLabel(t *testing.T) {
 	tests := []struct {
-		name string
-		raw  []byte
-		want string
+		name  string
+		raw   []byte
+		want  string
+		keyID string
 	}{
-		{"aescbc", []byte("k8s:enc:aescbc:v1:key1:\x8f\x00ciphertext:with:colons"), "aescbc:v1:key1"},
-		{"kms v2", []byte("k8s:enc:kms:v2:vault:\x0a\x05dek..."), "kms:v2:vault"},
-		{"protobuf", protobufValue(t, "v1", "ConfigMap"), Identity},
-		{"json", []byte(`{"apiVersion":"v1","kind":"ConfigMap"}`), Identity},
-		{"json without a kind is still plain text", []byte(`{}`), Identity},
-		{"malformed encrypted prefix", []byte("k8s:enc:aescbc"), Unrecognised},
-		{"empty version", []byte("k8s:enc:aescbc::key1:x"), Unrecognised},
+		{"aescbc", []byte("k8s:enc:aescbc:v1:key1:\x8f\x00ciphertext:with:colons"), "aescbc:v1:key1", ""},
+		// The key ID is not part of the label, whatever it holds.
+		{"kms v2", kmsV2Value("vault", "key-2025"), "kms:v2:vault", "key-2025"},
+		{"kms v2, a key ID with colons and spaces", kmsV2Value("vault", "arn:aws:kms:x:1:key/a b"), "kms:v2:vault", "arn:aws:kms:x:1:key/a b"},
+		{"kms v2 whose key ID cannot be read", []byte("k8s:enc:kms:v2:vault:\x0a\x05dek..."), Unrecognised, ""},
+		{"kms v2 without a key ID", []byte("k8s:enc:kms:v2:vault:\x0a\x01d"), Unrecognised, ""},
+		{"protobuf", protobufValue(t, "v1", "ConfigMap"), Identity, ""},
+		{"json", []byte(`{"apiVersion":"v1","kind":"ConfigMap"}`), Identity, ""},
+		{"json without a kind is still plain text", []byte(`{}`), Identity, ""},
+		{"malformed encrypted prefix", []byte("k8s:enc:aescbc"), Unrecognised, ""},
+		{"empty version", []byte("k8s:enc:aescbc::key1:x"), Unrecognised, ""},
 		// A corrupted prefix must not put ciphertext into the label.
-		{"binary key name", []byte("k8s:enc:aescbc:v1:\x8f\x01\x02:x"), Unrecognised},
-		{"key name with a space", []byte("k8s:enc:aescbc:v1:a b:x"), Unrecognised},
-		{"overlong key name", []byte("k8s:enc:aescbc:v1:" + strings.Repeat("k", maxLabelField+1) + ":x"), Unrecognised},
-		{"garbage", []byte("\x00\x01"), Unrecognised},
-		{"empty", nil, Unrecognised},
+		{"binary key name", []byte("k8s:enc:aescbc:v1:\x8f\x01\x02:x"), Unrecognised, ""},
+		{"key name with a space", []byte("k8s:enc:aescbc:v1:a b:x"), Unrecognised, ""},
+		{"overlong key name", []byte("k8s:enc:aescbc:v1:" + strings.Repeat("k", maxLabelField+1) + ":x"), Unrecognised, ""},
+		{"garbage", []byte("\x00\x01"), Unrecognised, ""},
+		{"empty", nil, Unrecognised, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -99,7 +104,9 @@ func TestLabel(t *testing.T) {
 				t.Errorf("Label() = %q, want %q", got, tt.want)
 			}
 			// The encryption is the one the label names, none for the others.
-			if diff := cmp.Diff(named(tt.want), e); diff != "" {
+			want := named(tt.want)
+			want.KeyID = tt.keyID
+			if diff := cmp.Diff(want, e); diff != "" {
 				t.Errorf("Label() encryption (-want +got):\n%s", diff)
 			}
 		})
@@ -126,6 +133,14 @@ func TestCensus(t *testing.T) {
 		key2 = "k8s:enc:aescbc:v1:key2:\x03\x04"
 		js   = `{"apiVersion":"v1","kind":"ConfigMap"}`
 	)
+	var (
+		kmsOld = string(kmsV2Value("vault", "key-2024"))
+		kmsNew = string(kmsV2Value("vault", "key-2025"))
+		kmsGCP = string(kmsV2Value("gcp", "key-2025"))
+	)
+	kms := func(provider, keyID string) Encryption {
+		return Encryption{Provider: "kms", Version: "v2", Key: provider, KeyID: keyID}
+	}
 	tests := []struct {
 		name      string
 		values    []kv
@@ -154,6 +169,25 @@ func TestCensus(t *testing.T) {
 			},
 			wantTotal: 7,
 		},
+		{
+			name: "a KMS v2 key rotation half done: two key IDs of one provider counted apart",
+			values: []kv{
+				{"/registry/secrets/a/s1", kmsOld},
+				{"/registry/secrets/a/s2", kmsNew},
+				{"/registry/secrets/a/s3", kmsNew},
+				{"/registry/secrets/b/s4", kmsGCP},
+				{"/registry/secrets/b/s5", "k8s:enc:kms:v2:vault:\x0a"},
+				{"/registry/configmaps/a/c1", kmsOld},
+			},
+			want: []Tally{
+				{Resource: "configmaps", Label: "kms:v2:vault", Encryption: kms("vault", "key-2024"), Values: 1},
+				{Resource: "secrets", Label: "kms:v2:gcp", Encryption: kms("gcp", "key-2025"), Values: 1},
+				{Resource: "secrets", Label: "kms:v2:vault", Encryption: kms("vault", "key-2024"), Values: 1},
+				{Resource: "secrets", Label: "kms:v2:vault", Encryption: kms("vault", "key-2025"), Values: 2},
+				{Resource: "secrets", Label: Unrecognised, Values: 1},
+			},
+			wantTotal: 6,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -177,6 +211,8 @@ func TestCensus(t *testing.T) {
 func FuzzLabel(f *testing.F) {
 	f.Add([]byte("k8s:enc:aescbc:v1:key1:\x00\x01ciphertext"))
 	f.Add([]byte("k8s:enc:kms:v2:vault:"))
+	f.Add(kmsV2Value("vault", "key-2025"))
+	f.Add(kmsV2Value("vault", "a:b \"c\"\n"))
 	f.Add([]byte("k8s:enc:a:b:c"))
 	f.Add([]byte(`{"kind":"Secret"}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
@@ -192,6 +228,11 @@ func FuzzLabel(f *testing.F) {
 			}
 			if strings.Count(label, ":") != 2 || label != e.Provider+":"+e.Version+":"+e.Key {
 				t.Errorf("Label(%q) = %q, encryption %+v", raw, label, e)
+			}
+			// A key ID is read from the value, where it is in the clear,
+			// and only from a KMS v2 value.
+			if (e.KeyID != "") != (label == "kms:v2:"+e.Key) || !bytes.Contains(raw, []byte(e.KeyID)) {
+				t.Errorf("Label(%q) = %q, key ID %q", raw, label, e.KeyID)
 			}
 		}
 	})

@@ -1,5 +1,6 @@
 // Package etcdvalue explains a raw value that kube-apiserver stored in etcd:
-// whether it is encrypted and under which provider and key, and, when it is
+// whether it is encrypted and under which provider and key (for KMS v2,
+// also the key ID its EncryptedObject keeps in the clear), and, when it is
 // not, which apiVersion and kind it is encoded in. A Census counts many
 // such values by the resource their key belongs to and how they are
 // stored, keeping neither keys nor values.
@@ -29,6 +30,10 @@ type Encryption struct {
 	// Key is the name of the key in the encryption configuration; for KMS,
 	// the name of the KMS provider.
 	Key string
+	// KeyID is, for KMS v2 only, the key ID the KMS plugin reported when
+	// the value was written, read from the value's EncryptedObject, where
+	// it is not encrypted. It may hold any character; QuoteKeyID prints it.
+	KeyID string
 }
 
 // Value is what a raw etcd value says about itself.
@@ -74,11 +79,21 @@ func Inspect(raw []byte) (Value, error) {
 }
 
 // inspectEncrypted parses "k8s:enc:<provider>:<version>:<key>:<ciphertext>",
-// as in "k8s:enc:aescbc:v1:key1:..." and "k8s:enc:kms:v2:vault:...".
+// as in "k8s:enc:aescbc:v1:key1:..." and "k8s:enc:kms:v2:vault:...", and,
+// for KMS v2, reads the key ID from the EncryptedObject after the prefix
+// (KMS v2 provider names have no colon, so the prefix ends at the third).
 func inspectEncrypted(raw []byte) (Value, error) {
 	fields := bytes.SplitN(raw[len(encryptedPrefix):], []byte(":"), 4)
 	if len(fields) < 4 || len(fields[0]) == 0 || len(fields[2]) == 0 {
 		return Value{}, errors.New("malformed encrypted value prefix")
 	}
-	return Value{Encryption: &Encryption{Provider: string(fields[0]), Version: string(fields[1]), Key: string(fields[2])}}, nil
+	e := &Encryption{Provider: string(fields[0]), Version: string(fields[1]), Key: string(fields[2])}
+	if isKMSv2(e.Provider, e.Version) {
+		keyID, err := KMSv2KeyID(fields[3])
+		if err != nil {
+			return Value{}, fmt.Errorf("KMS v2 value of provider %q: %w", e.Key, err)
+		}
+		e.KeyID = keyID
+	}
+	return Value{Encryption: e}, nil
 }

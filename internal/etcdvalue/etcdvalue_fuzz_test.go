@@ -3,6 +3,8 @@ package etcdvalue
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -14,6 +16,14 @@ func FuzzInspect(f *testing.F) {
 	f.Add([]byte(`{"apiVersion":"example.com/v2","kind":"Widget"}`))
 	f.Add([]byte("k8s:enc:aescbc:v1:key1:\x00\x01ciphertext"))
 	f.Add([]byte("k8s:enc:::"))
+	f.Add(kmsV2Value("vault", "key-2025"))
+	f.Add(kmsV2Value("vault", "arn:aws:kms:x:1:key/a \"b\"\n"))
+	f.Add([]byte("k8s:enc:kms:v2:vault:"))
+	f.Add([]byte("k8s:enc:kms:v2:vault:\x12\x7fk"))                // keyID longer than the value
+	f.Add([]byte("k8s:enc:kms:v2:vault:\x12\x01\xff"))             // keyID not UTF-8
+	f.Add([]byte("k8s:enc:kms:v2:vault:\x10\x05"))                 // keyID of another wire type
+	f.Add([]byte("k8s:enc:kms:v2:vault:\x0b\x12\x01k\x0c"))        // a group around a keyID
+	f.Add([]byte("k8s:enc:kms:v2:vault:\x92\x80\x80\x80\x80\x80")) // a tag that never ends
 	f.Add(append([]byte{'k', '8', 's', 0}, 0x0a, 0x02, 'v', '1'))
 	f.Add([]byte(" \n{"))
 	f.Add([]byte{})
@@ -32,6 +42,13 @@ func FuzzInspect(f *testing.F) {
 			}
 			if v.APIVersion != "" || v.Kind != "" || v.Encoding != "" {
 				t.Errorf("Inspect(%q) claims to read an encrypted payload: %+v", raw, v)
+			}
+			// Only KMS v2 values have a key ID, always one kube-apiserver
+			// could have written, and always read from the value's bytes.
+			e := v.Encryption
+			if kms := isKMSv2(e.Provider, e.Version); kms != (e.KeyID != "") ||
+				len(e.KeyID) > KMSv2KeyIDMaxSize || !utf8.ValidString(e.KeyID) || !bytes.Contains(raw, []byte(e.KeyID)) {
+				t.Errorf("Inspect(%q) = encrypted %+v", raw, *e)
 			}
 		case v.Encoding == "protobuf":
 			if !bytes.HasPrefix(raw, protobufPrefix) {
@@ -68,6 +85,32 @@ func FuzzInspectRoundTrip(f *testing.F) {
 		}
 		if v, err := Inspect(protobufValue(t, apiVersion, kind)); err != nil || v != (Value{APIVersion: apiVersion, Kind: kind, Encoding: "protobuf"}) {
 			t.Errorf("protobuf %q/%q: got %+v, %v", apiVersion, kind, v, err)
+		}
+	})
+}
+
+// FuzzKMSv2RoundTrip seals values under arbitrary key IDs the way
+// kube-apiserver does and expects Inspect to read each key ID back
+// exactly, and the quoting svm prints it with to read back too.
+func FuzzKMSv2RoundTrip(f *testing.F) {
+	f.Add("key-2025")
+	f.Add("arn:aws:kms:eu-west-1:111122223333:key/1234abcd")
+	f.Add("a \"b\"\n\\")
+	f.Add(strings.Repeat("k", KMSv2KeyIDMaxSize))
+	f.Fuzz(func(t *testing.T, keyID string) {
+		if keyID == "" || len(keyID) > KMSv2KeyIDMaxSize || !utf8.ValidString(keyID) {
+			return // kube-apiserver writes no such key ID
+		}
+		v, err := Inspect(kmsV2Value("vault", keyID))
+		if want := (Encryption{Provider: "kms", Version: "v2", Key: "vault", KeyID: keyID}); err != nil || v.Encryption == nil || *v.Encryption != want {
+			t.Fatalf("Inspect(value under %q) = %+v, %v", keyID, v, err)
+		}
+		shown := QuoteKeyID(keyID)
+		if back, err := UnquoteKeyID(shown); err != nil || back != keyID {
+			t.Errorf("UnquoteKeyID(QuoteKeyID(%q) = %s) = %q, %v", keyID, shown, back, err)
+		}
+		if strings.IndexFunc(shown, func(r rune) bool { return r != ' ' && !strconv.IsGraphic(r) }) >= 0 {
+			t.Errorf("QuoteKeyID(%q) = %s: what is not a visible character would break a table", keyID, shown)
 		}
 	})
 }
