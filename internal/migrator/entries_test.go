@@ -279,8 +279,8 @@ func TestNoWriteLosesManagedFields(t *testing.T) {
 			wantInText: "this API server reports v1.37.4",
 		},
 		{
-			name: "1.37 reported, the dry run answered without entries (an older server behind the same address, an upgrade window): stopped before any write",
-			srv:  &entriesServer{n: n, minor: "37", entries: both, writeKeeps: false, dryRunKeeps: false},
+			name:       "1.37 reported, the dry run answered without entries (an older server behind the same address, an upgrade window): stopped before any write",
+			srv:        &entriesServer{n: n, minor: "37", entries: both, writeKeeps: false, dryRunKeeps: false},
 			wantReason: ReasonManagedFieldsAtRisk, wantDryRuns: 1,
 			wantInText: "this API server reports v1.37.4: one that answered may be older",
 		},
