@@ -29,6 +29,9 @@
 //   - observe.go: metrics, health endpoints and events.
 //   - aggregated.go, upgrade.go, encryption.go: an aggregated API server,
 //     the StorageVersion API, encryption at rest.
+//   - kms.go: a control plane that encrypts Secrets with KMS v2 through
+//     the test plugin (test/kmsplugin), and the key IDs values are sealed
+//     under, read from etcd.
 //   - security.go, security_leaks.go: RBAC, service accounts, audit logs,
 //     and finding object contents where they must not be.
 //   - chaos.go, summary.go: seeded randomness and scenario reports.

@@ -1,0 +1,97 @@
+package kmsplugin_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	kmsapi "k8s.io/kms/apis/v2"
+
+	"github.com/svm-project/svm/test/kmsplugin"
+)
+
+// dial connects to the plugin as kube-apiserver does, over its socket.
+func dial(t *testing.T, p *kmsplugin.Plugin) kmsapi.KeyManagementServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(p.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithAuthority("localhost"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return kmsapi.NewKeyManagementServiceClient(conn)
+}
+
+// TestRotationKeepsOldKeys: after a rotation the plugin reports and
+// encrypts under the new key ID and still decrypts what it sealed under
+// the old one; a ciphertext named with another key ID does not open.
+func TestRotationKeepsOldKeys(t *testing.T) {
+	p := kmsplugin.Start(t, "key-1")
+	c := dial(t, p)
+	ctx := t.Context()
+
+	st, err := c.Status(ctx, &kmsapi.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Version != "v2" || st.Healthz != "ok" || st.KeyId != "key-1" {
+		t.Fatalf("status %+v, want v2, ok, key-1", st)
+	}
+	old, err := c.Encrypt(ctx, &kmsapi.EncryptRequest{Plaintext: []byte("seed one"), Uid: "1"})
+	if err != nil || old.KeyId != "key-1" {
+		t.Fatalf("encrypt under key-1: %+v, %v", old, err)
+	}
+
+	if err := p.Rotate("key-2"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Status(ctx, &kmsapi.StatusRequest{}); err != nil || st.KeyId != "key-2" {
+		t.Fatalf("status after the rotation: %+v, %v; want key-2", st, err)
+	}
+	fresh, err := c.Encrypt(ctx, &kmsapi.EncryptRequest{Plaintext: []byte("seed two"), Uid: "2"})
+	if err != nil || fresh.KeyId != "key-2" {
+		t.Fatalf("encrypt after the rotation: %+v, %v; want key-2", fresh, err)
+	}
+	for _, tc := range []struct {
+		ciphertext []byte
+		keyID      string
+		want       string
+	}{
+		{old.Ciphertext, "key-1", "seed one"},
+		{fresh.Ciphertext, "key-2", "seed two"},
+	} {
+		got, err := c.Decrypt(ctx, &kmsapi.DecryptRequest{Ciphertext: tc.ciphertext, KeyId: tc.keyID, Uid: "3"})
+		if err != nil || string(got.Plaintext) != tc.want {
+			t.Errorf("decrypt under %s: %q, %v; want %q", tc.keyID, got.GetPlaintext(), err, tc.want)
+		}
+	}
+	if _, err := c.Decrypt(ctx, &kmsapi.DecryptRequest{Ciphertext: old.Ciphertext, KeyId: "key-2", Uid: "4"}); err == nil {
+		t.Error("a key-1 ciphertext opened under key-2")
+	}
+	if _, err := c.Decrypt(ctx, &kmsapi.DecryptRequest{Ciphertext: old.Ciphertext, KeyId: "key-9", Uid: "5"}); err == nil {
+		t.Error("decrypted under key-9, which the plugin never served")
+	}
+	if got := p.Calls("Status"); got != 2 {
+		t.Errorf("counted %d Status calls, want 2", got)
+	}
+}
+
+// TestStopsWithTheTest: once the test that started it ends, the socket
+// is gone.
+func TestStopsWithTheTest(t *testing.T) {
+	var socket string
+	t.Run("serve", func(t *testing.T) {
+		p := kmsplugin.Start(t, "k")
+		socket = p.Socket
+		if _, err := dial(t, p).Status(t.Context(), &kmsapi.StatusRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	c := dial(t, &kmsplugin.Plugin{Socket: socket})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := c.Status(ctx, &kmsapi.StatusRequest{}); err == nil {
+		t.Errorf("the plugin on %s still answers after its test ended", socket)
+	}
+}
