@@ -31,9 +31,9 @@ import (
 //   - reads, of the answer to the write of an object that had entries,
 //     whether it carries any (readAnswer), and stops the run with
 //     ManagedFieldsLost, naming the object, when one lost them all;
-//   - before it writes the first object whose entries name another
-//     version, dry-runs that write (probe), whatever release /version
-//     reports: an answer without entries means the field manager
+//   - on an API server of a release that clears them, before it writes
+//     the first object whose entries name another version, dry-runs that
+//     write (probe): an answer without entries means the field manager
 //     fails, and the run stops with ManagedFieldsAtRisk before any such
 //     object is written;
 //   - compares the answer to a write that moves entries with the entries
@@ -239,11 +239,8 @@ func (r *run) writtenVersion() string {
 
 // probe comes before the write of obj, whose entries named h when it was
 // listed. Before the first write of an object whose entries name another
-// version than the one written through, it dry-runs the write, whatever
-// version the API server reports: /version is one server's answer, and
-// in an upgrade window (or behind an aggregated API server built on older
-// libraries) the write may land on one that clears managedFields when its
-// field manager fails. One dry run a migration is the price. The dry run
+// version than the one written through, on an API server that clears
+// managedFields when its field manager fails, it dry-runs the write, which
 // runs the same field manager and stores nothing: an answer without
 // entries stops the run, ManagedFieldsAtRisk, before any such object is
 // written. An answer with them settles it for the run. An error tells
@@ -262,6 +259,10 @@ func (r *run) probe(ctx context.Context, obj *metav1.PartialObjectMetadata, h he
 	if g.stop != nil || g.probed.Load() {
 		return g.stop
 	}
+	if r.serverLocked(ctx); !g.clears {
+		g.probed.Store(g.versionRead)
+		return nil
+	}
 	var a writeAnswer
 	err := r.retryUpTo(ctx, "dryrun", 1, func(ctx context.Context) error {
 		var err error
@@ -278,7 +279,6 @@ func (r *run) probe(ctx context.Context, obj *metav1.PartialObjectMetadata, h he
 		g.probed.Store(true)
 		return nil
 	}
-	r.serverLocked(ctx)
 	g.stop = terminal(ReasonManagedFieldsAtRisk, "rewrite %s %s: a dry run of its write answered without its managedFields (its entries name %s): %s; "+
 		"svm wrote no object whose entries need converting. Make the conversion webhook answer (or fix what the API server's log says of "+
 		"\"failed to update managedFields\"), then migrate again",

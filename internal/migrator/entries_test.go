@@ -272,22 +272,16 @@ func TestNoWriteLosesManagedFields(t *testing.T) {
 			wantWrites: n, wantRestored: n,
 		},
 		{
-			name: "1.37 reported: a dry run all the same, answered with entries; a write answered without them stops the run",
-			srv:  &entriesServer{n: n, minor: "37", entries: both, writeKeeps: false, dryRunKeeps: true},
+			name: "1.37 keeps entries: no dry run, yet an answer without them stops the run",
+			srv:  &entriesServer{n: n, minor: "37", entries: both, writeKeeps: false},
 			// One worker: the first write is the one that lost them.
-			wantReason: ReasonManagedFieldsLost, wantWrites: 1, wantDryRuns: 1, wantFailed: 1, wantFailedName: "w-000",
+			wantReason: ReasonManagedFieldsLost, wantWrites: 1, wantFailed: 1, wantFailedName: "w-000",
 			wantInText: "this API server reports v1.37.4",
-		},
-		{
-			name:       "1.37 reported, the dry run answered without entries (an older server behind the same address, an upgrade window): stopped before any write",
-			srv:        &entriesServer{n: n, minor: "37", entries: both, writeKeeps: false, dryRunKeeps: false},
-			wantReason: ReasonManagedFieldsAtRisk, wantDryRuns: 1,
-			wantInText: "this API server reports v1.37.4: one that answered may be older",
 		},
 		{
 			name:       "entries naming only versions the server no longer has: dropped by design, not lost",
 			srv:        &entriesServer{n: n, minor: "37", entries: []string{"example.com/v0"}, writeKeeps: false},
-			wantWrites: n, wantDryRuns: 1, wantRestored: n,
+			wantWrites: n, wantRestored: n,
 		},
 		{
 			name: "1.35, entries naming a version the CRD defines but does not serve: converted, so stopped before any write",
@@ -299,21 +293,21 @@ func TestNoWriteLosesManagedFields(t *testing.T) {
 		{
 			name: "1.37, entries naming a version the CRD defines but does not serve: an answer without them stops the run",
 			srv: &entriesServer{n: n, minor: "37", entries: []string{"example.com/v1"}, discovered: []string{"v2"}, crd: []string{"v1", "v2"},
-				writeKeeps: false, dryRunKeeps: true},
-			wantReason: ReasonManagedFieldsLost, wantWrites: 1, wantDryRuns: 1, wantFailed: 1, wantFailedName: "w-000",
+				writeKeeps: false},
+			wantReason: ReasonManagedFieldsLost, wantWrites: 1, wantFailed: 1, wantFailedName: "w-000",
 			wantInText: "example.com/v1",
 		},
 		{
 			name: "entries naming a version neither served nor defined by the CRD: dropped by design, not lost",
 			srv: &entriesServer{n: n, minor: "37", entries: []string{"example.com/v0"}, discovered: []string{"v2"}, crd: []string{"v1", "v2"},
 				writeKeeps: false},
-			wantWrites: n, wantDryRuns: 1, wantRestored: n,
+			wantWrites: n, wantRestored: n,
 		},
 		{
 			name: "the CRD cannot be read: every version of the group counts",
 			srv: &entriesServer{n: n, minor: "37", entries: []string{"example.com/v0"}, discovered: []string{"v2"}, crdStatus: http.StatusForbidden,
-				writeKeeps: false, dryRunKeeps: true},
-			wantReason: ReasonManagedFieldsLost, wantWrites: 1, wantDryRuns: 1, wantFailed: 1, wantFailedName: "w-000",
+				writeKeeps: false},
+			wantReason: ReasonManagedFieldsLost, wantWrites: 1, wantFailed: 1, wantFailedName: "w-000",
 			wantInText: "example.com/v0",
 		},
 	}
