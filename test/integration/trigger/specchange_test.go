@@ -1,6 +1,7 @@
 package trigger_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -260,7 +261,14 @@ func TestAGenerationUnseenIsAStorageMove(t *testing.T) {
 		t.Errorf("a generation unseen: since %v (was %v), revision %q; want since restarted and no revision (fingerprint %s)",
 			moved.Status.CurrentStorageVersionSince, first.Status.CurrentStorageVersionSince, moved.Status.CurrentStorageVersionRevision, moved.Status.StorageFingerprint)
 	}
-	if got := framework.EventReasons(env.Events(t, "StorageState", stateName)); got["StorageChanged"] != 1 {
+	// Events are sent after the status is written, through a broadcaster
+	// that a loaded machine delays: wait for the one expected.
+	var got map[string]int
+	framework.Eventually(t, "the StorageChanged event", time.Minute, func(context.Context) (bool, error) {
+		got = framework.EventReasons(env.Events(t, "StorageState", stateName))
+		return got["StorageChanged"] > 0, nil
+	})
+	if got["StorageChanged"] != 1 {
 		t.Errorf("the StorageState's events %v, want one StorageChanged: after the gap, not after the change seen", got)
 	}
 }
