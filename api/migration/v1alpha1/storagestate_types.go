@@ -159,6 +159,15 @@ type StorageEncryption struct {
 	// +kubebuilder:validation:MaxLength=80
 	ConfigHash string `json:"configHash,omitempty"`
 
+	// KMSKeys are, per KMS v2 provider of that configuration, the key
+	// every API server wrote under at svm's last look; empty while they
+	// disagreed, or when the configuration has no KMS v2 provider.
+	// +optional
+	// +listType=map
+	// +listMapKey=provider
+	// +kubebuilder:validation:MaxItems=64
+	KMSKeys []KMSKey `json:"kmsKeys,omitempty"`
+
 	// RewrittenConfigHash is the configuration that every API server had
 	// loaded from before the last successful migration of the resource
 	// (svm's re-encryption, or any other made since they all loaded it)
@@ -169,6 +178,16 @@ type StorageEncryption struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=80
 	RewrittenConfigHash string `json:"rewrittenConfigHash,omitempty"`
+
+	// RewrittenKMSKeys are the KMS v2 keys every API server wrote under
+	// (KMSKeys) when that migration was made: with RewrittenConfigHash,
+	// what the stored objects were all rewritten under. A KMS v2 key
+	// rotation changes no configuration, only these.
+	// +optional
+	// +listType=map
+	// +listMapKey=provider
+	// +kubebuilder:validation:MaxItems=64
+	RewrittenKMSKeys []KMSKey `json:"rewrittenKMSKeys,omitempty"`
 
 	// RewrittenTime is when that migration completed.
 	// +optional
@@ -183,6 +202,24 @@ type StorageEncryption struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
+}
+
+// KMSKey is the key a KMS v2 provider of the encryption configuration
+// writes under, as API servers tell it in their envelope encryption
+// metrics (apiserver_envelope_encryption_key_id_hash_*): by the hash of
+// its key ID, never the key ID itself.
+type KMSKey struct {
+	// Provider is the KMS v2 provider's name in the configuration.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Provider string `json:"provider"`
+	// KeyIDHash is "sha256:" and the hex SHA-256 of the key ID the
+	// provider's plugin answers.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=80
+	KeyIDHash string `json:"keyIDHash"`
 }
 
 // StorageState is the state of the storage of one resource: the storage
