@@ -48,6 +48,15 @@ type Report struct {
 	// ReloadFailedAt is when its last automatic reload failed, if that was
 	// after LoadedAt: the file on disk is then not what it uses.
 	ReloadFailedAt time.Time
+	// KMS are the keys of each KMS v2 provider the server has called, by
+	// provider name; none when its configuration has no KMS v2 provider,
+	// or before its first Status call since it started.
+	KMS []KMSKey
+	// KMSChecked says that the server's kms-providers readiness check was
+	// asked after its metrics were read (only when KMS lists a provider),
+	// and KMSCheckProblem why it was not ok, "" when it was.
+	KMSChecked      bool
+	KMSCheckProblem string
 }
 
 // Scrape reads the report of the API server at endpoint (an https URL),
@@ -62,6 +71,11 @@ func Scrape(ctx context.Context, client rest.Interface, endpoint string) (Report
 		return Report{}, fmt.Errorf("read %s%s: %w", endpoint, metricsPath, err)
 	}
 	r.Endpoint = endpoint
+	if len(r.KMS) > 0 {
+		// After the metrics: an ok then comes from the check that recorded
+		// the newest Status answer read, or from a later one.
+		r.KMSChecked, r.KMSCheckProblem = true, checkKMS(ctx, client, endpoint)
+	}
 	return r, nil
 }
 
@@ -84,7 +98,7 @@ func readMetrics(ctx context.Context, client rest.Interface, endpoint string) ([
 // configuration series; it is told by its other series' apiserver_id_hash
 // if it has any, else the report has no IDHash.
 func Parse(in io.Reader) (Report, error) {
-	families, err := parseFamilies(in, configInfoMetric, reloadTimeMetric, processStartMetric)
+	families, err := parseFamilies(in, configInfoMetric, reloadTimeMetric, processStartMetric, keyStatusMetric, keyUseMetric)
 	if err != nil {
 		return Report{}, err
 	}
@@ -123,6 +137,7 @@ func Parse(in io.Reader) (Report, error) {
 	if failure.After(r.LoadedAt) {
 		r.ReloadFailedAt = failure
 	}
+	r.KMS = parseKMS(families, r.IDHash)
 	return r, nil
 }
 
