@@ -44,10 +44,15 @@ func FirstSight(m *migrationv1alpha1.StorageVersionMigration) bool {
 
 // Mark is how one part of svm marks the migrations it creates:
 // CreatedByLabel set to Value, and the target each was made for recorded
-// in the annotation TargetKey.
+// in the annotation TargetKey, and in AlsoKey when that is set.
 type Mark struct {
 	Value     string
 	TargetKey string
+	// AlsoKey, when set, names a second annotation the target is recorded
+	// in: the target is then TargetKey's value, and, when AlsoKey's is not
+	// empty, a space and AlsoKey's. Migrations made before the second
+	// annotation existed read as made for TargetKey's value alone.
+	AlsoKey string
 }
 
 // Owns reports whether m carries the mark: only such migrations are ever
@@ -58,7 +63,11 @@ func (k Mark) Owns(m *migrationv1alpha1.StorageVersionMigration) bool {
 
 // Target is what a migration carrying the mark was made for.
 func (k Mark) Target(m *migrationv1alpha1.StorageVersionMigration) string {
-	return m.Annotations[k.TargetKey]
+	t := m.Annotations[k.TargetKey]
+	if also := m.Annotations[k.AlsoKey]; k.AlsoKey != "" && also != "" {
+		t += " " + also
+	}
+	return t
 }
 
 // For is the migrations of ms that carry the mark and were made for

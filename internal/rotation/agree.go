@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/apiservers"
 )
 
@@ -29,6 +30,14 @@ type Server struct {
 	// with the configuration it has (ConfigHash), which is what counts; but
 	// the file on disk is not what it uses, and an operator should know.
 	ReloadFailedAt time.Time `json:"reloadFailedAt,omitzero"`
+	// KMS are the keys of each KMS v2 provider it has called, by
+	// provider.
+	KMS []apiservers.KMSKey `json:"kms,omitempty"`
+	// KMSChecked says that its kms-providers check was asked after its
+	// metrics were read, and KMSCheckProblem why it was not ok ("" when
+	// it was).
+	KMSChecked      bool   `json:"kmsChecked,omitempty"`
+	KMSCheckProblem string `json:"kmsCheckProblem,omitempty"`
 	// Reached says whether its metrics were read.
 	Reached bool `json:"reached"`
 }
@@ -48,8 +57,22 @@ type Agreement struct {
 	Agreed bool `json:"agreed"`
 	// ConfigHash is that configuration, "" when Agreed on none.
 	ConfigHash string `json:"configHash,omitempty"`
-	// Since is when the last of them loaded it.
+	// KMSKeys are, per KMS v2 provider, the key every server writes
+	// under, when Agreed; none when no server reports a KMS v2 provider.
+	KMSKeys []migrationv1alpha1.KMSKey `json:"kmsKeys,omitempty"`
+	// Since is when the last of them loaded ConfigHash and wrote under
+	// KMSKeys: the later of ConfigSince and KMSSince. A migration created
+	// since rewrites every object under both.
 	Since time.Time `json:"since,omitzero"`
+	// ConfigSince is when the last of them loaded the configuration.
+	ConfigSince time.Time `json:"configSince,omitzero"`
+	// KMSSince bounds from above when the last of them swapped to
+	// KMSKeys. From the metrics alone it is the newest Status answer
+	// naming one of the keys, which the servers renew every minute: a
+	// caller that looks again and again (the controller) keeps the time
+	// it first saw the keys agreed instead (see the controller's
+	// pinKMSSince).
+	KMSSince time.Time `json:"kmsSince,omitzero"`
 	// Waiting says, when not Agreed, why not, in words.
 	Waiting string `json:"waiting,omitempty"`
 }
@@ -69,11 +92,18 @@ func (a Agreement) anyConfig() bool {
 	return false
 }
 
+// Target is what the servers agree on, as a re-encryption records it
+// (see Contradicts).
+func (a Agreement) Target() string { return target(a.ConfigHash, a.KMSKeys) }
+
 // Contradicts reports whether a server read has loaded a configuration
-// other than hash ("" for none): objects it writes are not under hash.
-func (a Agreement) Contradicts(hash string) bool {
+// other than the target's ("" for none), or answers a KMS v2 key other
+// than the target's: objects it writes are not under the target. A
+// server that reports no key for a provider is no news.
+func (a Agreement) Contradicts(t string) bool {
+	config, keys := splitTarget(t)
 	for _, s := range a.Servers {
-		if s.Reached && s.ConfigHash != hash {
+		if s.Reached && (s.ConfigHash != config || s.contradictsKeys(keys)) {
 			return true
 		}
 	}
@@ -92,19 +122,22 @@ func Agree(ids []apiservers.Identity, reports []apiservers.Report, failures []Fa
 			configs[s.ConfigHash] = true
 		}
 	}
-	if why := waitingFor(a.Servers, failures, len(configs)); len(why) > 0 {
+	why := waitingFor(a.Servers, failures, len(configs))
+	keys, kmsSince, kmsWhy := kmsAgreement(a.Servers)
+	if why = append(why, kmsWhy...); len(why) > 0 {
 		a.Waiting = strings.Join(why, "; ")
 		return a
 	}
-	a.Agreed = true
+	a.Agreed, a.KMSKeys, a.KMSSince = true, keys, kmsSince
 	for h := range configs {
 		a.ConfigHash = h
 	}
 	for _, s := range a.Servers {
-		if s.LoadedAt.After(a.Since) {
-			a.Since = s.LoadedAt
+		if s.LoadedAt.After(a.ConfigSince) {
+			a.ConfigSince = s.LoadedAt
 		}
 	}
+	a.Since = later(a.ConfigSince, a.KMSSince)
 	return a
 }
 
@@ -134,6 +167,7 @@ func servers(ids []apiservers.Identity, reports []apiservers.Report) []Server {
 		}
 		s := add(r.IDHash)
 		s.Endpoint, s.ConfigHash, s.LoadedAt, s.ReloadFailedAt, s.Reached = r.Endpoint, r.ConfigHash, r.LoadedAt, r.ReloadFailedAt, true
+		s.KMS, s.KMSChecked, s.KMSCheckProblem = r.KMS, r.KMSChecked, r.KMSCheckProblem
 	}
 	slices.Sort(order)
 	var out []Server
@@ -179,6 +213,14 @@ func waitingFor(servers []Server, failures []Failure, configs int) []string {
 		why = append(why, "API servers have loaded different encryption configurations: "+strings.Join(loaded, ", "))
 	}
 	return why
+}
+
+// later is the later of two times.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func name(s Server) string {

@@ -103,15 +103,15 @@ func wait(in Input, old *migrationv1alpha1.StorageEncryption) (Decision, *migrat
 	var stopped, goesOn []string
 	for _, name := range d.DeleteMigrations {
 		i := slices.IndexFunc(in.Migrations, func(m migrationv1alpha1.StorageVersionMigration) bool { return m.Name == name })
-		if hash := mark.Target(&in.Migrations[i]); !a.Contradicts(hash) {
-			goesOn = append(goesOn, fmt.Sprintf("%s (configuration %s)", name, hash))
+		if t := mark.Target(&in.Migrations[i]); !a.Contradicts(t) {
+			goesOn = append(goesOn, fmt.Sprintf("%s (%s)", name, describe(splitTarget(t))))
 			continue
 		}
 		stopped = append(stopped, name)
 	}
 	d.DeleteMigrations = stopped
 	if status != nil && len(goesOn) > 0 {
-		status.Message += "; re-encryption " + strings.Join(goesOn, ", ") + " goes on, since no API server read has loaded another configuration"
+		status.Message += "; re-encryption " + strings.Join(goesOn, ", ") + " goes on, since no API server read has loaded another configuration or answers another KMS v2 key"
 	}
 	return d, status
 }
@@ -125,42 +125,50 @@ func stop(in Input, old *migrationv1alpha1.StorageEncryption, news bool, why str
 		return d, nil
 	}
 	status := editable(old)
-	status.ConfigHash = ""
+	status.ConfigHash, status.KMSKeys = "", nil
 	status.Message = why
 	return d, status
 }
 
 // encrypt is the decision while every server has loaded the configuration
-// Agreement.ConfigHash: record a re-encryption under it that succeeded, or
-// wait for the one under way, or start one once the failed ones allow.
-// status is changed to what to record.
+// Agreement.ConfigHash and writes under Agreement.KMSKeys: record a
+// re-encryption under them that succeeded, or wait for the one under way,
+// or start one once the failed ones allow. status is changed to what to
+// record.
+//
+// A KMS v2 key rotation is a new target as a new configuration is: the
+// objects are all rewritten again, whichever resources the provider
+// encrypts, since no metric ties a key to a resource. The rewrite costs
+// little where nothing changed: the API server skips the write of an
+// object already under its current key and configuration.
 func encrypt(in Input, status *migrationv1alpha1.StorageEncryption) (Decision, *migrationv1alpha1.StorageEncryption) {
 	a := in.Agreement
-	hash := a.ConfigHash
-	status.ConfigHash = hash
-	d := Decision{DeleteMigrations: mark.Unfinished(in.Migrations, hash)}
-	if status.RewrittenConfigHash == hash {
+	t, under := a.Target(), describe(a.ConfigHash, a.KMSKeys)
+	status.ConfigHash, status.KMSKeys = a.ConfigHash, slices.Clone(a.KMSKeys)
+	d := Decision{DeleteMigrations: mark.Unfinished(in.Migrations, t)}
+	if target(status.RewrittenConfigHash, status.RewrittenKMSKeys) == t {
 		status.Message = rewrittenMessage(in.Resource, status)
 		return d, status
 	}
 	live := madeSince(in.Migrations, a.Since)
 	if m := lastSucceeded(live); m != nil {
-		status.RewrittenConfigHash, status.RewrittenTime, status.RewrittenBy = hash, metav1Time(finishedAt(m)), m.Name
+		status.RewrittenConfigHash, status.RewrittenKMSKeys = a.ConfigHash, slices.Clone(a.KMSKeys)
+		status.RewrittenTime, status.RewrittenBy = metav1Time(finishedAt(m)), m.Name
 		status.Message = rewrittenMessage(in.Resource, status)
 		d.Rewritten = true
 		return d, status
 	}
 	if m := followup.FirstActive(live); m != nil {
-		status.Message = fmt.Sprintf("Re-encrypting every object under configuration %s (migration %s); until it succeeds, keys of earlier configurations are still needed", hash, m.Name)
+		status.Message = fmt.Sprintf("Re-encrypting every object under %s (migration %s); until it succeeds, keys of earlier configurations are still needed", under, m.Name)
 		return d, status
 	}
-	if r := followup.NextRetry(mark.For(live, hash), finishedAt, in.RetryBase, in.RetryMax); r.Wait(in.Now) > 0 {
+	if r := followup.NextRetry(mark.For(live, t), finishedAt, in.RetryBase, in.RetryMax); r.Wait(in.Now) > 0 {
 		d.RequeueAfter = r.Wait(in.Now)
-		status.Message = fmt.Sprintf("Re-encryption under configuration %s failed %d time(s); the next starts at %s; until one succeeds, keys of earlier configurations are still needed", hash, r.Failures, r.Due.UTC().Format(time.RFC3339))
+		status.Message = fmt.Sprintf("Re-encryption under %s failed %d time(s); the next starts at %s; until one succeeds, keys of earlier configurations are still needed", under, r.Failures, r.Due.UTC().Format(time.RFC3339))
 		return d, status
 	}
 	d.CreateMigration = true
-	status.Message = fmt.Sprintf("Re-encrypting every object under configuration %s; until it succeeds, keys of earlier configurations are still needed", hash)
+	status.Message = fmt.Sprintf("Re-encrypting every object under %s; until it succeeds, keys of earlier configurations are still needed", under)
 	return d, status
 }
 
@@ -191,10 +199,10 @@ func madeSince(ms []migrationv1alpha1.StorageVersionMigration, since time.Time) 
 }
 
 // Current reports whether a resource's recorded re-encryption is under
-// the configuration the servers agree on now: the old keys are then no
-// longer needed for it.
+// the configuration and KMS v2 keys the servers agree on now: the old
+// keys are then no longer needed for it.
 func Current(a Agreement, e *migrationv1alpha1.StorageEncryption) bool {
-	return a.Encrypting() && e != nil && e.RewrittenConfigHash == a.ConfigHash
+	return a.Encrypting() && e != nil && e.RewrittenConfigHash == a.ConfigHash && sameKeys(e.RewrittenKMSKeys, a.KMSKeys)
 }
 
 func rewrittenMessage(resource string, s *migrationv1alpha1.StorageEncryption) string {
@@ -202,12 +210,17 @@ func rewrittenMessage(resource string, s *migrationv1alpha1.StorageEncryption) s
 	if s.RewrittenTime != nil {
 		at = " at " + s.RewrittenTime.UTC().Format(time.RFC3339)
 	}
-	return fmt.Sprintf("Every object of %s was rewritten under configuration %s%s (migration %s): objects written through the API no longer need keys the configuration only reads with", resource, s.RewrittenConfigHash, at, s.RewrittenBy)
+	unused := "keys the configuration only reads with"
+	if len(s.RewrittenKMSKeys) > 0 {
+		unused += " or KMS v2 keys other than these"
+	}
+	return fmt.Sprintf("Every object of %s was rewritten under %s%s (migration %s): objects written through the API no longer need %s",
+		resource, describe(s.RewrittenConfigHash, s.RewrittenKMSKeys), at, s.RewrittenBy, unused)
 }
 
 // mark is how the re-encryption marks its migrations and records the
 // configuration each was made under.
-var mark = followup.Mark{Value: CreatedByValue, TargetKey: ConfigHashAnnotation}
+var mark = followup.Mark{Value: CreatedByValue, TargetKey: ConfigHashAnnotation, AlsoKey: KMSKeysAnnotation}
 
 // IsOwned reports whether m is a re-encryption svm created.
 func IsOwned(m *migrationv1alpha1.StorageVersionMigration) bool {

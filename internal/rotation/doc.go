@@ -15,4 +15,10 @@
 // configuration; then every object written through the API is encrypted
 // as that configuration writes, and keys it only reads with are no longer
 // needed for the resource.
+//
+// A KMS v2 key rotation changes no configuration: the plugin answers a
+// new key ID, and each API server swaps its write key at its next Status
+// call. The same rule holds with the configuration and the KMS v2 key of
+// each provider together as what the servers must agree on: every server
+// answers the same key, and is seen writing under it (see kmsAgreement).
 package rotation
