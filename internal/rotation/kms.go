@@ -56,6 +56,11 @@ func splitTarget(t string) (string, []migrationv1alpha1.KMSKey) {
 	return config, parseKMSKeys(keys)
 }
 
+// Describe names a configuration and its KMS v2 keys in messages.
+func Describe(config string, keys []migrationv1alpha1.KMSKey) string {
+	return describe(config, keys)
+}
+
 // describe names a target in messages.
 func describe(config string, keys []migrationv1alpha1.KMSKey) string {
 	if len(keys) == 0 {

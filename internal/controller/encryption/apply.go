@@ -42,7 +42,7 @@ func (c *Controller) apply(ctx context.Context, r resources.Resource, state *mig
 			"configHash", d.Status.RewrittenConfigHash, "migration", d.Status.RewrittenBy)
 	}
 	if d.CreateMigration {
-		if err := c.createMigration(ctx, r, state, recorded.ConfigHash); err != nil {
+		if err := c.createMigration(ctx, r, state, recorded.ConfigHash, recorded.KMSKeys); err != nil {
 			return recorded, err
 		}
 	}
@@ -58,8 +58,12 @@ func (c *Controller) stopSuperseded(ctx context.Context, r resources.Resource, m
 		if err := c.Client.Delete(ctx, m, client.Preconditions{UID: &m.UID}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("stop re-encryption %s: %w", name, err)
 		}
+		under := m.Annotations[rotation.ConfigHashAnnotation]
+		if keys := m.Annotations[rotation.KMSKeysAnnotation]; keys != "" {
+			under += " with KMS v2 keys " + keys
+		}
 		c.event(m, nil, corev1.EventTypeNormal, ReasonSuperseded, "Delete",
-			"Stopped: the API servers no longer agree on the configuration "+m.Annotations[rotation.ConfigHashAnnotation])
+			"Stopped: the API servers no longer agree on the configuration "+under)
 		klog.FromContext(ctx).Info("Stopped a re-encryption under a configuration the API servers no longer agree on",
 			"resource", r.GroupResource(), "migration", name)
 	}
@@ -78,14 +82,20 @@ func (c *Controller) writeStatus(ctx context.Context, state *migrationv1alpha1.S
 	return updated, nil
 }
 
-// createMigration creates a re-encryption of r under configHash.
-func (c *Controller) createMigration(ctx context.Context, r resources.Resource, state *migrationv1alpha1.StorageState, configHash string) error {
+// createMigration creates a re-encryption of r under configHash and the
+// KMS v2 keys kmsKeys.
+func (c *Controller) createMigration(ctx context.Context, r resources.Resource, state *migrationv1alpha1.StorageState,
+	configHash string, kmsKeys []migrationv1alpha1.KMSKey) error {
 	gr := r.GroupResource()
+	annotations := map[string]string{rotation.ConfigHashAnnotation: configHash}
+	if len(kmsKeys) > 0 {
+		annotations[rotation.KMSKeysAnnotation] = rotation.FormatKMSKeys(kmsKeys)
+	}
 	m := &migrationv1alpha1.StorageVersionMigration{
 		ObjectMeta: metav1.ObjectMeta{
 			GenerateName: state.Name + "-reencrypt-",
 			Labels:       map[string]string{rotation.CreatedByLabel: rotation.CreatedByValue},
-			Annotations:  map[string]string{rotation.ConfigHashAnnotation: configHash},
+			Annotations:  annotations,
 		},
 		Spec: migrationv1alpha1.StorageVersionMigrationSpec{
 			Resource: migrationv1alpha1.GroupVersionResource{Group: gr.Group, Version: r.Version, Resource: gr.Resource},
@@ -96,8 +106,9 @@ func (c *Controller) createMigration(ctx context.Context, r resources.Resource, 
 	}
 	c.Metrics.ReencryptionCreated(gr)
 	c.event(state, m, corev1.EventTypeNormal, ReasonReencryptionCreated, "CreateMigration",
-		fmt.Sprintf("Every API server has loaded encryption configuration %s: created migration %s to rewrite every object under it", configHash, m.Name))
-	klog.FromContext(ctx).Info("Created re-encryption", "migration", klog.KObj(m), "resource", gr, "configHash", configHash)
+		fmt.Sprintf("Every API server has loaded encryption %s: created migration %s to rewrite every object under it", rotation.Describe(configHash, kmsKeys), m.Name))
+	klog.FromContext(ctx).Info("Created re-encryption", "migration", klog.KObj(m), "resource", gr, "configHash", configHash,
+		"kmsKeys", rotation.FormatKMSKeys(kmsKeys))
 	return nil
 }
 

@@ -43,6 +43,7 @@ const (
 //
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=list,namespace=kube-system
 // +kubebuilder:rbac:urls=/metrics,verbs=get
+// +kubebuilder:rbac:urls=/readyz/kms-providers,verbs=get
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storagestates,verbs=list
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storagestates/status,verbs=update
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations,verbs=list;watch;create;delete
@@ -84,6 +85,11 @@ type Controller struct {
 	// the configuration the servers agreed on, or why they did not.
 	lastLook time.Time
 	lastSeen string
+	// kmsSeen is the KMS v2 keys the servers agreed on at the last look,
+	// with what each server had last seen of other keys, and kmsSince
+	// the end of the first look that saw them so (see pinKMSSince).
+	kmsSeen  string
+	kmsSince time.Time
 	// changedAfter is a time the servers' agreement is known to be newer
 	// than: the beginning of the last look that saw something else.
 	changedAfter time.Time

@@ -57,6 +57,38 @@ type apiServer struct {
 	loadedAt time.Time
 	// unreadable makes its /metrics answer 503, as a server restarting does.
 	unreadable bool
+	// kms is the KMS v2 provider's keys as its envelope metrics tell
+	// them, and kmsOK whether its kms-providers check answers ok.
+	kms   []kmsSeries
+	kmsOK bool
+}
+
+// kmsSeries is one key of KMS v2 provider kms1 on a server: when its
+// plugin last answered it on a Status call, and when the server last
+// wrote under it (zero for never).
+type kmsSeries struct {
+	key             string
+	status, written time.Time
+}
+
+// envelopeMetrics is what kube-apiserver serves on /metrics of the keys of
+// the server of hash.
+func envelopeMetrics(hash string, keys []kmsSeries) string {
+	if len(keys) == 0 {
+		return ""
+	}
+	seconds := func(t time.Time) string { return strconv.FormatFloat(float64(t.UnixNano())/1e9, 'e', -1, 64) }
+	status := "# HELP apiserver_envelope_encryption_key_id_hash_status_last_timestamp_seconds [ALPHA] The last time in seconds when a keyID was returned by the Status RPC call.\n" +
+		"# TYPE apiserver_envelope_encryption_key_id_hash_status_last_timestamp_seconds gauge\n"
+	used := "# HELP apiserver_envelope_encryption_key_id_hash_last_timestamp_seconds [ALPHA] The last time in seconds when a keyID was used.\n" +
+		"# TYPE apiserver_envelope_encryption_key_id_hash_last_timestamp_seconds gauge\n"
+	for _, k := range keys {
+		status += fmt.Sprintf("apiserver_envelope_encryption_key_id_hash_status_last_timestamp_seconds{apiserver_id_hash=%q,key_id_hash=%q,provider_name=\"kms1\"} %s\n", hash, k.key, seconds(k.status))
+		if !k.written.IsZero() {
+			used += fmt.Sprintf("apiserver_envelope_encryption_key_id_hash_last_timestamp_seconds{apiserver_id_hash=%q,key_id_hash=%q,provider_name=\"kms1\",transformation_type=\"to_storage\"} %s\n", hash, k.key, seconds(k.written))
+		}
+	}
+	return used + status
 }
 
 // metricsOf is what kube-apiserver serves on /metrics about its
@@ -76,7 +108,7 @@ apiserver_encryption_config_controller_last_config_info{apiserver_id_hash="` + h
 # HELP process_start_time_seconds [ALPHA] Start time of the process since unix epoch in seconds.
 # TYPE process_start_time_seconds gauge
 process_start_time_seconds 1.7e+09
-`
+` + envelopeMetrics(hash, s.kms)
 }
 
 // serve starts an HTTPS server answering /metrics as the server s returns
@@ -84,11 +116,19 @@ process_start_time_seconds 1.7e+09
 func serve(t *testing.T, s func() apiServer) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		now := s()
+		if r.URL.Path == "/readyz/kms-providers" && now.kms != nil {
+			if !now.kmsOK {
+				http.Error(w, "[-]kms-providers failed: reason withheld", http.StatusInternalServerError)
+				return
+			}
+			fmt.Fprint(w, "ok")
+			return
+		}
 		if r.URL.Path != "/metrics" {
 			http.NotFound(w, r)
 			return
 		}
-		now := s()
 		if now.unreadable {
 			http.Error(w, "restarting", http.StatusServiceUnavailable)
 			return
@@ -611,5 +651,77 @@ func TestFinishedChanged(t *testing.T) {
 		if got := finishedChanged(tc.before, tc.after); got != tc.want {
 			t.Errorf("%s: finishedChanged = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+func TestReconcileReencryptsAfterAKMSKeyRotation(t *testing.T) {
+	const (
+		keyA = "sha256:559aead08264d5795d3909718cdd05abd49572e84fe55590eef31a88a08fdffd"
+		keyB = "sha256:df7e70e5021544f4834bbee64a9e3789febc4be81470df629cad6ddb03320a5c"
+	)
+	loaded := t0.Add(-time.Hour)
+	onA := []kmsSeries{{key: keyA, status: t0.Add(-30 * time.Second), written: t0.Add(-10 * time.Second)}}
+	recorded := []migrationv1alpha1.KMSKey{{Provider: "kms1", KeyIDHash: keyA}}
+	e := newEnv(t, setup{
+		servers: []apiServer{
+			{id: "apiserver-a", config: config2, loadedAt: loaded, kms: onA, kmsOK: true},
+			{id: "apiserver-b", config: config2, loadedAt: loaded, kms: onA, kmsOK: true},
+		},
+		resources: []string{"secrets"},
+		objects: []client.Object{storageState("secrets", &migrationv1alpha1.StorageEncryption{
+			ConfigHash: config2, KMSKeys: recorded, RewrittenConfigHash: config2, RewrittenKMSKeys: recorded, RewrittenBy: "secrets-a",
+		})},
+	})
+	e.reconcile(t)
+	if n := len(e.migrations(t)); n != 0 {
+		t.Fatalf("%d migrations while the record is current, want none", n)
+	}
+
+	// The plugin answers key B. Server a swaps and writes under it;
+	// server b answered B, has written nothing since, and its check fails.
+	e.clock.Step(time.Minute)
+	swapped := func(status, written time.Time) []kmsSeries {
+		return []kmsSeries{{key: keyA, status: t0.Add(-30 * time.Second), written: t0.Add(-10 * time.Second)}, {key: keyB, status: status, written: written}}
+	}
+	e.setServer(0, apiServer{id: "apiserver-a", config: config2, loadedAt: loaded, kms: swapped(t0.Add(30*time.Second), t0.Add(40*time.Second)), kmsOK: true})
+	e.setServer(1, apiServer{id: "apiserver-b", config: config2, loadedAt: loaded, kms: swapped(t0.Add(35*time.Second), time.Time{})})
+	e.reconcile(t)
+	if n := len(e.migrations(t)); n != 0 {
+		t.Fatalf("%d migrations while server b is not seen writing under key B, want none", n)
+	}
+	if got := e.encryption(t, "secrets").Message; !strings.Contains(got, "API server apiserver-b's KMS v2 provider kms1 answers key "+keyB) {
+		t.Errorf("message %q, want it to name server b and provider kms1", got)
+	}
+
+	// Server b writes under key B: every server is seen on it.
+	e.clock.Step(time.Minute)
+	e.setServer(1, apiServer{id: "apiserver-b", config: config2, loadedAt: loaded, kms: swapped(t0.Add(95*time.Second), t0.Add(100*time.Second))})
+	e.reconcile(t)
+	ms := e.migrations(t)
+	if len(ms) != 1 || ms[0].Annotations[rotation.KMSKeysAnnotation] != "kms1="+keyB || ms[0].Annotations[rotation.ConfigHashAnnotation] != config2 {
+		t.Fatalf("migrations %+v, want one re-encryption under configuration 2 and key B", ms)
+	}
+	if got := e.encryption(t, "secrets"); len(got.KMSKeys) != 1 || got.KMSKeys[0].KeyIDHash != keyB || got.RewrittenKMSKeys[0].KeyIDHash != keyA {
+		t.Errorf("status.encryption = %+v, want key B current and key A still the one rewritten", got)
+	}
+
+	// The servers renew key B's Status time every minute; the
+	// re-encryption made at the look that first saw them agree is
+	// credited all the same.
+	e.clock.Step(3 * time.Minute)
+	e.setServer(0, apiServer{id: "apiserver-a", config: config2, loadedAt: loaded, kms: swapped(t0.Add(270*time.Second), t0.Add(280*time.Second)), kmsOK: true})
+	e.setServer(1, apiServer{id: "apiserver-b", config: config2, loadedAt: loaded, kms: swapped(t0.Add(275*time.Second), t0.Add(100*time.Second))})
+	m := ms[0]
+	m.Status.Conditions = []migrationv1alpha1.MigrationCondition{*condition(migrationv1alpha1.MigrationSucceeded, e.clock.Now())}
+	if err := e.client.Status().Update(context.Background(), &m); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(t)
+	got := e.encryption(t, "secrets")
+	if len(got.RewrittenKMSKeys) != 1 || got.RewrittenKMSKeys[0].KeyIDHash != keyB || got.RewrittenBy != m.Name {
+		t.Errorf("status.encryption = %+v, want rewritten under key B by %s", got, m.Name)
+	}
+	if n := len(e.migrations(t)); n != 1 {
+		t.Errorf("%d migrations, want the one that succeeded alone", n)
 	}
 }

@@ -2,6 +2,7 @@ package encryption
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -56,6 +57,7 @@ func (c *Controller) lookAtServers(ctx context.Context) rotation.Agreement {
 	if err != nil {
 		log.Error(err, "API servers not known from their identity leases; taking the ones reached to be all")
 	}
+	c.pinKMSSince(&a, c.Clock.Now())
 	c.notBeforeLastChange(&a, now)
 	servers := make([]metrics.EncryptionServer, 0, len(a.Servers))
 	for _, s := range a.Servers {
@@ -67,7 +69,8 @@ func (c *Controller) lookAtServers(ctx context.Context) rotation.Agreement {
 		if a.Waiting != "" {
 			log.Info("Re-encryption waits for the API servers", "reason", a.Waiting)
 		} else {
-			log.Info("Every API server has loaded the same encryption configuration", "configHash", a.ConfigHash, "since", a.Since, "servers", len(a.Servers))
+			log.Info("Every API server has loaded the same encryption configuration", "configHash", a.ConfigHash,
+				"kmsKeys", rotation.FormatKMSKeys(a.KMSKeys), "since", a.Since, "servers", len(a.Servers))
 		}
 		c.waiting = a.Waiting
 	}
@@ -98,7 +101,7 @@ func (c *Controller) notBeforeLastChange(a *rotation.Agreement, now time.Time) {
 	seen := "waiting: " + a.Waiting
 	switch {
 	case a.Agreed:
-		seen = agreed + a.ConfigHash
+		seen = agreed + a.Target()
 	case strings.HasPrefix(c.lastSeen, agreed) && !a.Contradicts(strings.TrimPrefix(c.lastSeen, agreed)):
 		seen = c.lastSeen
 	}
@@ -109,4 +112,47 @@ func (c *Controller) notBeforeLastChange(a *rotation.Agreement, now time.Time) {
 	if a.Agreed && a.Since.Before(c.changedAfter) {
 		a.Since = c.changedAfter
 	}
+}
+
+// pinKMSSince keeps a.KMSSince, when the last server swapped to the KMS v2
+// keys the servers agree on, at the end of the first look that saw them
+// agree on those keys, with the same history of other keys.
+//
+// The metrics bound the swap only by the newest Status answer naming the
+// key, which every server renews each minute: taken as it is, it would
+// date the agreement anew at every look, and no re-encryption, which runs
+// for longer, would ever be credited. A look that saw every server write
+// under the keys (or answer its kms-providers check ok) proves each had
+// swapped before the look ended, so that end is a bound that holds still.
+// The history (when each server last answered, or wrote under, another
+// key) is part of what is seen: a server that went to another key and
+// back between two looks may have written under it meanwhile, and the
+// agreement is then dated anew. After svm restarts, the first look dates
+// it: a re-encryption under way is then made again, never credited early.
+func (c *Controller) pinKMSSince(a *rotation.Agreement, end time.Time) {
+	if !a.Agreed || len(a.KMSKeys) == 0 {
+		c.kmsSeen, c.kmsSince = "", time.Time{}
+		return
+	}
+	seen := kmsHistory(*a)
+	if seen != c.kmsSeen {
+		c.kmsSeen, c.kmsSince = seen, end
+	}
+	a.KMSSince, a.Since = c.kmsSince, c.kmsSince
+	if a.ConfigSince.After(a.Since) {
+		a.Since = a.ConfigSince
+	}
+}
+
+// kmsHistory is the KMS v2 keys a agrees on, and what each server had
+// last seen of other keys, in words that compare.
+func kmsHistory(a rotation.Agreement) string {
+	var b strings.Builder
+	b.WriteString(a.Target())
+	for _, s := range a.Servers {
+		for _, k := range s.KMS {
+			fmt.Fprintf(&b, " %s/%s:%s", s.IDHash, k.Provider, k.OtherAt().Format(time.RFC3339Nano))
+		}
+	}
+	return b.String()
 }
