@@ -27,7 +27,11 @@ type Encryption struct {
 	Agreed bool `json:"agreed"`
 	// ConfigHash is that configuration, empty when they agree on none.
 	ConfigHash string `json:"configHash,omitempty"`
-	// Since is when the last of them loaded it.
+	// KMSKeys are, per KMS v2 provider, the key every server is seen
+	// writing under, when they agree.
+	KMSKeys []migrationv1alpha1.KMSKey `json:"kmsKeys,omitempty"`
+	// Since is when the last of them loaded it; with KMSKeys, the later
+	// of that and the newest Status call to a plugin that named its key.
 	Since *metav1.Time `json:"since,omitempty"`
 	// Waiting says, when they do not agree, why not.
 	Waiting string `json:"waiting,omitempty"`
@@ -65,6 +69,8 @@ type EncryptionServer struct {
 	// failed: it still uses ConfigHash, and the file on disk is not what
 	// it uses.
 	ReloadFailedAt *metav1.Time `json:"reloadFailedAt,omitempty"`
+	// KMSKeys are, per KMS v2 provider, the key its plugin last answered.
+	KMSKeys []migrationv1alpha1.KMSKey `json:"kmsKeys,omitempty"`
 	// Reached says whether its metrics were read.
 	Reached bool `json:"reached"`
 }
@@ -79,12 +85,16 @@ type EncryptedResource struct {
 	// controller's last look, as the StorageState records it; empty while
 	// they disagreed.
 	ConfigHash string `json:"configHash,omitempty"`
-	// RewrittenConfigHash, RewrittenTime and RewrittenBy are the
-	// configuration the last completed re-encryption ran under, when it
-	// ended and the migration that did it.
-	RewrittenConfigHash string       `json:"rewrittenConfigHash,omitempty"`
-	RewrittenTime       *metav1.Time `json:"rewrittenTime,omitempty"`
-	RewrittenBy         string       `json:"rewrittenBy,omitempty"`
+	// KMSKeys are the KMS v2 keys recorded with ConfigHash.
+	KMSKeys []migrationv1alpha1.KMSKey `json:"kmsKeys,omitempty"`
+	// RewrittenConfigHash, RewrittenKMSKeys, RewrittenTime and
+	// RewrittenBy are the configuration and KMS v2 keys the last
+	// completed re-encryption ran under, when it ended and the migration
+	// that did it.
+	RewrittenConfigHash string                     `json:"rewrittenConfigHash,omitempty"`
+	RewrittenKMSKeys    []migrationv1alpha1.KMSKey `json:"rewrittenKMSKeys,omitempty"`
+	RewrittenTime       *metav1.Time               `json:"rewrittenTime,omitempty"`
+	RewrittenBy         string                     `json:"rewrittenBy,omitempty"`
 	// Current is true when RewrittenConfigHash is the configuration every
 	// API server has loaded now (rotation.Current against the servers as
 	// read, not as the StorageState last saw them).
@@ -116,10 +126,12 @@ func buildEncryption(in Input) *Encryption {
 			e.Servers = append(e.Servers, EncryptionServer{
 				IDHash: s.IDHash, ID: s.ID, Endpoint: s.Endpoint, ConfigHash: s.ConfigHash,
 				LoadedAt: timePtr(s.LoadedAt), ReloadFailedAt: timePtr(s.ReloadFailedAt), Reached: s.Reached,
+				KMSKeys: serverKMSKeys(s),
 			})
 		}
 		slices.SortStableFunc(e.Servers, func(x, y EncryptionServer) int { return cmp.Compare(serverName(x), serverName(y)) })
 		e.Agreed, e.ConfigHash, e.Since, e.Waiting = a.Agreed, a.ConfigHash, timePtr(a.Since), a.Waiting
+		e.KMSKeys = slices.Clone(a.KMSKeys)
 	}
 	e.Verdict, e.AllRewritten = verdict(e, a != nil)
 	return e
@@ -136,6 +148,7 @@ func encryptedResource(s *migrationv1alpha1.StorageState, a *rotation.Agreement)
 	row := EncryptedResource{
 		Name: s.Name, Group: s.Spec.Resource.Group, Resource: s.Spec.Resource.Resource,
 		ConfigHash: e.ConfigHash, RewrittenConfigHash: e.RewrittenConfigHash, RewrittenBy: e.RewrittenBy,
+		KMSKeys: slices.Clone(e.KMSKeys), RewrittenKMSKeys: slices.Clone(e.RewrittenKMSKeys),
 		Message: e.Message,
 	}
 	if e.RewrittenTime != nil && !e.RewrittenTime.IsZero() {
@@ -143,6 +156,16 @@ func encryptedResource(s *migrationv1alpha1.StorageState, a *rotation.Agreement)
 	}
 	row.Current = a != nil && rotation.Current(*a, e)
 	return row
+}
+
+// serverKMSKeys is the key each KMS v2 provider's plugin last answered
+// s, by provider; nil for none.
+func serverKMSKeys(s rotation.Server) []migrationv1alpha1.KMSKey {
+	var out []migrationv1alpha1.KMSKey
+	for _, k := range s.KMS {
+		out = append(out, migrationv1alpha1.KMSKey{Provider: k.Provider, KeyIDHash: k.KeyIDHash})
+	}
+	return out
 }
 
 // timePtr keeps t to the second, as the API and the JSON keep times,
@@ -236,25 +259,40 @@ func cannotTell(e *Encryption, leases string) string {
 // when the servers are known from their leases.
 func allRewritten(e *Encryption, names []string, leases string) (string, bool) {
 	since := ""
-	if e.Since != nil {
+	// With KMS v2 keys, Since is only the newest Status call that named
+	// them, which the servers make every minute: not worth saying.
+	if e.Since != nil && len(e.KMSKeys) == 0 {
 		since = " (since " + e.Since.UTC().Format(time.RFC3339) + ")"
 	}
 	if leases != "" {
-		return fmt.Sprintf("Every API server reached has loaded encryption configuration %s%s and every object of %s has been rewritten under it.%s: "+
-			"if none does, no object written through the API needs a key that configuration only reads with. "+
-			"Confirm with svm etcd-scan before removing a key.", e.ConfigHash, since, strings.Join(names, ", "), leases), false
+		return fmt.Sprintf("Every API server reached has loaded encryption %s%s and every object of %s has been rewritten under it.%s: "+
+			"if none does, no object written through the API needs a key that configuration only reads with%s. "+
+			"Confirm with svm etcd-scan before removing a key.", under(e), since, strings.Join(names, ", "), leases, otherKMSKeys(e)), false
 	}
-	return fmt.Sprintf("Every API server has loaded encryption configuration %s%s and every object of %s has been rewritten under it: "+
-		"no object written through the API needs a key that configuration only reads with. "+
-		"Confirm with svm etcd-scan before removing a key.", e.ConfigHash, since, strings.Join(names, ", ")), true
+	return fmt.Sprintf("Every API server has loaded encryption %s%s and every object of %s has been rewritten under it: "+
+		"no object written through the API needs a key that configuration only reads with%s. "+
+		"Confirm with svm etcd-scan before removing a key.", under(e), since, strings.Join(names, ", "), otherKMSKeys(e)), true
+}
+
+// under names what the servers agree on: the configuration, with its
+// KMS v2 keys.
+func under(e *Encryption) string { return rotation.Describe(e.ConfigHash, e.KMSKeys) }
+
+// otherKMSKeys adds, when the servers agree on KMS v2 keys, that the
+// providers' other keys are not needed either.
+func otherKMSKeys(e *Encryption) string {
+	if len(e.KMSKeys) == 0 {
+		return ""
+	}
+	return ", nor a KMS v2 key other than these"
 }
 
 // notAllRewritten is the verdict when some resources are behind, with
 // what svm controller last said of each when it said it of this
 // configuration: a message about another one would mislead.
 func notAllRewritten(e *Encryption, behind []string) string {
-	v := fmt.Sprintf("Objects of %s have not all been rewritten under configuration %s yet: every key in the configuration is still needed.",
-		strings.Join(behind, ", "), e.ConfigHash)
+	v := fmt.Sprintf("Objects of %s have not all been rewritten under %s yet: every key in the configuration is still needed.",
+		strings.Join(behind, ", "), under(e))
 	for _, r := range e.Resources {
 		switch {
 		case r.Current:

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/admission"
 	"github.com/svm-project/svm/internal/document"
 )
@@ -305,6 +306,11 @@ func writeEncryption(b *strings.Builder, e *Encryption, now time.Time, wide bool
 		_ = tw.Flush()
 	}
 	for _, s := range e.Servers {
+		if len(s.KMSKeys) > 0 {
+			writeWrapped(b, fmt.Sprintf("%s: KMS v2 keys %s", serverName(s), kmsKeys(s.KMSKeys, hash)))
+		}
+	}
+	for _, s := range e.Servers {
 		if s.ReloadFailedAt != nil {
 			writeWrapped(b, fmt.Sprintf("%s: reloading its encryption configuration file failed at %s; it still uses configuration %s.",
 				serverName(s), timeCell(now, s.ReloadFailedAt), orNone(s.ConfigHash)))
@@ -312,6 +318,11 @@ func writeEncryption(b *strings.Builder, e *Encryption, now time.Time, wide bool
 	}
 	if len(e.Resources) > 0 {
 		writeEncryptedResources(b, e.Resources, now, wide, hash)
+		for _, r := range e.Resources {
+			if len(r.RewrittenKMSKeys) > 0 {
+				writeWrapped(b, fmt.Sprintf("%s: rewritten under KMS v2 keys %s", oneLine(r.Name), kmsKeys(r.RewrittenKMSKeys, hash)))
+			}
+		}
 	}
 	writeWrapped(b, e.Verdict)
 }
@@ -350,6 +361,16 @@ func writeEncryptedResources(b *strings.Builder, resources []EncryptedResource, 
 		fmt.Fprintf(tw, "%s\t%s\n", strings.Join(row, "\t"), cutMiddle(by[i], room))
 	}
 	_ = tw.Flush()
+}
+
+// kmsKeys writes KMS v2 keys as provider=hash, by provider.
+func kmsKeys(keys []migrationv1alpha1.KMSKey, hash func(string) string) string {
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, oneLine(k.Provider)+"="+hash(k.KeyIDHash))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
 }
 
 // serverName names an API server as an operator knows it: its

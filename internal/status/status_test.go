@@ -294,6 +294,34 @@ var (
 	})
 )
 
+// A KMS v2 key rotation: the plugin of provider kms1 answers key ID "B"
+// since ten minutes, after "A"; both servers write under B, and svm
+// controller rewrote the secrets under it.
+const (
+	kmsKeyA = "sha256:559aead08264d5795d3909718cdd05abd49572e84fe55590eef31a88a08fdffd"
+	kmsKeyB = "sha256:df7e70e5021544f4834bbee64a9e3789febc4be81470df629cad6ddb03320a5c"
+)
+
+var (
+	bothOnKeyB = func() *rotation.Agreement {
+		onB := func(name, endpoint string) apiservers.Report {
+			r := loaded(name, endpoint, configNew, 2*time.Hour)
+			r.KMS = []apiservers.KMSKey{{Provider: "kms1", KeyIDHash: kmsKeyB, StatusAt: now.Add(-30 * time.Second),
+				OtherStatusAt: now.Add(-11 * time.Minute), WroteAt: now.Add(-10 * time.Second)}}
+			return r
+		}
+		return agree(identities(serverA, serverB), onB(serverA, endpointA), onB(serverB, endpointB))
+	}()
+	secretsRewrittenKeyB = withEncryption(newStorageState("", "secrets", "k6S1K8hGv1A=", []string{"k6S1K8hGv1A="}, 40*time.Second), func() migrationv1alpha1.StorageEncryption {
+		keys := []migrationv1alpha1.KMSKey{{Provider: "kms1", KeyIDHash: kmsKeyB}}
+		e := rewritten("secrets", configNew, "secrets-reencrypt-t7h3s", 2*time.Minute)
+		e.KMSKeys, e.RewrittenKMSKeys = keys, keys
+		e.Message = "Every object of secrets was rewritten under configuration " + configNew + " with KMS v2 keys kms1=" + kmsKeyB + " at " +
+			now.Add(-2*time.Minute).Format(time.RFC3339) + " (migration secrets-reencrypt-t7h3s): objects written through the API no longer need keys the configuration only reads with or KMS v2 keys other than these"
+		return e
+	}())
+)
+
 func svmInput(ms ...migrationv1alpha1.StorageVersionMigration) Input {
 	return Input{Now: now, SVMServed: true, InTreeServed: true, Migrations: ms}
 }
@@ -353,6 +381,10 @@ func TestStatusGolden(t *testing.T) {
 			Migrations:    []migrationv1alpha1.StorageVersionMigration{secretsReencryptRunning},
 			StorageStates: []migrationv1alpha1.StorageState{secretsReencrypting, configMapsJustRewritten},
 			Encryption:    bothJustMoved,
+		}},
+		{name: "encryption-kms-rotated", yaml: true, in: Input{Now: now, SVMServed: true, InTreeServed: true,
+			StorageStates: []migrationv1alpha1.StorageState{secretsRewrittenKeyB},
+			Encryption:    bothOnKeyB,
 		}},
 		// Server B's lease names it, but its metrics were not read; nothing
 		// records a re-encryption.
