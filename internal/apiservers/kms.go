@@ -131,12 +131,17 @@ func newestByKey(f *dto.MetricFamily, idHash string, keep func(*dto.Metric) bool
 	return out
 }
 
-// checkKMS asks the API server behind client for its kms-providers
+// CheckKMS asks the API server behind client for its kms-providers
 // readiness check, which runs the Status call of every KMS v2 provider
 // (unless one ran within 20 seconds) and is ok only when the last one
 // succeeded: the server then writes under the key that Status named.
-// It returns "" when ok, else why not, in words.
-func checkKMS(ctx context.Context, client rest.Interface, endpoint string) string {
+// Asked after the server's metrics were read, an ok comes from the check
+// that recorded the newest Status answer read, or from a later one: the
+// check holds a lock while it records and swaps. It counts for the server
+// the metrics told of only when endpoint is that server's own address,
+// never a load balancer's, which may send the two requests to two
+// servers. It returns "" when ok, else why not, in words.
+func CheckKMS(ctx context.Context, client rest.Interface, endpoint string) string {
 	_, err := client.Get().AbsPath(kmsCheckPath).DoRaw(ctx)
 	switch {
 	case err == nil:

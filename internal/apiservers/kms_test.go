@@ -123,34 +123,26 @@ func TestWritesUnderCurrent(t *testing.T) {
 	}
 }
 
-// TestScrapeAsksTheKMSCheck: a server with KMS v2 keys is asked for its
-// kms-providers check after its metrics, and its answer is kept.
-func TestScrapeAsksTheKMSCheck(t *testing.T) {
-	withKMS := kmsMetrics([]string{statusSeries(idA, key1, "kms1", "1.7641e+09")}, nil)
+// TestCheckKMS: the kms-providers check's answer, in words.
+func TestCheckKMS(t *testing.T) {
 	for _, tc := range []struct {
-		name, metrics string
-		check         int
-		checked       bool
-		problem       string
+		name    string
+		check   int
+		problem string
 	}{
-		{name: "ok", metrics: withKMS, check: http.StatusOK, checked: true},
-		{name: "failing", metrics: withKMS, check: http.StatusInternalServerError, checked: true, problem: "/readyz/kms-providers"},
-		{name: "forbidden", metrics: withKMS, check: http.StatusForbidden, checked: true, problem: "needs get on the non-resource URL /readyz/kms-providers"},
-		{name: "no KMS: not asked", metrics: preamble, check: http.StatusNotFound},
+		{name: "ok", check: http.StatusOK},
+		{name: "failing", check: http.StatusInternalServerError, problem: "/readyz/kms-providers: "},
+		{name: "forbidden", check: http.StatusForbidden, problem: "needs get on the non-resource URL /readyz/kms-providers"},
+		{name: "no KMS v2 provider", check: http.StatusNotFound, problem: "the server has no KMS v2 provider check"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var order []string
 			srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				order = append(order, r.URL.Path)
-				switch r.URL.Path {
-				case "/metrics":
-					fmt.Fprint(w, tc.metrics)
-				case "/readyz/kms-providers":
-					w.WriteHeader(tc.check)
-					fmt.Fprint(w, "[-]kms-providers failed: reason withheld\n")
-				default:
+				if r.URL.Path != "/readyz/kms-providers" {
 					http.NotFound(w, r)
+					return
 				}
+				w.WriteHeader(tc.check)
+				fmt.Fprint(w, "[-]kms-providers failed: reason withheld\n")
 			}))
 			defer srv.Close()
 			ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
@@ -158,15 +150,9 @@ func TestScrapeAsksTheKMSCheck(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := Scrape(context.Background(), client, srv.URL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if r.KMSChecked != tc.checked || !strings.Contains(r.KMSCheckProblem, tc.problem) || (tc.problem == "") != (r.KMSCheckProblem == "") {
-				t.Errorf("checked %v, problem %q; want %v, %q", r.KMSChecked, r.KMSCheckProblem, tc.checked, tc.problem)
-			}
-			if tc.checked && strings.Join(order, " ") != "/metrics /readyz/kms-providers" {
-				t.Errorf("asked %v, want the metrics, then the check", order)
+			got := CheckKMS(context.Background(), client, srv.URL)
+			if (tc.problem == "") != (got == "") || !strings.Contains(got, tc.problem) {
+				t.Errorf("CheckKMS = %q, want %q", got, tc.problem)
 			}
 		})
 	}

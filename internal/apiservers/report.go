@@ -53,8 +53,8 @@ type Report struct {
 	// or before its first Status call since it started.
 	KMS []KMSKey
 	// KMSChecked says that the server's kms-providers readiness check was
-	// asked after its metrics were read (only when KMS lists a provider),
-	// and KMSCheckProblem why it was not ok, "" when it was.
+	// asked after its metrics were read (CheckKMS), and KMSCheckProblem
+	// why it was not ok, or why it was not asked; "" when it was ok.
 	KMSChecked      bool
 	KMSCheckProblem string
 }
@@ -71,11 +71,6 @@ func Scrape(ctx context.Context, client rest.Interface, endpoint string) (Report
 		return Report{}, fmt.Errorf("read %s%s: %w", endpoint, metricsPath, err)
 	}
 	r.Endpoint = endpoint
-	if len(r.KMS) > 0 {
-		// After the metrics: an ok then comes from the check that recorded
-		// the newest Status answer read, or from a later one.
-		r.KMSChecked, r.KMSCheckProblem = true, checkKMS(ctx, client, endpoint)
-	}
 	return r, nil
 }
 

@@ -141,8 +141,11 @@ func missing(servers []Server, provider string) []string {
 // unconfirmed says why s is not taken to write under k's key.
 func unconfirmed(s Server, k apiservers.KMSKey) string {
 	check := "its kms-providers check was not asked"
-	if s.KMSChecked {
+	switch {
+	case s.KMSChecked:
 		check = "its kms-providers check was not ok: " + s.KMSCheckProblem
+	case s.KMSCheckProblem != "":
+		check += ": " + s.KMSCheckProblem
 	}
 	return fmt.Sprintf("%s's KMS v2 provider %s answers key %s, but the server is not seen writing under it: nothing was written under it since the last sign of another key, and %s (a server whose swap fails keeps its old key for up to 3 minutes, then fails writes)",
 		name(s), k.Provider, k.KeyIDHash, check)

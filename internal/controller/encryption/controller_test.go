@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
@@ -654,11 +655,13 @@ func TestFinishedChanged(t *testing.T) {
 	}
 }
 
+// Key ID hashes as kube-apiserver labels them (of key IDs "A" and "B").
+const (
+	keyA = "sha256:559aead08264d5795d3909718cdd05abd49572e84fe55590eef31a88a08fdffd"
+	keyB = "sha256:df7e70e5021544f4834bbee64a9e3789febc4be81470df629cad6ddb03320a5c"
+)
+
 func TestReconcileReencryptsAfterAKMSKeyRotation(t *testing.T) {
-	const (
-		keyA = "sha256:559aead08264d5795d3909718cdd05abd49572e84fe55590eef31a88a08fdffd"
-		keyB = "sha256:df7e70e5021544f4834bbee64a9e3789febc4be81470df629cad6ddb03320a5c"
-	)
 	loaded := t0.Add(-time.Hour)
 	onA := []kmsSeries{{key: keyA, status: t0.Add(-30 * time.Second), written: t0.Add(-10 * time.Second)}}
 	recorded := []migrationv1alpha1.KMSKey{{Provider: "kms1", KeyIDHash: keyA}}
@@ -723,5 +726,43 @@ func TestReconcileReencryptsAfterAKMSKeyRotation(t *testing.T) {
 	}
 	if n := len(e.migrations(t)); n != 1 {
 		t.Errorf("%d migrations, want the one that succeeded alone", n)
+	}
+}
+
+// TestLookAsksTheKMSCheckOnlyAtAServersOwnAddress: the kms-providers check
+// counts for the server whose metrics were read only where the address
+// is that server's: through a load balancer, another could answer it.
+func TestLookAsksTheKMSCheckOnlyAtAServersOwnAddress(t *testing.T) {
+	// Nothing written under key A yet: the check alone can tell.
+	onA := []kmsSeries{{key: keyA, status: t0.Add(-30 * time.Second)}}
+	e := newEnv(t, setup{servers: []apiServer{{id: "apiserver-a", config: config2, loadedAt: t0.Add(-time.Hour), kms: onA, kmsOK: true}}})
+	_, ctx := ktesting.NewTestContext(t)
+	leases := func(ids ...string) coordinationv1client.LeasesGetter {
+		var objs []runtime.Object
+		for _, id := range ids {
+			objs = append(objs, identityLease(id, t0.Add(-5*time.Second)))
+		}
+		return kubefake.NewClientset(objs...).CoordinationV1()
+	}
+	for _, tc := range []struct {
+		name    string
+		given   []string
+		leases  []string
+		waiting string // "" for agreed
+	}{
+		{name: "given with --apiserver-endpoints", given: e.c.Endpoints, leases: []string{"apiserver-a"}},
+		{name: "the kubeconfig's address, one server running", leases: []string{"apiserver-a"}},
+		{name: "the kubeconfig's address, two servers running", leases: []string{"apiserver-a", "apiserver-b"},
+			waiting: "its kms-providers check was not asked: it was read through " + e.c.Servers.Host() + ", which may be a load balancer's address"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := Look(ctx, leases(tc.leases...), e.c.Servers, tc.given, e.clock.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Agreed != (tc.waiting == "") || !strings.Contains(a.Waiting, tc.waiting) {
+				t.Errorf("agreed %v, waiting %q; want waiting %q", a.Agreed, a.Waiting, tc.waiting)
+			}
+		})
 	}
 }

@@ -31,14 +31,10 @@ func Look(ctx context.Context, leases coordinationv1.LeasesGetter, servers *kube
 	var reports []apiservers.Report
 	var failures []rotation.Failure
 	for _, endpoint := range apiservers.Endpoints(given, servers.Host(), ids) {
-		client, err := servers.For(endpoint)
-		if err != nil {
-			failures = append(failures, rotation.Failure{Endpoint: endpoint, Err: err})
-			continue
-		}
-		sctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
-		r, err := apiservers.Scrape(sctx, client, endpoint)
-		cancel()
+		// An address given, or one a lease publishes, is one server's; the
+		// kubeconfig's may be a load balancer's, unless one server runs.
+		own := len(given) > 0 || endpoint != servers.Host() || len(ids) == 1
+		r, err := scrape(ctx, servers, endpoint, own)
 		if err != nil {
 			failures = append(failures, rotation.Failure{Endpoint: endpoint, Err: err})
 			continue
@@ -46,6 +42,28 @@ func Look(ctx context.Context, leases coordinationv1.LeasesGetter, servers *kube
 		reports = append(reports, r)
 	}
 	return rotation.Agree(ids, reports, failures), idErr
+}
+
+// scrape reads the report of the API server at endpoint and, when it has
+// KMS v2 keys, asks its kms-providers check after, if endpoint is the
+// server's own address (own): through a load balancer, the check may be
+// answered by another server than the metrics.
+func scrape(ctx context.Context, servers *kubeclients.Endpoints, endpoint string, own bool) (apiservers.Report, error) {
+	client, err := servers.For(endpoint)
+	if err != nil {
+		return apiservers.Report{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
+	defer cancel()
+	r, err := apiservers.Scrape(ctx, client, endpoint)
+	switch {
+	case err != nil || len(r.KMS) == 0:
+	case own:
+		r.KMSChecked, r.KMSCheckProblem = true, apiservers.CheckKMS(ctx, client, endpoint)
+	default:
+		r.KMSCheckProblem = "it was read through " + endpoint + ", which may be a load balancer's address (give each API server's own with --apiserver-endpoints)"
+	}
+	return r, err
 }
 
 // lookAtServers is the first step of a round: what the API servers have
