@@ -1,13 +1,18 @@
 package encryption_test
 
 import (
+	"crypto/sha256"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/rotation"
 	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
@@ -104,5 +109,73 @@ func expectSecretData(t *testing.T, env *framework.Env, n int) {
 	}
 	if seen != n {
 		t.Errorf("read %d Secrets back, want %d", seen, n)
+	}
+}
+
+// keyIDHash is how kube-apiserver's metrics, and svm after them, name a
+// KMS v2 key ID.
+func keyIDHash(keyID string) string {
+	return fmt.Sprintf("sha256:%x", sha256.Sum256([]byte(keyID)))
+}
+
+// waitRewrittenUnderKMS waits until the StorageState of Secrets records a
+// completed re-encryption under the KMS v2 key keyID of the test's
+// provider, and returns the record.
+func waitRewrittenUnderKMS(t *testing.T, env *framework.Env, keyID string, timeout time.Duration) *migrationv1alpha1.StorageEncryption {
+	t.Helper()
+	want := []migrationv1alpha1.KMSKey{{Provider: framework.KMSProvider, KeyIDHash: keyIDHash(keyID)}}
+	s := env.WaitStorageState(t, secrets, timeout, "rewritten under KMS v2 key "+keyID, func(s *migrationv1alpha1.StorageState) bool {
+		return s.Status.Encryption != nil && cmp.Equal(want, s.Status.Encryption.RewrittenKMSKeys)
+	})
+	return s.Status.Encryption
+}
+
+// TestControllerReencryptsAfterKMSKeyRotation is a KMS v2 key rotation
+// with svm controller running: the plugin switches from key-1 to key-2,
+// which changes no configuration, and svm sees the API server write under
+// key-2 from its envelope encryption metrics and its kms-providers check,
+// re-encrypts every Secret by itself and records the key, after which
+// every Secret is under key-2 in etcd and svm status says the other keys
+// are no longer needed.
+func TestControllerReencryptsAfterKMSKeyRotation(t *testing.T) {
+	t.Parallel()
+	const n = 200
+	env, plugin := framework.StartWithKMS(t, controlplane.Options{}, "key-1")
+	env.InstallCRDs(t, framework.CRDBasesDir())
+	env.CreateSecrets(t, kmsNamespaces, n)
+	before := env.TakeSnapshot(t, framework.Secrets)
+	under := func(keyID string) map[string]int { return map[string]int{framework.KMSProvider + "/" + keyID: n} }
+
+	env.StartSVM(t, controllerArgs()...)
+	// At first sight svm records the key the server writes under.
+	first := waitRewrittenUnderKMS(t, env, "key-1", 3*time.Minute)
+	env.WaitMigrationsFinished(t, 3*time.Minute)
+
+	if err := plugin.Rotate("key-2"); err != nil {
+		t.Fatal(err)
+	}
+	rotated := time.Now()
+	// The test's probes make the server call Status at once, rather than
+	// at its next poll, up to a minute later.
+	env.WaitKMSWritesUnder(t, "kms-probe", "key-2", 3*time.Minute)
+	e := waitRewrittenUnderKMS(t, env, "key-2", 3*time.Minute)
+	t.Logf("svm recorded the Secrets rewritten under key-2 %s after the plugin rotated", time.Since(rotated).Round(time.Second))
+	if e.RewrittenConfigHash != first.RewrittenConfigHash || e.RewrittenBy == first.RewrittenBy {
+		t.Errorf("recorded %+v, want the configuration of the first record (%s), by a new migration", e, first.RewrittenConfigHash)
+	}
+	var m migrationv1alpha1.StorageVersionMigration
+	if err := env.Client.Get(framework.Context(t, time.Minute), client.ObjectKey{Name: e.RewrittenBy}, &m); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := m.Annotations[rotation.KMSKeysAnnotation], framework.KMSProvider+"="+keyIDHash("key-2"); got != want {
+		t.Errorf("migration %s is annotated %s=%q, want %q", m.Name, rotation.KMSKeysAnnotation, got, want)
+	}
+	if diff := cmp.Diff(under("key-2"), storedUnderKMS(t, env)); diff != "" {
+		t.Errorf("after the re-encryption (-want +got):\n%s", diff)
+	}
+	env.ExpectUnchanged(t, framework.Secrets, before)
+	expectSecretData(t, env, n)
+	if s := svmStatus(t, env); !s.AllRewritten || len(s.KMSKeys) != 1 || s.KMSKeys[0].KeyIDHash != keyIDHash("key-2") {
+		t.Errorf("svm status after the re-encryption: allRewritten %v, KMS keys %+v, verdict %q; want true, key-2", s.AllRewritten, s.KMSKeys, s.Verdict)
 	}
 }
