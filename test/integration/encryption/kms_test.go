@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/cli"
 	"github.com/svm-project/svm/internal/rotation"
 	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/framework"
@@ -131,35 +133,42 @@ func waitRewrittenUnderKMS(t *testing.T, env *framework.Env, keyID string, timeo
 }
 
 // TestControllerReencryptsAfterKMSKeyRotation is a KMS v2 key rotation
-// with svm controller running: the plugin switches from key-1 to key-2,
-// which changes no configuration, and svm sees the API server write under
-// key-2 from its envelope encryption metrics and its kms-providers check,
-// re-encrypts every Secret by itself and records the key, after which
-// every Secret is under key-2 in etcd and svm status says the other keys
-// are no longer needed.
+// with svm controller running at its defaults (a look at the API servers
+// a minute): the plugin switches from key-1 to key-2, which changes no
+// configuration, and nobody writes or creates a migration after. The API
+// server learns the key at its next Status call, up to a minute later;
+// svm sees that from its envelope encryption metrics and its
+// kms-providers check, re-encrypts every Secret by itself and records
+// the key, all within 5 minutes of the rotation, after which every one of
+// the 1,000 Secrets is under key-2 in etcd, reads back as it was, svm
+// status says the other keys are no longer needed, and svm etcd-scan's
+// gate on key-1, which failed before, passes.
 func TestControllerReencryptsAfterKMSKeyRotation(t *testing.T) {
 	t.Parallel()
-	const n = 200
+	const n = 1000
 	env, plugin := framework.StartWithKMS(t, controlplane.Options{}, "key-1")
 	env.InstallCRDs(t, framework.CRDBasesDir())
 	env.CreateSecrets(t, kmsNamespaces, n)
 	before := env.TakeSnapshot(t, framework.Secrets)
 	under := func(keyID string) map[string]int { return map[string]int{framework.KMSProvider + "/" + keyID: n} }
+	kubeconfig := env.KubeconfigFile(t)
 
-	env.StartSVM(t, controllerArgs()...)
+	env.StartSVM(t, framework.ControllerArgs()...)
 	// At first sight svm records the key the server writes under.
 	first := waitRewrittenUnderKMS(t, env, "key-1", 3*time.Minute)
 	env.WaitMigrationsFinished(t, 3*time.Minute)
+	if code, stdout, stderr := failOnKey(t, env, kubeconfig, "key-1"); code != cli.ExitUnsafe ||
+		!strings.Contains(stderr, fmt.Sprintf("%d values are still encrypted under key key-1", n)) {
+		t.Errorf("svm etcd-scan --fail-on-key key-1 before the rotation: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, cli.ExitUnsafe, stdout, stderr)
+	}
 
 	if err := plugin.Rotate("key-2"); err != nil {
 		t.Fatal(err)
 	}
 	rotated := time.Now()
-	// The test's probes make the server call Status at once, rather than
-	// at its next poll, up to a minute later.
-	env.WaitKMSWritesUnder(t, "kms-probe", "key-2", 3*time.Minute)
-	e := waitRewrittenUnderKMS(t, env, "key-2", 3*time.Minute)
-	t.Logf("svm recorded the Secrets rewritten under key-2 %s after the plugin rotated", time.Since(rotated).Round(time.Second))
+	e := waitRewrittenUnderKMS(t, env, "key-2", 5*time.Minute)
+	took := time.Since(rotated)
+	t.Logf("svm recorded the Secrets rewritten under key-2 %s after the plugin rotated (%d Status calls in all)", took.Round(time.Second), plugin.Calls("Status"))
 	if e.RewrittenConfigHash != first.RewrittenConfigHash || e.RewrittenBy == first.RewrittenBy {
 		t.Errorf("recorded %+v, want the configuration of the first record (%s), by a new migration", e, first.RewrittenConfigHash)
 	}
@@ -170,12 +179,25 @@ func TestControllerReencryptsAfterKMSKeyRotation(t *testing.T) {
 	if got, want := m.Annotations[rotation.KMSKeysAnnotation], framework.KMSProvider+"="+keyIDHash("key-2"); got != want {
 		t.Errorf("migration %s is annotated %s=%q, want %q", m.Name, rotation.KMSKeysAnnotation, got, want)
 	}
+	if !m.CreationTimestamp.After(rotated.Add(-time.Second)) {
+		t.Errorf("migration %s was created at %s, before the rotation at %s", m.Name, m.CreationTimestamp, rotated)
+	}
 	if diff := cmp.Diff(under("key-2"), storedUnderKMS(t, env)); diff != "" {
 		t.Errorf("after the re-encryption (-want +got):\n%s", diff)
+	}
+	if code, stdout, stderr := failOnKey(t, env, kubeconfig, "key-1"); code != 0 || stderr != "" {
+		t.Errorf("svm etcd-scan --fail-on-key key-1 after the re-encryption: exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 	env.ExpectUnchanged(t, framework.Secrets, before)
 	expectSecretData(t, env, n)
 	if s := svmStatus(t, env); !s.AllRewritten || len(s.KMSKeys) != 1 || s.KMSKeys[0].KeyIDHash != keyIDHash("key-2") {
 		t.Errorf("svm status after the re-encryption: allRewritten %v, KMS keys %+v, verdict %q; want true, key-2", s.AllRewritten, s.KMSKeys, s.Verdict)
 	}
+}
+
+// failOnKey runs svm etcd-scan's gate on Secrets under key, as its own
+// process, for its exit code.
+func failOnKey(t *testing.T, env *framework.Env, kubeconfig, key string) (int, string, string) {
+	t.Helper()
+	return framework.RunSVM(t, kubeconfig, time.Minute, "etcd-scan", "--endpoints", env.CP.EtcdURL, "--resource", "secrets", "--fail-on-key", key)
 }
