@@ -306,16 +306,33 @@ func notAllRewritten(e *Encryption, behind []string) string {
 }
 
 // disagree reports whether two API servers were read with different
-// configurations loaded: then re-encryption waits, whatever else could or
-// could not be read, and whoever reads.
+// configurations loaded, or with the plugins of a KMS v2 provider
+// answering different keys: then re-encryption waits, whatever else could
+// or could not be read, and whoever reads.
 func disagree(e *Encryption) bool {
 	configs := map[string]bool{}
+	keys := map[string]map[string]bool{} // provider -> the keys answered
 	for _, s := range e.Servers {
-		if s.Reached {
-			configs[s.ConfigHash] = true
+		if !s.Reached {
+			continue
+		}
+		configs[s.ConfigHash] = true
+		for _, k := range s.KMSKeys {
+			if keys[k.Provider] == nil {
+				keys[k.Provider] = map[string]bool{}
+			}
+			keys[k.Provider][k.KeyIDHash] = true
 		}
 	}
-	return len(configs) > 1
+	if len(configs) > 1 {
+		return true
+	}
+	for _, answered := range keys {
+		if len(answered) > 1 {
+			return true
+		}
+	}
+	return false
 }
 
 // sentence ends s with a full stop unless it ends a sentence already.

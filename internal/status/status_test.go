@@ -677,6 +677,21 @@ func TestStatusEncryption(t *testing.T) {
 		says:  []string{"cannot tell", "https://127.0.0.1:1"},
 		never: []string{"Re-encryption waits"},
 	}, {
+		// Both servers read, one plugin rotated: they disagree on the
+		// key, as two configurations would, and svm status says so
+		// itself rather than that it cannot tell.
+		name: "the servers' plugins answer different KMS v2 keys", section: true,
+		in: Input{Now: now, SVMServed: true, StorageStates: []migrationv1alpha1.StorageState{secretsRewrittenKeyB}, Encryption: func() *rotation.Agreement {
+			on := func(name, endpoint, key string) apiservers.Report {
+				r := loaded(name, endpoint, configNew, 2*time.Hour)
+				r.KMS = []apiservers.KMSKey{{Provider: "kms1", KeyIDHash: key, StatusAt: now.Add(-30 * time.Second), WroteAt: now.Add(-10 * time.Second)}}
+				return r
+			}
+			return agree(identities(serverA, serverB), on(serverA, endpointA, kmsKeyA), on(serverB, endpointB, kmsKeyB))
+		}()},
+		says:  []string{"Re-encryption waits: the API servers' KMS v2 provider kms1 answers different keys", "Every key in every loaded configuration is still needed."},
+		never: []string{"cannot tell"},
+	}, {
 		name: "not read, a re-encryption recorded", section: true,
 		in:   Input{Now: now, SVMServed: true, StorageStates: states},
 		says: []string{"were not read", "every key is still needed as far as svm knows"},

@@ -2,6 +2,8 @@ package kmsplugin_test
 
 import (
 	"context"
+	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,5 +95,76 @@ func TestStopsWithTheTest(t *testing.T) {
 	defer cancel()
 	if _, err := c.Status(ctx, &kmsapi.StatusRequest{}); err == nil {
 		t.Errorf("the plugin on %s still answers after its test ended", socket)
+	}
+}
+
+// TestInstancesShareTheKMS: a second instance on the socket answers the
+// callers it claims, here this test's process, told by the kernel; it
+// rotates on its own, and decrypts under a key ID only the other instance
+// served, as two plugins in front of one KMS do.
+func TestInstancesShareTheKMS(t *testing.T) {
+	p := kmsplugin.Start(t, "key-1")
+	var mu sync.Mutex
+	var seen []kmsplugin.Caller
+	q, err := p.Instance("key-1", func(c kmsplugin.Caller) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, c)
+		return c.PID == os.Getpid()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, p)
+	ctx := t.Context()
+
+	if err := p.Rotate("key-2"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Status(ctx, &kmsapi.StatusRequest{}); err != nil || st.KeyId != "key-1" {
+		t.Fatalf("status after the other instance rotated: %+v, %v; want key-1", st, err)
+	}
+	mu.Lock()
+	var first kmsplugin.Caller
+	if len(seen) > 0 {
+		first = seen[0]
+	}
+	mu.Unlock()
+	if first.PID != os.Getpid() || len(first.Args) == 0 || first.Args[0] != os.Args[0] {
+		t.Errorf("the instance was asked about caller %+v, want this process (%d, %s)", first, os.Getpid(), os.Args[0])
+	}
+	if q.Calls("Status") != 1 || p.Calls("Status") != 0 {
+		t.Errorf("Status calls: %d on the instance that claims this process, %d on the other; want 1 and 0", q.Calls("Status"), p.Calls("Status"))
+	}
+
+	// Sealed by the other instance, under the key it rotated to.
+	other, err := p.Encrypt(ctx, "1", []byte("seed of the other server"))
+	if err != nil || other.KeyID != "key-2" {
+		t.Fatalf("encrypt on the rotated instance: %+v, %v; want key-2", other, err)
+	}
+	got, err := c.Decrypt(ctx, &kmsapi.DecryptRequest{Ciphertext: other.Ciphertext, KeyId: "key-2", Uid: "2"})
+	if err != nil || string(got.Plaintext) != "seed of the other server" {
+		t.Errorf("decrypt under key-2, which only the other instance served: %q, %v", got.GetPlaintext(), err)
+	}
+	if _, err := c.Decrypt(ctx, &kmsapi.DecryptRequest{Ciphertext: other.Ciphertext, KeyId: "key-9", Uid: "3"}); err == nil {
+		t.Error("decrypted under key-9, which no instance served")
+	}
+
+	if !q.FirstSealed("key-3").IsZero() {
+		t.Fatal("sealed under key-3 before any rotation to it")
+	}
+	if err := q.Rotate("key-3"); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	enc, err := c.Encrypt(ctx, &kmsapi.EncryptRequest{Plaintext: []byte("seed"), Uid: "4"})
+	if err != nil || enc.KeyId != "key-3" {
+		t.Fatalf("encrypt after the instance rotated: %+v, %v; want key-3", enc, err)
+	}
+	if at := q.FirstSealed("key-3"); at.Before(before) || time.Since(at) > time.Minute {
+		t.Errorf("first sealed under key-3 at %s, want after %s", at, before)
+	}
+	if !p.FirstSealed("key-3").IsZero() || p.FirstSealed("key-2").IsZero() {
+		t.Errorf("the other instance first sealed under key-3 at %s and key-2 at %s; want never, and once", p.FirstSealed("key-3"), p.FirstSealed("key-2"))
 	}
 }
