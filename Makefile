@@ -213,6 +213,12 @@ demo: controlplane build ## Run the end-to-end demo on a local control plane; AR
 	mkdir -p _output
 	$(BIN)/svm-demo --bin-dir $(BIN) --log-dir $(CURDIR)/_output $(ARGS)
 
+.PHONY: demo-kms
+demo-kms: controlplane build ## Run the KMS v2 key rotation demo: Secrets under a KMS v2 plugin's key, the key rotated, svm re-encrypting them.
+	go build -o $(BIN)/svm-demo ./hack/demo
+	mkdir -p _output
+	$(BIN)/svm-demo --kms --bin-dir $(BIN) --log-dir $(CURDIR)/_output $(ARGS)
+
 .PHONY: help
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*?##/ { printf "  %-18s %s\n", $$1, $$2 } /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)

@@ -381,11 +381,7 @@ func (d *demo) managedFieldsVersions(ctx context.Context) (map[string]int, error
 
 // retire runs svm retire with args and shows what it says.
 func (d *demo) retire(ctx context.Context, args ...string) error {
-	bin := d.o.SVM
-	if bin == "" {
-		bin = d.cp.BinPath("svm")
-	}
-	out, err := exec.CommandContext(ctx, bin, append([]string{"retire", "--kubeconfig", filepath.Join(d.cp.Dir, "svm.kubeconfig")}, args...)...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, d.svmBinary(), append([]string{"retire", "--kubeconfig", filepath.Join(d.cp.Dir, "svm.kubeconfig")}, args...)...).CombinedOutput()
 	for _, line := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
 		d.say("  %s", line)
 	}
@@ -586,11 +582,17 @@ type svmProcess struct {
 	err     error
 }
 
-func (d *demo) startSVM(ctx context.Context) (*svmProcess, error) {
-	bin := d.o.SVM
-	if bin == "" {
-		bin = d.cp.BinPath("svm")
+// svmBinary is the svm binary the demo runs.
+func (d *demo) svmBinary() string {
+	if d.o.SVM != "" {
+		return d.o.SVM
 	}
+	return d.cp.BinPath("svm")
+}
+
+// startSVM starts svm controller with the demo's flags and extra.
+func (d *demo) startSVM(ctx context.Context, extra ...string) (*svmProcess, error) {
+	bin := d.svmBinary()
 	kubeconfig := filepath.Join(d.cp.Dir, "svm.kubeconfig")
 	if err := d.cp.WriteKubeconfig(kubeconfig); err != nil {
 		return nil, err
@@ -603,6 +605,7 @@ func (d *demo) startSVM(ctx context.Context) (*svmProcess, error) {
 		"--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0",
 		"--max-parallel=4", "--crd-settle-delay", settleDelay.String(), "--crd-drain-margin", drainMargin.String(),
 		"--qps", fmt.Sprint(d.o.QPS), "--chunk-size=100"}
+	args = append(args, extra...)
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// svm must not outlive the demo, however the demo ends.
