@@ -58,9 +58,10 @@ type Input struct {
 	RetryBase, RetryMax time.Duration
 	// CRD, for custom resources, is what the CRD says it has stored.
 	CRD *CRDStorage
-	// Encoding, where the StorageVersion API reports on the resource, is
-	// what the API servers encode it in. It takes precedence over
-	// Observed: discovery is one API server's view.
+	// Encoding, where the StorageVersion API reports on the resource or
+	// several API servers' discovery was read one by one, is what the API
+	// servers encode it in. It takes precedence over Observed: discovery
+	// through the kubeconfig's address is one API server's view.
 	Encoding *Encoding
 	// Fingerprint is what decides the resource's storage version now
 	// (internal/fingerprint): its CRD, with the generations svm has seen
@@ -80,7 +81,9 @@ type Input struct {
 	SettleDelay, DrainMargin time.Duration
 }
 
-// Encoding is what the StorageVersion API says about one resource.
+// Encoding is what the API servers say together about one resource: the
+// StorageVersion API (EncodingOf), or, where it is not served, every
+// server's own discovery (EncodingOfServers).
 type Encoding struct {
 	// Common is the hash of the version every API server encodes the
 	// resource in (status.commonEncodingVersion), "" while they disagree.
@@ -88,6 +91,9 @@ type Encoding struct {
 	// Reported are the hashes of every version any API server reports
 	// encoding the resource in.
 	Reported []string
+	// Disagreement, while Common is "", says which server reports which
+	// version, or which could not be read; the StorageState shows it.
+	Disagreement string
 }
 
 // CRDStorage is what a CustomResourceDefinition records about storage. The
@@ -211,6 +217,11 @@ func decide(in Input) Decision {
 	}
 	if in.Observed != nil || in.Encoding != nil {
 		status.LastHeartbeatTime = metaTime(in.Now)
+		d.Status = status
+	}
+	if status.ServersDisagree != "" {
+		// The servers agree again, or svm no longer asks each one.
+		status.ServersDisagree = ""
 		d.Status = status
 	}
 	if current != nil && *current != status.CurrentStorageVersionHash {
@@ -545,6 +556,7 @@ func disagree(in Input) Decision {
 	status.CurrentStorageVersionRevision = ""
 	status.StorageFingerprint = in.Fingerprint
 	status.LastHeartbeatTime = metaTime(in.Now)
+	status.ServersDisagree = in.Encoding.Disagreement
 	d.Status = status
 	d.DeleteMigrations = unfinishedOwned(in.Migrations, "")
 	return d

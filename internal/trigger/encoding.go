@@ -2,6 +2,7 @@ package trigger
 
 import (
 	"slices"
+	"strings"
 
 	apiserverinternalv1alpha1 "k8s.io/api/apiserverinternal/v1alpha1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -39,5 +40,18 @@ func EncodingOf(sv *apiserverinternalv1alpha1.StorageVersion, kind string) *Enco
 		e.Common = e.Reported[0]
 	}
 	slices.Sort(e.Reported)
+	if e.Common == "" {
+		e.Disagreement = truncate("API servers encode it in different versions (StorageVersion API): "+encodings(sv), maxDisagreement)
+	}
 	return e
+}
+
+// encodings says which API server encodes in which version, as sv's
+// entries tell.
+func encodings(sv *apiserverinternalv1alpha1.StorageVersion) string {
+	parts := make([]string, 0, len(sv.Status.StorageVersions))
+	for _, s := range sv.Status.StorageVersions {
+		parts = append(parts, s.APIServerID+" in "+s.EncodingVersion)
+	}
+	return strings.Join(parts, ", ")
 }

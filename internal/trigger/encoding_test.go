@@ -24,6 +24,7 @@ func TestEncodingOf(t *testing.T) {
 		}
 		return s
 	}
+	const apart = "API servers encode it in different versions (StorageVersion API): a in apps/v1beta2, b in apps/v1"
 	tests := []struct {
 		name string
 		sv   *apiserverinternalv1alpha1.StorageVersion
@@ -33,8 +34,8 @@ func TestEncodingOf(t *testing.T) {
 		{"no server reported yet", sv(""), nil},
 		{"one server", sv("apps/v1", "apps/v1"), &Encoding{Common: v1, Reported: []string{v1}}},
 		{"two agree", sv("apps/v1", "apps/v1", "apps/v1"), &Encoding{Common: v1, Reported: []string{v1}}},
-		{"two disagree", sv("", "apps/v1beta2", "apps/v1"), &Encoding{Reported: sorted(v1, v1beta2)}},
-		{"a common version the entries contradict is no agreement", sv("apps/v1", "apps/v1beta2", "apps/v1"), &Encoding{Reported: sorted(v1, v1beta2)}},
+		{"two disagree", sv("", "apps/v1beta2", "apps/v1"), &Encoding{Reported: sorted(v1, v1beta2), Disagreement: apart}},
+		{"a common version the entries contradict is no agreement", sv("apps/v1", "apps/v1beta2", "apps/v1"), &Encoding{Reported: sorted(v1, v1beta2), Disagreement: apart}},
 		{"a garbled entry is ignored", sv("apps/v1", "apps/v1", "a/b/c"), &Encoding{Common: v1, Reported: []string{v1}}},
 	}
 	for _, tt := range tests {

@@ -98,6 +98,14 @@ type StorageStateStatus struct {
 	// +kubebuilder:validation:MaxLength=64
 	CurrentStorageVersionRevision string `json:"currentStorageVersionRevision,omitempty"`
 
+	// ServersDisagree, while CurrentStorageVersionHash is "Unknown"
+	// because svm cannot tell that every API server stores the resource in
+	// one version, says which server reports which version, or which could
+	// not be read and how to have it read. Empty when they agree.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	ServersDisagree string `json:"serversDisagree,omitempty"`
+
 	// LastHeartbeatTime is the last time svm checked the resource's storage
 	// version and updated this status.
 	// +optional
