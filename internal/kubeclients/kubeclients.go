@@ -105,12 +105,12 @@ func NewDiscovery(cfg *rest.Config, httpClient *http.Client) (*discovery.Discove
 type Endpoints struct {
 	cfg     *rest.Config
 	mu      sync.Mutex
-	clients map[string]rest.Interface
+	clients map[string]*discovery.DiscoveryClient
 }
 
 // NewEndpoints returns the Endpoints of cfg's credentials.
 func NewEndpoints(cfg *rest.Config) *Endpoints {
-	return &Endpoints{cfg: cfg, clients: map[string]rest.Interface{}}
+	return &Endpoints{cfg: cfg, clients: map[string]*discovery.DiscoveryClient{}}
 }
 
 // Host is the address cfg names, the API server a client reaches when
@@ -120,10 +120,21 @@ func (e *Endpoints) Host() string { return e.cfg.Host }
 // For is the client of the API server at endpoint (https://host:port),
 // for requests outside the API groups, such as /metrics.
 func (e *Endpoints) For(endpoint string) (rest.Interface, error) {
+	d, err := e.DiscoveryFor(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	return d.RESTClient(), nil
+}
+
+// DiscoveryFor is the discovery client of the API server at endpoint,
+// reading the per-group-version documents (which carry storage version
+// hashes), like Set's.
+func (e *Endpoints) DiscoveryFor(endpoint string) (*discovery.DiscoveryClient, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if c, ok := e.clients[endpoint]; ok {
-		return c, nil
+	if d, ok := e.clients[endpoint]; ok {
+		return d, nil
 	}
 	cfg := rest.CopyConfig(e.cfg)
 	cfg.Host = endpoint
@@ -133,8 +144,9 @@ func (e *Endpoints) For(endpoint string) (rest.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build a client of %s: %w", endpoint, err)
 	}
-	e.clients[endpoint] = d.RESTClient()
-	return d.RESTClient(), nil
+	d.UseLegacyDiscovery = true
+	e.clients[endpoint] = d
+	return d, nil
 }
 
 var sets, discoveries atomic.Int64

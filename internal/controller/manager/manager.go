@@ -214,6 +214,7 @@ func (o *Config) setUpTrigger(ctx context.Context, b *controllerBase, betaServed
 	if o.StorageVersionAPI {
 		t.StorageVersions = b.clients.Kube
 	}
+	t.Leases, t.Servers, t.Endpoints = b.clients.Kube.CoordinationV1(), b.clients.Servers, o.APIServerEndpoints
 	if err := t.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up trigger: %w", err)
 	}

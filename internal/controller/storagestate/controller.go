@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
+	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -40,6 +41,7 @@ import (
 	"github.com/svm-project/svm/internal/controller/round"
 	"github.com/svm-project/svm/internal/fingerprint"
 	"github.com/svm-project/svm/internal/health"
+	"github.com/svm-project/svm/internal/kubeclients"
 	"github.com/svm-project/svm/internal/metrics"
 	"github.com/svm-project/svm/internal/trigger"
 )
@@ -62,6 +64,7 @@ const FieldManager = "svm-trigger"
 // +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,verbs=list;watch
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions/status,verbs=update
 // +kubebuilder:rbac:groups=internal.apiserver.k8s.io,resources=storageversions,verbs=list;watch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=list,namespace=kube-system
 
 // Controller is the triggering controller. It runs with leadership.
 type Controller struct {
@@ -114,6 +117,16 @@ type Controller struct {
 	// decides on every change, and trusts their common encoding version
 	// over discovery (one API server's view).
 	StorageVersions kubernetes.Interface
+	// Leases, Servers and Endpoints, where the StorageVersion API is not
+	// watched, find every API server (its identity lease) and read each
+	// one's own discovery (at Endpoints, the addresses given with
+	// --apiserver-endpoints, else the kubeconfig's and the ones leases
+	// publish) when more than one runs: a built-in resource is migrated to
+	// a version only once every server reports it. Without them, discovery
+	// through the kubeconfig's address is trusted.
+	Leases    coordinationv1.LeasesGetter
+	Servers   *kubeclients.Endpoints
+	Endpoints []string
 	// Epochs is what svm has seen of each CRD's generations
 	// (internal/fingerprint), shared with the migration controller's
 	// guard: a spec change seen that leaves the storage version alone is
@@ -140,6 +153,10 @@ type Controller struct {
 	// storageVersions holds the StorageVersion objects, nil when the API
 	// is not served (or not asked for).
 	storageVersions toolscache.Store
+	// serverViews is what every API server's own discovery said of each
+	// built-in resource at the last discovery round; nil when svm did
+	// not ask each one (lookAtServers).
+	serverViews map[schema.GroupResource]*trigger.Encoding
 	// retries holds the retry each resource was last seen waiting for,
 	// so that its event is recorded once, not every round.
 	retries map[schema.GroupResource]string

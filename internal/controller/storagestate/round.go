@@ -38,6 +38,11 @@ func (c *Controller) round(ctx context.Context, discover bool) time.Duration {
 		log.Error(err, "Reading the cluster failed; nothing is concluded this round")
 		return 0
 	}
+	if discover {
+		// Between discovery rounds, the servers are taken to say what
+		// they said at the last.
+		c.serverViews = c.lookAtServers(ctx, seen.hashes, snap)
+	}
 	if c.MigrateUnhashed {
 		c.migrateOnce(ctx, seen.unhashed, snap.all)
 	}
@@ -145,10 +150,14 @@ func (c *Controller) decide(ctx context.Context, gr schema.GroupResource, observ
 	now := c.Clock.Now()
 	state, crd, migrations := snap.states[gr], snap.crds[gr], snap.migrations[gr]
 	sv := c.storageVersion(gr)
+	encoding := c.encoding(gr, sv)
+	if encoding == nil && crd == nil {
+		encoding = c.serverViews[gr]
+	}
 	d := trigger.Decide(trigger.Input{
 		Now: now, Observed: observed, State: state, Migrations: migrations,
 		RetryBase: c.RetryBase, RetryMax: c.RetryMax, CRD: crdStorage(crd),
-		Encoding: c.encoding(gr, sv), Fingerprint: c.fingerprint(state, migrations, crd, sv),
+		Encoding: encoding, Fingerprint: c.fingerprint(state, migrations, crd, sv),
 		SettleDelay: c.SettleDelay, DrainMargin: c.DrainMargin,
 	})
 	requeue, err := c.apply(ctx, gr, state, crd, migrations, d)
