@@ -261,6 +261,9 @@ func writeStorageStates(b *strings.Builder, r *Report) {
 			writeWrapped(b, fmt.Sprintf("%s: storedVersions not pruned since %s (%s, migration %s): %s",
 				s.Name, timeCell(now, h.Since), h.Reason, h.Migration, oneLine(h.Message)))
 		}
+		if d := s.ServersDisagree; d != "" {
+			writeWrapped(b, fmt.Sprintf("%s: not migrated until every API server is known to store it in one version: %s", s.Name, oneLine(d)))
+		}
 	}
 }
 

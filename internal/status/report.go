@@ -191,6 +191,10 @@ type StorageState struct {
 	// PruneHeld, the StorageState's status.pruneHeld, says why svm keeps
 	// versions in the CRD's storedVersions that no object is stored in.
 	PruneHeld *migrationv1alpha1.PruneHold `json:"pruneHeld,omitempty"`
+	// ServersDisagree, the StorageState's status.serversDisagree, says
+	// which API server stores the resource in which version, or which
+	// could not be read, while svm cannot tell that they agree.
+	ServersDisagree string `json:"serversDisagree,omitempty"`
 }
 
 // Input is what Build needs: the objects as listed, and when.
@@ -369,6 +373,7 @@ func storageState(s *migrationv1alpha1.StorageState) StorageState {
 		row.LastHeartbeatTime = s.Status.LastHeartbeatTime.DeepCopy()
 	}
 	row.PruneHeld = s.Status.PruneHeld.DeepCopy()
+	row.ServersDisagree = s.Status.ServersDisagree
 	return row
 }
 

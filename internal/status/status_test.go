@@ -186,6 +186,17 @@ var (
 			Message: "100 managedFields entries still name a version to be pruned (Denied 100): server-side apply on their objects would fail once it is removed from the CRD."})
 )
 
+// stateDisagree: a rolling upgrade half done, seen through each server's
+// discovery.
+var stateDisagree = disagreeing(newStorageState("resource.k8s.io", "deviceclasses", migrationv1alpha1.UnknownStorageVersionHash,
+	[]string{"2aZRmHGbgnw=", "fQnA4QUCmOc="}, 20*time.Second),
+	"API servers store it in different versions: storage version hash 2aZRmHGbgnw= on https://10.0.0.11:6443; storage version hash fQnA4QUCmOc= on https://10.0.0.12:6443 (apiserver-w3vfbx7q2hzn5oyd6kjc4tmra4)")
+
+func disagreeing(s migrationv1alpha1.StorageState, message string) migrationv1alpha1.StorageState {
+	s.Status.ServersDisagree = message
+	return s
+}
+
 func held(s migrationv1alpha1.StorageState, h *migrationv1alpha1.PruneHold) migrationv1alpha1.StorageState {
 	s.Status.PruneHeld = h
 	return s
@@ -353,6 +364,8 @@ func TestStatusGolden(t *testing.T) {
 			InTreeMigrations: []storagemigrationv1.StorageVersionMigration{inTreeDelegated}}},
 		{name: "storage-states", in: Input{Now: now, SVMServed: true,
 			StorageStates: []migrationv1alpha1.StorageState{stateUnknown, stateMigrated, stateChanged, stateManyHashes, stateBothUnknown}}},
+		{name: "storage-states-servers-disagree", in: Input{Now: now, SVMServed: true,
+			StorageStates: []migrationv1alpha1.StorageState{stateMigrated, stateDisagree}}},
 		{name: "empty-cluster", in: Input{Now: now, SVMServed: true, InTreeServed: true}},
 		{name: "svm-not-installed", in: Input{Now: now, InTreeServed: true,
 			// Whatever was passed for svm's API is ignored when it is not served.
