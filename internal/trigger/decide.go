@@ -79,6 +79,11 @@ type Input struct {
 	// server keeps the old storage for the requests in flight, up to
 	// twice its request timeout).
 	SettleDelay, DrainMargin time.Duration
+	// ServersBehind, for a custom resource, says which API servers' own
+	// discovery still reports another storage version than its CRD's
+	// (ServersBehind): the settle has not ended, whatever the delay, and
+	// the wait for it and the drain margin count from when none is.
+	ServersBehind string
 }
 
 // Encoding is what the API servers say together about one resource: the
@@ -219,9 +224,16 @@ func decide(in Input) Decision {
 		status.LastHeartbeatTime = metaTime(in.Now)
 		d.Status = status
 	}
-	if status.ServersDisagree != "" {
+	if status.ServersDisagree != in.ServersBehind {
 		// The servers agree again, or svm no longer asks each one.
-		status.ServersDisagree = ""
+		status.ServersDisagree = in.ServersBehind
+		d.Status = status
+	}
+	if in.CRD != nil && in.ServersBehind != "" {
+		// A server still writes the storage before: the settle starts
+		// over, and no migration made before now vouches for the storage.
+		status.CurrentStorageVersionSince = ptrTime(in.Now)
+		status.CurrentStorageVersionRevision = ""
 		d.Status = status
 	}
 	if current != nil && *current != status.CurrentStorageVersionHash {

@@ -59,6 +59,17 @@ func changed(st *migrationv1alpha1.StorageStateStatus, since time.Time) *migrati
 }
 
 // seen is s with its current hash first seen at since.
+// behind is st saying that servers disagree, or are behind a CRD.
+func behind(st *migrationv1alpha1.StorageStateStatus, message string) *migrationv1alpha1.StorageStateStatus {
+	st.ServersDisagree = message
+	return st
+}
+
+func withBehind(s *migrationv1alpha1.StorageState, message string) *migrationv1alpha1.StorageState {
+	behind(&s.Status, message)
+	return s
+}
+
 func seen(s *migrationv1alpha1.StorageState, since time.Time) *migrationv1alpha1.StorageState {
 	changed(&s.Status, since)
 	return s
@@ -302,6 +313,18 @@ func TestDecide(t *testing.T) {
 			name: "settled: migrate",
 			in:   Input{Now: t0.Add(30 * time.Second), State: seen(state(t0, "B", "A", "B"), t0), CRD: &CRDStorage{Generation: 2}, SettleDelay: 30 * time.Second},
 			want: Decision{CreateMigrationFor: ptr("B"), RecordRevision: true},
+		},
+		{
+			name: "the settle delay passed but a server still reports the storage before: the settle starts over",
+			in: Input{Now: t0.Add(30 * time.Second), State: seen(state(t0, "B", "A", "B"), t0), CRD: &CRDStorage{Generation: 2, StorageHash: "B"},
+				SettleDelay: 30 * time.Second, ServersBehind: "b reports A"},
+			want: Decision{Status: behind(changed(status(t0, "B", "A", "B"), t0.Add(30*time.Second)), "b reports A"), RequeueAfter: 30 * time.Second},
+		},
+		{
+			name: "every server took the CRD's storage up: settled, migrate",
+			in: Input{Now: t0.Add(30 * time.Second), State: withBehind(seen(state(t0, "B", "A", "B"), t0), "b reports A"),
+				CRD: &CRDStorage{Generation: 2, StorageHash: "B"}, SettleDelay: 30 * time.Second},
+			want: Decision{Status: changed(status(t0, "B", "A", "B"), t0), CreateMigrationFor: ptr("B"), RecordRevision: true},
 		},
 		{
 			name: "a state from before svm recorded when the hash was seen is settled",

@@ -134,3 +134,22 @@ func truncate(s string, n int) string {
 	}
 	return s[:cut] + more
 }
+
+// ServersBehind says which API servers, read at their own addresses, still
+// report another storage version hash for a custom resource than its
+// CRD's storage version (storageHash): they have not taken up the CRD's
+// change yet, and go on writing the old version. "" when none does. A
+// server not read, or not serving the resource, is not taken to be
+// behind: the settle delay alone then covers it, as with one server.
+func ServersBehind(storageHash string, views []ServerView) string {
+	var behind []string
+	for _, v := range views {
+		if v.Err == "" && v.Own && v.Hash != "" && v.Hash != storageHash {
+			behind = append(behind, fmt.Sprintf("%s reports storage version hash %s", v.Server, v.Hash))
+		}
+	}
+	if len(behind) == 0 {
+		return ""
+	}
+	return truncate(fmt.Sprintf("API servers have not all taken up the CRD's storage version (hash %s): %s", storageHash, strings.Join(behind, "; ")), maxDisagreement)
+}

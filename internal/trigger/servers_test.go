@@ -125,3 +125,25 @@ func TestDecideOnServersViews(t *testing.T) {
 			got.CurrentStorageVersionHash, got.PersistedStorageVersionHashes, got.ServersDisagree, new)
 	}
 }
+
+func TestServersBehind(t *testing.T) {
+	tests := []struct {
+		name  string
+		views []ServerView
+		want  string // what the message names; "" for none
+	}{
+		{"every server took it up", []ServerView{{Server: "a", Own: true, Hash: "B"}, {Server: "b", Own: true, Hash: "B"}}, ""},
+		{"one still reports the storage before", []ServerView{{Server: "a", Own: true, Hash: "B"}, {Server: "b", Own: true, Hash: "A"}}, "b reports storage version hash A"},
+		{"a server not read is left to the settle delay", []ServerView{{Server: "a", Own: true, Hash: "B"}, {Server: "b", Own: true, Err: "timeout"}}, ""},
+		{"a load balancer's answer may be any server's", []ServerView{{Server: "a", Own: true, Hash: "B"}, {Server: "lb", Hash: "A"}}, ""},
+		{"a server that does not serve it yet writes none of it", []ServerView{{Server: "a", Own: true, Hash: "B"}, {Server: "b", Own: true}}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ServersBehind("B", tt.views)
+			if (got == "") != (tt.want == "") || !strings.Contains(got, tt.want) {
+				t.Errorf("ServersBehind = %q, want one naming %q", got, tt.want)
+			}
+		})
+	}
+}

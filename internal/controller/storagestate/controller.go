@@ -153,10 +153,9 @@ type Controller struct {
 	// storageVersions holds the StorageVersion objects, nil when the API
 	// is not served (or not asked for).
 	storageVersions toolscache.Store
-	// serverViews is what every API server's own discovery said of each
-	// built-in resource at the last discovery round; nil when svm did
-	// not ask each one (lookAtServers).
-	serverViews map[schema.GroupResource]*trigger.Encoding
+	// servers is what every API server's own discovery said at the last
+	// discovery round; nil when svm did not ask each one (lookAtServers).
+	servers *serverReads
 	// retries holds the retry each resource was last seen waiting for,
 	// so that its event is recorded once, not every round.
 	retries map[schema.GroupResource]string

@@ -41,17 +41,30 @@ func (c *Controller) round(ctx context.Context, discover bool) time.Duration {
 	if discover {
 		// Between discovery rounds, the servers are taken to say what
 		// they said at the last.
-		c.serverViews = c.lookAtServers(ctx, seen.hashes, snap)
+		c.servers = c.lookAtServers(ctx, snap)
 	}
 	if c.MigrateUnhashed {
 		c.migrateOnce(ctx, seen.unhashed, snap.all)
 	}
 	var next time.Duration
+	behind := false
 	for gr, hash := range seen.withStates(snap.states) {
-		next = sooner(next, c.decide(ctx, gr, hash, snap))
+		wait, waitsForServers := c.decide(ctx, gr, hash, snap)
+		next = sooner(next, wait)
+		behind = behind || waitsForServers
+	}
+	if behind {
+		// Only discovery tells when every server has taken up a CRD's
+		// change: look again soon, not at the next Interval.
+		c.rediscover.Store(true)
+		next = sooner(next, lookAgain)
 	}
 	return next
 }
+
+// lookAgain is how soon the trigger reads every API server's discovery
+// again while one has not taken up a CRD's storage version.
+const lookAgain = 5 * time.Second
 
 // observation is what one discovery found: the storage version hash of
 // every resource that reports one, and the resources that report none.
@@ -145,28 +158,32 @@ func (c *Controller) readCluster(ctx context.Context) (*snapshot, error) {
 
 // decide decides for one resource, given its discovered hash (nil when
 // unknown this round), and applies the decision. It returns when to
-// decide again, 0 when only a change or the next discovery calls for it.
-func (c *Controller) decide(ctx context.Context, gr schema.GroupResource, observed *string, snap *snapshot) time.Duration {
+// decide again, 0 when only a change or the next discovery calls for it,
+// and whether an API server has not taken up its CRD's storage version.
+func (c *Controller) decide(ctx context.Context, gr schema.GroupResource, observed *string, snap *snapshot) (time.Duration, bool) {
 	now := c.Clock.Now()
 	state, crd, migrations := snap.states[gr], snap.crds[gr], snap.migrations[gr]
 	sv := c.storageVersion(gr)
-	encoding := c.encoding(gr, sv)
-	if encoding == nil && crd == nil {
-		encoding = c.serverViews[gr]
-	}
-	d := trigger.Decide(trigger.Input{
+	in := trigger.Input{
 		Now: now, Observed: observed, State: state, Migrations: migrations,
 		RetryBase: c.RetryBase, RetryMax: c.RetryMax, CRD: crdStorage(crd),
-		Encoding: encoding, Fingerprint: c.fingerprint(state, migrations, crd, sv),
+		Encoding: c.encoding(gr, sv), Fingerprint: c.fingerprint(state, migrations, crd, sv),
 		SettleDelay: c.SettleDelay, DrainMargin: c.DrainMargin,
-	})
+	}
+	switch {
+	case in.CRD != nil:
+		in.ServersBehind = c.servers.behind(gr, in.CRD.StorageHash)
+	case in.Encoding == nil:
+		in.Encoding = c.servers.encoding(gr)
+	}
+	d := trigger.Decide(in)
 	requeue, err := c.apply(ctx, gr, state, crd, migrations, d)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Apply trigger decision", "resource", gr)
 	}
 	c.noteRetry(gr, state, d, now)
 	c.notePruneHeld(gr, state, d)
-	return sooner(d.RequeueAfter, requeue)
+	return sooner(d.RequeueAfter, requeue), in.ServersBehind != ""
 }
 
 // fingerprint reads the fingerprint of a resource with CRD crd and

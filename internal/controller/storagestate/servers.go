@@ -24,41 +24,63 @@ type serverDiscovery struct {
 	err    error
 }
 
+// serverReads is what every API server's own discovery said at one
+// discovery round, and how many API servers held live identity leases.
+type serverReads struct {
+	live  int
+	reads []serverDiscovery
+}
+
 // lookAtServers reads every API server's own discovery, where no
 // StorageVersion object says what they store the built-in resources in
 // and more than one API server runs (or a StorageState still says that
 // they disagreed: the round that sees them agree again must be decided
-// the same way), and puts together what they say of each built-in
-// resource. Discovery through the kubeconfig's address is one server's
-// view: during a rolling upgrade another may still write the old
-// version, and a migration then would leave its writes behind while the
-// StorageState says they are gone. It returns nil when it does not ask
-// each server; the trigger then trusts discovery as before.
-func (c *Controller) lookAtServers(ctx context.Context, observed map[schema.GroupResource]*string, snap *snapshot) map[schema.GroupResource]*trigger.Encoding {
+// the same way). Discovery through the kubeconfig's address is one
+// server's view: during a rolling upgrade another may still write the
+// old version, and a migration then would leave its writes behind while
+// the StorageState says they are gone. It returns nil when it does not
+// ask each server; the trigger then trusts discovery as before.
+func (c *Controller) lookAtServers(ctx context.Context, snap *snapshot) *serverReads {
 	if c.storageVersions != nil || c.Leases == nil || c.Servers == nil {
 		return nil
 	}
-	log := klog.FromContext(ctx)
 	ids, err := apiservers.Identities(ctx, c.Leases, c.Clock.Now())
 	if err != nil {
-		log.Error(err, "API servers not known from their identity leases; storage versions of built-in resources come from discovery alone")
+		klog.FromContext(ctx).Error(err, "API servers not known from their identity leases; storage versions come from discovery alone")
 		return nil
 	}
 	if len(ids) < 2 && !anyDisagree(snap.states) {
 		return nil
 	}
-	reads := c.readServers(ids)
-	out := map[schema.GroupResource]*trigger.Encoding{}
-	for _, gr := range builtIns(observed, reads, snap) {
-		views := make([]trigger.ServerView, 0, len(reads))
-		for _, r := range reads {
-			views = append(views, r.view(gr))
-		}
-		if e := trigger.EncodingOfServers(len(ids), views); e != nil {
-			out[gr] = e
-		}
+	return &serverReads{live: len(ids), reads: c.readServers(ids)}
+}
+
+// views is what each server said of gr.
+func (s *serverReads) views(gr schema.GroupResource) []trigger.ServerView {
+	views := make([]trigger.ServerView, 0, len(s.reads))
+	for _, r := range s.reads {
+		views = append(views, r.view(gr))
 	}
-	return out
+	return views
+}
+
+// encoding is what the servers say together of the built-in resource gr,
+// nil when svm does not ask each one or none serves gr.
+func (s *serverReads) encoding(gr schema.GroupResource) *trigger.Encoding {
+	if s == nil {
+		return nil
+	}
+	return trigger.EncodingOfServers(s.live, s.views(gr))
+}
+
+// behind says which servers still report another storage version hash for
+// the custom resource gr than its CRD's, storageHash; "" when none does or
+// svm does not ask each one.
+func (s *serverReads) behind(gr schema.GroupResource, storageHash string) string {
+	if s == nil || storageHash == "" {
+		return ""
+	}
+	return trigger.ServersBehind(storageHash, s.views(gr))
 }
 
 // readServers reads the discovery of every API server at its own address
@@ -119,31 +141,6 @@ func (r serverDiscovery) view(gr schema.GroupResource) trigger.ServerView {
 		v.Err = "discovery failed for group " + gr.Group
 	}
 	return v
-}
-
-// builtIns are the resources discovered through any address, with a
-// storage version hash, that no CRD serves: a custom resource's storage
-// version is its CRD's, which every server reads from etcd.
-func builtIns(observed map[schema.GroupResource]*string, reads []serverDiscovery, snap *snapshot) []schema.GroupResource {
-	var out []schema.GroupResource
-	seen := map[schema.GroupResource]bool{}
-	add := func(gr schema.GroupResource) {
-		if _, crd := snap.crds[gr]; !crd && !seen[gr] {
-			seen[gr] = true
-			out = append(out, gr)
-		}
-	}
-	for gr := range observed {
-		add(gr)
-	}
-	for _, r := range reads {
-		for gr, hash := range r.hashes {
-			if hash != "" {
-				add(gr)
-			}
-		}
-	}
-	return out
 }
 
 // anyDisagree reports whether a StorageState says that the API servers
