@@ -454,6 +454,17 @@ func (f *facts) seen(groupVersions []string) []schema.GroupVersion {
 	return seen
 }
 
+// stateDisagreement is what the StorageState says of API servers that
+// may store the resource in different versions, "" when it says nothing.
+// A StorageVersion object, read now, says it better than svm's record of
+// its last look (svm may have stopped since).
+func (f *facts) stateDisagreement() string {
+	if f.state == nil || f.sv != nil {
+		return ""
+	}
+	return f.state.Status.ServersDisagree
+}
+
 // stored joins every record of what may be stored. It fills in res what
 // the records say beyond versions: Unknown, unresolved hashes, the API
 // servers and whether they disagree.
@@ -510,6 +521,13 @@ func (f *facts) stored(res *Resource, seen, decodes []schema.GroupVersion) (stor
 		if res.ServersDisagree {
 			res.Reasons = append(res.Reasons, disagreement(f.gr.Group, encodings))
 		}
+	}
+	if d := f.stateDisagreement(); d != "" && !res.ServersDisagree {
+		// Without the StorageVersion API, svm's trigger read each API
+		// server's discovery and found them apart (or could not read
+		// them all): no retirement is safe until they agree.
+		res.ServersDisagree = true
+		res.Reasons = append(res.Reasons, "API servers may write different versions (svm's StorageState): "+d)
 	}
 	if res.AnyVersion {
 		for _, gv := range seen {

@@ -24,8 +24,10 @@ var (
 	widgetV1 = resources.StorageVersionHash("example.com", "v1", "Widget")
 	widgetV2 = resources.StorageVersionHash("example.com", "v2", "Widget")
 	deployV1 = resources.StorageVersionHash("apps", "v1", "Deployment")
-	crdHash  = resources.StorageVersionHash("apiextensions.k8s.io", "v1beta1", "CustomResourceDefinition")
-	secretV1 = resources.StorageVersionHash("", "v1", "Secret")
+	// deployV1beta2 is what a server of an older release would store.
+	deployV1beta2 = resources.StorageVersionHash("apps", "v1beta2", "Deployment")
+	crdHash       = resources.StorageVersionHash("apiextensions.k8s.io", "v1beta1", "CustomResourceDefinition")
+	secretV1      = resources.StorageVersionHash("", "v1", "Secret")
 
 	crds    = schema.GroupResource{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}
 	gadgets = schema.GroupResource{Group: "example.com", Resource: "gadgets"}
@@ -387,6 +389,19 @@ func TestCheck(t *testing.T) {
 		wantStored:  map[string][]Source{},
 		wantAny:     true,
 		wantReasons: []string{"the StorageState lists Unknown and svm sees no version of the resource"},
+	}, {
+		name: "svm's StorageState says the servers' discovery disagrees (no StorageVersion API): no retirement offered",
+		in: cluster(target("deployments.apps=v1"), func() migrationv1alpha1.StorageState {
+			s := state(deployments, unknownHash, deployV1beta2, deployV1)
+			s.Status.ServersDisagree = "API servers store it in different versions: storage version hash " + deployV1beta2 + " on https://10.0.0.12:6443"
+			return s
+		}()),
+		want:         VerdictUnsafe,
+		wantStored:   map[string][]Source{"apps/v1beta2": {SourceStorageState}, "apps/v1": {SourceDiscovery, SourceStorageState, SourceStorageStateUnknown}},
+		wantNot:      []string{"apps/v1beta2"},
+		wantAny:      true,
+		wantDisagree: true,
+		wantReasons:  []string{"the target cannot decode v1beta2", "API servers may write different versions (svm's StorageState): API servers store it in different versions"},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -410,6 +425,9 @@ func TestCheck(t *testing.T) {
 			}
 			if got.AnyVersion != tt.wantAny || got.ServersDisagree != tt.wantDisagree {
 				t.Errorf("anyVersion %v, serversDisagree %v; want %v, %v", got.AnyVersion, got.ServersDisagree, tt.wantAny, tt.wantDisagree)
+			}
+			if got.ServersDisagree && len(got.Fix) > 0 {
+				t.Errorf("fix %q while the API servers disagree: a retirement now would leave behind what the old ones write", got.Fix)
 			}
 			all := strings.Join(got.Reasons, " | ")
 			at := 0
@@ -540,5 +558,20 @@ func TestCheckIsOrderIndependent(t *testing.T) {
 		if diff := cmp.Diff(want, Check(in)); diff != "" {
 			t.Errorf("%s: reversed input changes the report (-want +got):\n%s", name, diff)
 		}
+	}
+}
+
+// TestStorageVersionObjectOverrulesARecordedDisagreement: svm recorded
+// that the servers disagreed and stopped; the StorageVersion API, read
+// now, says they agree, so the retirement that fixes the resource is
+// offered.
+func TestStorageVersionObjectOverrulesARecordedDisagreement(t *testing.T) {
+	s := state(deployments, unknownHash, deployV1beta2, deployV1)
+	s.Status.ServersDisagree = "API servers encode it in different versions (StorageVersion API): apiserver-a in apps/v1, apiserver-b in apps/v1beta2"
+	in := cluster(target("deployments.apps=v1"), s,
+		storageVersion("apps.deployments", server("apiserver-a", "apps/v1", "apps/v1", "apps/v1beta2"), server("apiserver-b", "apps/v1", "apps/v1", "apps/v1beta2")))
+	got := Check(in).Resources[0]
+	if got.ServersDisagree || got.Verdict != VerdictUnsafe || len(got.Fix) == 0 {
+		t.Errorf("serversDisagree %v, verdict %s, fix %q; want no disagreement, unsafe, a retirement offered (reasons %q)", got.ServersDisagree, got.Verdict, got.Fix, got.Reasons)
 	}
 }
