@@ -80,9 +80,11 @@ type Input struct {
 	// twice its request timeout).
 	SettleDelay, DrainMargin time.Duration
 	// ServersBehind, for a custom resource, says which API servers' own
-	// discovery still reports another storage version than its CRD's
-	// (ServersBehind): the settle has not ended, whatever the delay, and
-	// the wait for it and the drain margin count from when none is.
+	// discovery still reports another storage version than its CRD's (as
+	// the function ServersBehind puts it); "" when none does or svm does
+	// not read each server. While one does, the settle has not ended,
+	// whatever the delay: the wait for it and the drain margin count from
+	// when none does.
 	ServersBehind string
 }
 
@@ -157,11 +159,12 @@ func Decide(in Input) Decision {
 // recordRevision asks d, which creates a migration, to record the etcd
 // revision from which every object written is stored in the current
 // version, when that is known and not yet recorded. It is known when the
-// StorageVersion API reports the servers' common encoding version (Decide
-// creates no migration while they disagree), and for a custom resource,
-// whose migration waits out the settle delay for every server to see its
-// CRD. Discovery alone is one API server's view: another may still write
-// the old version.
+// StorageVersion API, or every running server's own discovery, reports
+// the servers' common encoding version (Decide creates no migration while
+// they disagree), and for a custom resource, whose migration waits out the
+// settle delay for every server to see its CRD. Discovery through one
+// address alone is one API server's view: another may still write the old
+// version.
 func recordRevision(in Input, d *Decision) {
 	if in.Encoding == nil && in.CRD == nil {
 		return
@@ -225,7 +228,8 @@ func decide(in Input) Decision {
 		d.Status = status
 	}
 	if status.ServersDisagree != in.ServersBehind {
-		// The servers agree again, or svm no longer asks each one.
+		// What the state said of the servers no longer holds: they agree
+		// again, svm no longer reads each one, or (a CRD) others lag.
 		status.ServersDisagree = in.ServersBehind
 		d.Status = status
 	}
@@ -551,7 +555,7 @@ func (in Input) start(d Decision, hash string) Decision {
 // version is unknown, and a migration now would leave behind whatever the
 // servers still on the old version write. svm's migrations of the resource
 // stop; a new one starts when the servers agree (the current hash then
-// changes from Unknown).
+// changes from Unknown). The state says which server reports what.
 func disagree(in Input) Decision {
 	var d Decision
 	status := &migrationv1alpha1.StorageStateStatus{PersistedStorageVersionHashes: []string{migrationv1alpha1.UnknownStorageVersionHash}}
