@@ -146,8 +146,9 @@ func expectOldVersionNotEmpty(t *testing.T, env *framework.Env, kubeconfig strin
 		t.Errorf("svm retire %s --dry-run says nothing may be stored in it while a server writes it: %s", name, out)
 	}
 	report := env.CheckRelease(t, kubeconfig, "1.39")
-	if r := findResource(report, deviceClasses); r.Verdict != upgrade.VerdictUnsafe {
-		t.Errorf("while a server writes v1beta2 check-upgrade --to 1.39 says %s for %s, want unsafe: %+v", r.Verdict, deviceClasses, r)
+	if r := findResource(report, deviceClasses); r.Verdict != upgrade.VerdictUnsafe || !r.ServersDisagree || len(r.Fix) > 0 {
+		t.Errorf("while a server writes v1beta2 check-upgrade --to 1.39 says %s for %s (servers disagree: %v, fix %q); want unsafe, the servers apart, no retirement offered: %+v",
+			r.Verdict, deviceClasses, r.ServersDisagree, r.Fix, r)
 	}
 }
 
