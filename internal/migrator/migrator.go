@@ -551,13 +551,8 @@ func classifyListError(gvr schema.GroupVersionResource, err error) error {
 // and returns once all are handled, so a saved continue token never skips an
 // object that was not handled.
 // held[i] is what items[i]'s managedFields held.
-//
-// A write that stops the migration stops the chunk (stop), not the writes
-// already sent: each of those ends and is counted, so that the counts say
-// what every write the API server may have carried out did, never fewer.
-// Only ctx, the caller's, ends them early.
 func (r *run) rewriteChunk(ctx context.Context, items []metav1.PartialObjectMetadata, held []held) error {
-	stop, cancel := context.WithCancelCause(ctx)
+	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	work := make(chan int)
 	var wg sync.WaitGroup
@@ -565,10 +560,6 @@ func (r *run) rewriteChunk(ctx context.Context, items []metav1.PartialObjectMeta
 	for range workers {
 		wg.Go(func() {
 			for i := range work {
-				if stop.Err() != nil {
-					// Handed out as the chunk stopped: not written.
-					continue
-				}
 				if err := r.rewrite(ctx, &items[i], held[i]); err != nil {
 					cancel(err)
 				}
@@ -588,14 +579,14 @@ feed:
 				continue feed
 			case <-ticker.C:
 				r.reportProgress()
-			case <-stop.Done():
+			case <-ctx.Done():
 				break feed
 			}
 		}
 	}
 	close(work)
 	wg.Wait()
-	return context.Cause(stop)
+	return context.Cause(ctx)
 }
 
 // rewrite writes one object back unchanged; h is what its managedFields
