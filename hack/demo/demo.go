@@ -304,21 +304,31 @@ func (d *demo) createWidgets(ctx context.Context) error {
 // report prints how many stored widgets etcd holds in each apiVersion,
 // read from the raw values, and returns the counts.
 func (d *demo) report(ctx context.Context) (map[string]int, error) {
-	resp, err := d.etcd.Get(ctx, etcdPrefix, clientv3.WithPrefix())
+	return d.census(ctx, etcdPrefix, "raw values in etcd under %s:", "objects", func(raw []byte) (string, error) {
+		v, err := etcdvalue.Inspect(raw)
+		return v.APIVersion, err
+	})
+}
+
+// census counts the raw values etcd holds under prefix by what label says
+// of each, prints the counts under the heading (of prefix), each followed
+// by unit, and returns them.
+func (d *demo) census(ctx context.Context, prefix, heading, unit string, label func(raw []byte) (string, error)) (map[string]int, error) {
+	resp, err := d.etcd.Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("read etcd: %w", err)
 	}
 	counts := map[string]int{}
 	for _, kv := range resp.Kvs {
-		v, err := etcdvalue.Inspect(kv.Value)
+		l, err := label(kv.Value)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", kv.Key, err)
 		}
-		counts[v.APIVersion]++
+		counts[l]++
 	}
-	d.say("raw values in etcd under %s:", etcdPrefix)
-	for _, v := range slices.Sorted(maps.Keys(counts)) {
-		d.say("  %s: %d objects", v, counts[v])
+	d.say(heading, prefix)
+	for _, l := range slices.Sorted(maps.Keys(counts)) {
+		d.say("  %s: %d %s", l, counts[l], unit)
 	}
 	return counts, nil
 }

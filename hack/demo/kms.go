@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -159,23 +158,13 @@ func (d *demo) createSecrets(ctx context.Context) error {
 // KMS v2 key ID, read from the raw values' envelopes, and returns the
 // counts by label (kms:v2:PROVIDER:KEYID).
 func (d *demo) reportKeys(ctx context.Context) (map[string]int, error) {
-	resp, err := d.etcd.Get(ctx, secretsPrefix, clientv3.WithPrefix())
-	if err != nil {
-		return nil, fmt.Errorf("read etcd: %w", err)
-	}
-	counts := map[string]int{}
-	for _, kv := range resp.Kvs {
-		label, e := etcdvalue.Label(kv.Value)
+	return d.census(ctx, secretsPrefix, "raw values in etcd under %s, by encryption and key ID:", "Secrets", func(raw []byte) (string, error) {
+		label, e := etcdvalue.Label(raw)
 		if e.KeyID != "" {
 			label += ":" + etcdvalue.QuoteKeyID(e.KeyID)
 		}
-		counts[label]++
-	}
-	d.say("raw values in etcd under %s, by encryption and key ID:", secretsPrefix)
-	for _, k := range slices.Sorted(maps.Keys(counts)) {
-		d.say("  %s: %d Secrets", k, counts[k])
-	}
-	return counts, nil
+		return label, nil
+	})
 }
 
 // secretData reads every demo Secret's data through the API server.
