@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strings"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -62,11 +61,15 @@ type Report struct {
 // Scrape reads the report of the API server at endpoint (an https URL),
 // through client, which reaches that server (kubeclients.Endpoints).
 func Scrape(ctx context.Context, client rest.Interface, endpoint string) (Report, error) {
-	raw, err := readMetrics(ctx, client, endpoint)
+	// Read as a stream, never whole: a server's metrics grow with the
+	// resources it serves (9 MB with a hundred CRDs), and Parse keeps
+	// only the lines of the few families it reads.
+	body, err := client.Get().AbsPath(metricsPath).Stream(ctx)
 	if err != nil {
-		return Report{}, err
+		return Report{}, metricsError(endpoint, err)
 	}
-	r, err := Parse(bytes.NewReader(raw))
+	defer body.Close()
+	r, err := Parse(body)
 	if err != nil {
 		return Report{}, fmt.Errorf("read %s%s: %w", endpoint, metricsPath, err)
 	}
@@ -78,14 +81,19 @@ func Scrape(ctx context.Context, client rest.Interface, endpoint string) (Report
 // client, which reaches that server (kubeclients.Endpoints).
 func readMetrics(ctx context.Context, client rest.Interface, endpoint string) ([]byte, error) {
 	raw, err := client.Get().AbsPath(metricsPath).DoRaw(ctx)
-	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
-		// The answer to a non-resource URL carries no Status to explain it.
-		return nil, fmt.Errorf("read %s%s: %s: reading it needs get on the non-resource URL %s", endpoint, metricsPath, apierrors.ReasonForError(err), metricsPath)
-	}
 	if err != nil {
-		return nil, fmt.Errorf("read %s%s: %w", endpoint, metricsPath, err)
+		return nil, metricsError(endpoint, err)
 	}
 	return raw, nil
+}
+
+// metricsError is the error of a failed read of endpoint's /metrics.
+func metricsError(endpoint string, err error) error {
+	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+		// The answer to a non-resource URL carries no Status to explain it.
+		return fmt.Errorf("read %s%s: %s: reading it needs get on the non-resource URL %s", endpoint, metricsPath, apierrors.ReasonForError(err), metricsPath)
+	}
+	return fmt.Errorf("read %s%s: %w", endpoint, metricsPath, err)
 }
 
 // Parse reads a report from an API server's metrics in the Prometheus
@@ -143,16 +151,18 @@ func parseFamilies(in io.Reader, names ...string) (map[string]*dto.MetricFamily,
 	s := bufio.NewScanner(in)
 	s.Buffer(make([]byte, 64*1024), maxMetricsLineBytes)
 	for s.Scan() {
-		line := s.Text()
+		// The line's bytes, not a string of them: most lines are passed
+		// over, and a string would be allocated for each.
+		line := s.Bytes()
 		name := line
-		if rest, ok := strings.CutPrefix(line, "# HELP "); ok {
+		if rest, ok := bytes.CutPrefix(line, []byte("# HELP ")); ok {
 			name = rest
-		} else if rest, ok := strings.CutPrefix(line, "# TYPE "); ok {
+		} else if rest, ok := bytes.CutPrefix(line, []byte("# TYPE ")); ok {
 			name = rest
 		}
 		for _, n := range names {
-			if strings.HasPrefix(name, n) && len(name) > len(n) && strings.ContainsRune(" {", rune(name[len(n)])) {
-				kept.WriteString(line)
+			if bytes.HasPrefix(name, []byte(n)) && len(name) > len(n) && (name[len(n)] == ' ' || name[len(n)] == '{') {
+				kept.Write(line)
 				kept.WriteByte('\n')
 				break
 			}
