@@ -6,8 +6,11 @@ import (
 
 	apiserverinternalv1alpha1 "k8s.io/api/apiserverinternal/v1alpha1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	apiserverinternalv1alpha1client "k8s.io/client-go/kubernetes/typed/apiserverinternal/v1alpha1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -42,6 +45,12 @@ type APIStorageGuard struct {
 	// Reader should read from the API server, not a cache: a cache that
 	// lags would hide the very change the guard looks for.
 	Reader client.Reader
+	// StorageVersions reads StorageVersion objects, from the API server
+	// too. It is a typed client, not Reader: where the API is not served
+	// (its feature gate is off by default), Reader's RESTMapper would
+	// answer every read by fetching discovery anew and rebuilding its
+	// mapping of every resource, twice per migration. nil reads none.
+	StorageVersions apiserverinternalv1alpha1client.StorageVersionsGetter
 	// Epochs is what svm has seen of each CRD's generations
 	// (internal/fingerprint), shared with the trigger, which reads the
 	// CRDs a second after each change: a spec change that leaves the
@@ -66,18 +75,33 @@ func (g APIStorageGuard) Fingerprint(ctx context.Context, gr schema.GroupResourc
 			g.learnState(ctx, gr)
 		}
 	}
-	var sv *apiserverinternalv1alpha1.StorageVersion
-	var svs apiserverinternalv1alpha1.StorageVersionList
-	err := g.Reader.List(ctx, &svs, client.MatchingFields{"metadata.name": resources.StorageVersionName(gr)})
-	switch {
-	case meta.IsNoMatchError(err):
-		// The StorageVersion API is not served: discovery alone.
-	case err != nil:
-		return Fingerprint{}, fmt.Errorf("read the StorageVersion of %s: %w", gr, err)
-	case len(svs.Items) > 0:
-		sv = &svs.Items[0]
+	sv, err := g.storageVersion(ctx, gr)
+	if err != nil {
+		return Fingerprint{}, err
 	}
 	return g.Epochs.Of(crd, sv), nil
+}
+
+// storageVersion reads gr's StorageVersion object, nil when there is none
+// or the API is not served (discovery alone then).
+func (g APIStorageGuard) storageVersion(ctx context.Context, gr schema.GroupResource) (*apiserverinternalv1alpha1.StorageVersion, error) {
+	if g.StorageVersions == nil {
+		return nil, nil
+	}
+	name := resources.StorageVersionName(gr)
+	svs, err := g.StorageVersions.StorageVersions().List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil // the StorageVersion API is not served
+	case err != nil:
+		return nil, fmt.Errorf("read the StorageVersion of %s: %w", gr, err)
+	}
+	for i := range svs.Items {
+		if svs.Items[i].Name == name {
+			return &svs.Items[i], nil
+		}
+	}
+	return nil, nil
 }
 
 // learnState teaches Epochs the fingerprint gr's StorageState records. A
