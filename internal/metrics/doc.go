@@ -67,6 +67,13 @@
 //     over any window and survives missed scrapes.
 //   - rate_limiter_wait_seconds (histogram): time each request waited for
 //     the --qps limiter, shared by all migrations of the process.
+//   - pacer_writes_in_flight (gauge): writes in flight at adaptive
+//     pacing's last decision, 0 when no migration runs. One pacer paces
+//     every migration of the process: its metrics have no resource label.
+//   - pacer_window (gauge): writes the pacer allows in flight.
+//   - pacer_smoothed_latency_seconds (gauge): recent average write time.
+//   - pacer_knee_writes (gauge): the knee the pacer measured.
+//   - pacer_decisions_total{decision} (counter): the pacer's decisions.
 //
 // Migration controller:
 //
@@ -109,6 +116,13 @@
 //     needed for it; 0 until then.
 //   - reencryptions_total{resource} (counter): re-encryption migrations
 //     svm created.
+//
+// History of finished migrations (storage_migrator_history_*):
+//
+//   - deleted_migrations_total{resource,status} (counter): finished
+//     migrations svm controller deleted beyond those its history limits
+//     keep (--succeeded-migrations-kept, --failed-migrations-kept), by
+//     status "succeeded" or "failed".
 //
 // Error reasons, from the API server's answer or the transport: "conflict",
 // "not_found", "gone", "throttled" (429), "timeout", "server_error" (other

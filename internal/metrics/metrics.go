@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,16 +72,18 @@ type Metrics struct {
 	migrations        *prometheus.CounterVec
 	migrationDuration *prometheus.HistogramVec
 	runningMigrations *prometheus.GaugeVec
+	// runs counts the migrations running in this process.
+	runs              atomic.Int64
 	listedObjects     *prometheus.GaugeVec
 	skippedObjects    *prometheus.CounterVec
 	failedObjects     *prometheus.CounterVec
 	retries           *prometheus.CounterVec
 	requests          *prometheus.CounterVec
 	limiterWait       prometheus.Histogram
-	pacerInFlight     *prometheus.GaugeVec
-	pacerWindow       *prometheus.GaugeVec
-	pacerLatency      *prometheus.GaugeVec
-	pacerKnee         *prometheus.GaugeVec
+	pacerInFlight     prometheus.Gauge
+	pacerWindow       prometheus.Gauge
+	pacerLatency      prometheus.Gauge
+	pacerKnee         prometheus.Gauge
 	pacerDecisions    *prometheus.CounterVec
 	admissionRefusals *prometheus.CounterVec
 
@@ -95,6 +98,8 @@ type Metrics struct {
 	encryptionServers   *prometheus.GaugeVec
 	encryptionRewritten *prometheus.GaugeVec
 	reencryptions       *prometheus.CounterVec
+
+	historyDeleted *prometheus.CounterVec
 }
 
 var _ migrator.Observer = (*Metrics)(nil)
@@ -142,16 +147,16 @@ func New() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}),
 
-		pacerInFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("pacer_writes_in_flight",
-			"Writes in flight of the running migration of a resource, at adaptive pacing's last decision.")), []string{"resource"}),
-		pacerWindow: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("pacer_window",
-			"Writes adaptive pacing allows in flight for the running migration of a resource.")), []string{"resource"}),
-		pacerLatency: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("pacer_smoothed_latency_seconds",
-			"Recent average time a write of the running migration of a resource took (weighted as TCP smooths round trips).")), []string{"resource"}),
-		pacerKnee: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("pacer_knee_writes",
-			"The fewest writes in flight of the running migration of a resource that got 0.95 of the best rate adaptive pacing measured; 0 while only the most writes tried get it.")), []string{"resource"}),
+		pacerInFlight: prometheus.NewGauge(prometheus.GaugeOpts(engine("pacer_writes_in_flight",
+			"Writes in flight of the migrations running in this process, at adaptive pacing's last decision; 0 when none runs."))),
+		pacerWindow: prometheus.NewGauge(prometheus.GaugeOpts(engine("pacer_window",
+			"Writes adaptive pacing allows in flight, for every migration running in this process together."))),
+		pacerLatency: prometheus.NewGauge(prometheus.GaugeOpts(engine("pacer_smoothed_latency_seconds",
+			"Recent average time a write of svm's migrations took (weighted as TCP smooths round trips)."))),
+		pacerKnee: prometheus.NewGauge(prometheus.GaugeOpts(engine("pacer_knee_writes",
+			"The fewest writes in flight that got 0.95 of the best rate adaptive pacing measured; 0 while only the most writes tried get it."))),
 		pacerDecisions: prometheus.NewCounterVec(prometheus.CounterOpts(engine("pacer_decisions_total",
-			"Decisions of adaptive pacing, by resource and decision: grow (only the most writes tried get the best rate, or a relief forgot the points; the window grows by half), knee (the window set around the measured knee), back-off (a 429, a surge or a failed write cut it), hold (under --qps, the rate needed fewer writes in flight than the window: the epoch measured the cap, and the window holds).")), []string{"resource", "decision"}),
+			"Decisions of adaptive pacing, by decision: grow (only the most writes tried get the best rate, or a relief forgot the points; the window grows by half), knee (the window set around the measured knee), back-off (a 429, a surge or a failed write cut it), hold (under --qps, the rate needed fewer writes in flight than the window: the epoch measured the cap, and the window holds).")), []string{"decision"}),
 
 		admissionRefusals: prometheus.NewCounterVec(prometheus.CounterOpts(engine("admission_refusals_total",
 			"Writes an admission webhook or policy refused, by resource, kind (Webhook, ValidatingAdmissionPolicy), name and then: written_through_status (the object was written through its status subresource instead) or failed.")), []string{"resource", "kind", "name", "then"}),
@@ -169,6 +174,8 @@ func New() *Metrics {
 			"managedFields entries naming a version to be pruned that hold the prune of the resource's CRD's status.storedVersions (StorageState status.pruneHeld), at svm's last look; 0 when none.")), []string{"resource"}),
 	}
 	addEncryption(m)
+	m.historyDeleted = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: "history", Name: "deleted_migrations_total",
+		Help: "Finished migrations svm deleted beyond those its history limits keep, by resource and status (succeeded or failed)."}, []string{"resource", "status"})
 	return m
 }
 
@@ -196,6 +203,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 		m.pacerInFlight, m.pacerWindow, m.pacerLatency, m.pacerKnee, m.pacerDecisions, m.admissionRefusals,
 		m.executor, m.discoveryPolls, m.discoveryErrors, m.stateTransitions, m.pruneHeld,
 		m.encryptionAgreed, m.encryptionServers, m.encryptionRewritten, m.reencryptions,
+		m.historyDeleted,
 	}
 }
 
@@ -219,6 +227,7 @@ func (m *Metrics) RunStarted(r schema.GroupResource) {
 	}
 	m.runningMigrations.WithLabelValues(label(r)).Inc()
 	m.listedObjects.WithLabelValues(label(r)).Set(0)
+	m.runs.Add(1)
 }
 
 // RunEnded implements migrator.Observer. Whatever the outcome, nothing of
@@ -230,7 +239,11 @@ func (m *Metrics) RunEnded(r schema.GroupResource, _ error) {
 	}
 	m.runningMigrations.WithLabelValues(label(r)).Dec()
 	m.remainingObjects.WithLabelValues(label(r)).Set(0)
-	m.pacerInFlight.WithLabelValues(label(r)).Set(0)
+	if m.runs.Add(-1) == 0 {
+		// The pacer reports only its decisions: with no run left, none
+		// would say that nothing is in flight.
+		m.pacerInFlight.Set(0)
+	}
 }
 
 // Listed implements migrator.Observer.
@@ -321,16 +334,17 @@ func (m *Metrics) LimiterWaited(_ schema.GroupResource, wait time.Duration) {
 	m.limiterWait.Observe(wait.Seconds())
 }
 
-// Paced implements migrator.Observer: every call is one decision.
-func (m *Metrics) Paced(r schema.GroupResource, s migrator.PacerState) {
+// Paced implements migrator.Observer: every call is one decision of the
+// process's one pacer.
+func (m *Metrics) Paced(s migrator.PacerState) {
 	if m == nil {
 		return
 	}
-	m.pacerInFlight.WithLabelValues(label(r)).Set(float64(s.InFlight))
-	m.pacerWindow.WithLabelValues(label(r)).Set(float64(s.Window))
-	m.pacerLatency.WithLabelValues(label(r)).Set(s.SmoothedLatency.Seconds())
-	m.pacerKnee.WithLabelValues(label(r)).Set(s.Knee)
-	m.pacerDecisions.WithLabelValues(label(r), string(s.Decision)).Inc()
+	m.pacerInFlight.Set(float64(s.InFlight))
+	m.pacerWindow.Set(float64(s.Window))
+	m.pacerLatency.Set(s.SmoothedLatency.Seconds())
+	m.pacerKnee.Set(s.Knee)
+	m.pacerDecisions.WithLabelValues(string(s.Decision)).Inc()
 }
 
 // MigrationFinished records a migration that ended for good with status
@@ -420,6 +434,16 @@ func (m *Metrics) ReencryptionCreated(r schema.GroupResource) {
 		return
 	}
 	m.reencryptions.WithLabelValues(label(r)).Inc()
+}
+
+// FinishedMigrationDeleted counts a finished migration of r that svm
+// deleted beyond its history limits; status is StatusSucceeded or
+// StatusFailed.
+func (m *Metrics) FinishedMigrationDeleted(r schema.GroupResource, status string) {
+	if m == nil {
+		return
+	}
+	m.historyDeleted.WithLabelValues(label(r), status).Inc()
 }
 
 func boolValue(b bool) float64 {

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime/schema"
-
 	"github.com/svm-project/svm/internal/migrator"
 	"github.com/svm-project/svm/test/framework"
 )
@@ -117,7 +115,7 @@ type paceDecision struct {
 }
 
 // Paced implements migrator.Observer.
-func (l *paceLog) Paced(_ schema.GroupResource, s migrator.PacerState) {
+func (l *paceLog) Paced(s migrator.PacerState) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.decisions = append(l.decisions, paceDecision{time.Now(), s})
