@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/svm-project/svm/internal/controller/history"
 	"github.com/svm-project/svm/internal/controller/manager"
 	"github.com/svm-project/svm/internal/intree"
 	"github.com/svm-project/svm/internal/kubeclients"
@@ -38,13 +39,14 @@ func newControllerCommand(configFlags *genericclioptions.ConfigFlags) *cobra.Com
 	}
 	o.Engine.addFlags(cmd.Flags())
 	fs := cmd.Flags()
-	fs.IntVar(&o.MaxParallel, "max-parallel", 1, "resources migrated at the same time")
+	fs.IntVar(&o.MaxParallel, "max-parallel", 4, "resources migrated at the same time, their writes paced together")
 	fs.StringVar(&o.Executor, "executor", string(intree.ExecutorAuto), "who rewrites the objects of svm's migrations: svm (its own engine), in-tree (kube-controller-manager's in-tree migrator, storagemigration.k8s.io/v1), or auto: in-tree when that API is served, kube-controller-manager holds a live lease and takes up a probe migration, svm otherwise; auto chooses again when that lease appears, stops being renewed or changes hands")
 	fs.DurationVar(&o.ExecutorRecheck, "executor-recheck-interval", 30*time.Second, "with --executor=auto, how often to look again at the kube-controller-manager lease the choice rests on")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect a leader so that only one replica migrates")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: in a pod, the pod's namespace; elsewhere kubectl's: --namespace, else the kubeconfig context's, else default)")
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", ":8080", "address of the metrics endpoint; 0 turns it off")
 	fs.StringVar(&o.HealthAddress, "health-probe-bind-address", ":8081", "address of the health and readiness endpoints; 0 turns them off")
+	fs.BoolVar(&o.Profiling, "profiling", false, "serve Go's profiles (net/http/pprof) under /debug/pprof/ on the metrics endpoint")
 	fs.BoolVar(&o.Trigger, "trigger", true, "keep StorageStates and start migrations when storage versions change")
 	fs.DurationVar(&o.TriggerInterval, "trigger-interval", 10*time.Minute, "time between discovery rounds of the trigger")
 	fs.DurationVar(&o.StaleAfter, "storage-state-stale-after", 10*time.Minute, "at start, StorageStates whose heartbeat is older are reset to Unknown")
@@ -57,6 +59,8 @@ func newControllerCommand(configFlags *genericclioptions.ConfigFlags) *cobra.Com
 	fs.BoolVar(&o.StorageVersionAPI, "storage-version-api", true, "where the cluster serves the StorageVersion API (internal.apiserver.k8s.io/v1alpha1), watch it and trust its common encoding version over discovery; while API servers disagree, migrations of the resource wait")
 	fs.StringSliceVar(&o.EncryptedResources, "encrypted-resources", []string{"secrets"}, "resources whose objects are re-encrypted when every API server has loaded a new encryption configuration (keep in step with the resources of your EncryptionConfiguration); empty turns re-encryption off. Needs --trigger")
 	fs.StringSliceVar(&o.APIServerEndpoints, "apiserver-endpoints", nil, "URLs of every API server (https://host:port), to read each one's encryption configuration from its /metrics and, without the StorageVersion API, its discovery's storage versions; default: the kubeconfig's server and the addresses the API servers' identity leases publish")
+	fs.IntVar(&o.SucceededMigrationsKept, "succeeded-migrations-kept", history.DefaultSucceeded, "Succeeded StorageVersionMigrations kept per resource, the newest; older ones are deleted unless svm still reads them")
+	fs.IntVar(&o.FailedMigrationsKept, "failed-migrations-kept", history.DefaultFailed, "Failed StorageVersionMigrations kept per resource, the newest; older ones are deleted unless svm still reads them")
 	fs.DurationVar(&o.EncryptionCheckInterval, "encryption-check-interval", time.Minute, "time between looks at the API servers' encryption configurations (API servers look at their configuration file every minute)")
 	return cmd
 }
@@ -92,6 +96,12 @@ func (o *ControllerOptions) Validate() error {
 	}
 	if o.CRDDrainMargin < 0 {
 		return fmt.Errorf("--crd-drain-margin must not be negative, got %s", o.CRDDrainMargin)
+	}
+	if o.SucceededMigrationsKept < 0 {
+		return fmt.Errorf("--succeeded-migrations-kept must not be negative, got %d (0 keeps only the Succeeded migrations svm still reads)", o.SucceededMigrationsKept)
+	}
+	if o.FailedMigrationsKept < 0 {
+		return fmt.Errorf("--failed-migrations-kept must not be negative, got %d (0 keeps only the Failed migrations svm still reads)", o.FailedMigrationsKept)
 	}
 	return o.Engine.validate()
 }

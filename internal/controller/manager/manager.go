@@ -21,6 +21,7 @@ import (
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controller/encryption"
+	"github.com/svm-project/svm/internal/controller/history"
 	"github.com/svm-project/svm/internal/controller/migration"
 	"github.com/svm-project/svm/internal/controller/storagestate"
 	"github.com/svm-project/svm/internal/fingerprint"
@@ -54,6 +55,8 @@ type Config struct {
 	ConfigFlags    *genericclioptions.ConfigFlags
 	MetricsAddress string
 	HealthAddress  string
+	// Profiling serves net/http/pprof's handlers on the metrics endpoint.
+	Profiling bool
 
 	Trigger             bool
 	TriggerInterval     time.Duration
@@ -71,6 +74,11 @@ type Config struct {
 	EncryptionCheckInterval time.Duration
 	Executor                intree.Executor
 	ExecutorRecheck         time.Duration
+
+	// SucceededMigrationsKept and FailedMigrationsKept are the history
+	// limits of finished migrations per resource (package history).
+	SucceededMigrationsKept int
+	FailedMigrationsKept    int
 }
 
 var (
@@ -99,6 +107,9 @@ func Run(ctx context.Context, o Config) error {
 	}
 	betaServed, err := o.setUpMigrations(b)
 	if err != nil {
+		return err
+	}
+	if err := o.setUpHistory(ctx, b); err != nil {
 		return err
 	}
 	if o.Trigger {
@@ -136,7 +147,7 @@ func (o *Config) newBase(ctx context.Context) (*controllerBase, error) {
 		LeaderElectionID:              leaderElectionID,
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
-		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddress},
+		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddress, ExtraHandlers: profilingHandlers(o.Profiling)},
 		HealthProbeBindAddress:        o.HealthAddress,
 		GracefulShutdownTimeout:       ptr(30 * time.Second),
 	}
@@ -187,7 +198,7 @@ func (o *Config) setUpMigrations(b *controllerBase) (betaServed bool, _ error) {
 		Executors:        choice,
 		InTreeServed:     served,
 		InTreeBetaServed: betaServed,
-		Guard:            migration.APIStorageGuard{Reader: b.mgr.GetAPIReader(), Epochs: b.epochs},
+		Guard:            migration.APIStorageGuard{Reader: b.mgr.GetAPIReader(), StorageVersions: b.clients.Kube.InternalV1alpha1(), Epochs: b.epochs},
 		Recorder:         b.mgr.GetEventRecorder("svm-controller"),
 		Metrics:          b.metrics,
 		MaxParallel:      o.MaxParallel,
@@ -197,6 +208,20 @@ func (o *Config) setUpMigrations(b *controllerBase) (betaServed bool, _ error) {
 		return false, fmt.Errorf("set up migration controller: %w", err)
 	}
 	return betaServed, nil
+}
+
+// setUpHistory adds the controller that deletes finished migrations
+// beyond the history limits. It keeps every failure of a row until the
+// retry delay stops growing: --trigger-retry-delay, doubling up to the
+// hour the trigger and the re-encryption wait at most.
+func (o *Config) setUpHistory(ctx context.Context, b *controllerBase) error {
+	h := &history.Controller{Client: b.mgr.GetClient(), Metrics: b.metrics, Policy: history.Policy{
+		Succeeded: o.SucceededMigrationsKept, Failed: o.FailedMigrationsKept, Row: history.RowFor(o.TriggerRetryDelay, time.Hour),
+	}}
+	if err := h.SetupWithManager(ctx, b.mgr); err != nil {
+		return fmt.Errorf("set up history controller: %w", err)
+	}
+	return nil
 }
 
 // setUpTrigger adds the trigger, which keeps StorageStates and creates

@@ -31,7 +31,10 @@ func args(staleAfter string) []string {
 		"--max-parallel", "4", "--trigger-interval", "2s", "--storage-state-stale-after", staleAfter,
 		// One control plane: one API server to settle. TestCRDSettleDelay
 		// tests the wait itself.
-		"--crd-settle-delay", "1s")
+		"--crd-settle-delay", "1s",
+		// These tests count svm's migrations of a resource over its life:
+		// the history keeps them all (internal/controller/history).
+		"--succeeded-migrations-kept", "100", "--failed-migrations-kept", "100")
 }
 
 // waitState waits up to two minutes for the widgets' StorageState to
