@@ -24,18 +24,31 @@ type Choice struct {
 type Executors struct {
 	Name   intree.Executor
 	Chosen Executor
+	// Engine is svm's engine. With Overflow (--executor=auto), a
+	// migration the in-tree migrator would not start at once, all of its
+	// workers busy with svm's hand-overs, runs on it instead: the in-tree
+	// migrator takes over a minute a resource however few its objects,
+	// so one queued behind it waits longer than svm's engine takes.
+	Engine   Executor
+	Overflow bool
 	// InTree follows migrations already handed to kube-controller-manager,
 	// whatever is chosen now: starting svm's engine on them would rewrite
 	// the resource beside the in-tree migrator. Nil when not served.
 	InTree Executor
 }
 
-// For is the executor of m.
-func (e *Executors) For(m *migrationv1alpha1.StorageVersionMigration) Executor {
-	if m.Status.InTreeMigration != "" && e.InTree != nil {
-		return e.InTree
+// For is the executor of m, with handedOver of svm's migrations running
+// on the in-tree executor now, and whether it is the in-tree executor.
+func (e *Executors) For(m *migrationv1alpha1.StorageVersionMigration, handedOver int) (ex Executor, inTree bool) {
+	switch {
+	case m.Status.InTreeMigration != "" && e.InTree != nil:
+		return e.InTree, true
+	case e.Name != intree.ExecutorInTree:
+		return e.Chosen, false
+	case e.Overflow && handedOver >= intree.RunnerWorkers && e.Engine != nil:
+		return e.Engine, false
 	}
-	return e.Chosen
+	return e.Chosen, true
 }
 
 // Set records the choice.
@@ -149,7 +162,7 @@ func (c *Chooser) choose(ctx context.Context, log klog.Logger, current intree.Ex
 		log.Info("Kept who executes migrations", "executor", string(name), "why", why)
 		return name, nil
 	}
-	e := &Executors{Name: name, Chosen: c.Engine}
+	e := &Executors{Name: name, Chosen: c.Engine, Engine: c.Engine, Overflow: c.Asked == intree.ExecutorAuto}
 	if c.Served {
 		e.InTree = c.InTree
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -94,6 +95,9 @@ type Reconciler struct {
 	// held remembers which in-tree migration each held-back migration was
 	// last seen waiting for, so that its event is recorded once.
 	held map[string]string
+	// handedOver names the runs started with the in-tree executor, while
+	// they run: how many of kube-controller-manager's workers svm fills.
+	handedOver map[string]bool
 }
 
 // SetupWithManager registers the reconciler and its runner with mgr.
@@ -135,6 +139,7 @@ func (r *Reconciler) setDefaults() {
 	r.wait = map[string]time.Time{}
 	r.ended = map[types.UID]bool{}
 	r.held = map[string]string{}
+	r.handedOver = map[string]bool{}
 	r.runner.done = make(chan string, 16)
 }
 
@@ -160,7 +165,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	r.settle(ctx, ends)
 	notBefore, ended := r.runState(list.Items)
 	maxParallel := r.MaxParallel
-	if executors.Name == intree.ExecutorInTree {
+	switch {
+	case executors.Name == intree.ExecutorInTree && executors.Overflow:
+		// As many hand-overs as kube-controller-manager runs at once,
+		// and svm's engine runs --max-parallel beside them.
+		maxParallel += intree.RunnerWorkers
+	case executors.Name == intree.ExecutorInTree:
 		// A hand-over mostly waits for kube-controller-manager, which
 		// runs several migrations at once: as many are handed over.
 		maxParallel = max(maxParallel, intree.RunnerWorkers)
@@ -169,7 +179,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		Migrations: list.Items, InTree: inTree, Running: running, NotBefore: notBefore, Ended: ended,
 		MaxParallel: maxParallel, Now: r.Clock.Now(),
 	})
-	r.apply(d, list.Items, executors)
+	r.apply(d, list.Items, executors, running)
 	return reconcile.Result{RequeueAfter: d.RequeueAfter}, nil
 }
 
@@ -191,7 +201,7 @@ func (r *Reconciler) runState(migrations []migrationv1alpha1.StorageVersionMigra
 
 // apply carries out d: it stops runs, records the migrations held back,
 // and starts runs with executors.
-func (r *Reconciler) apply(d ScheduleDecision, migrations []migrationv1alpha1.StorageVersionMigration, executors *Executors) {
+func (r *Reconciler) apply(d ScheduleDecision, migrations []migrationv1alpha1.StorageVersionMigration, executors *Executors, running map[string]bool) {
 	for _, name := range d.Stop {
 		var cause error = errStopped
 		if holder, ok := d.Yield[name]; ok {
@@ -204,9 +214,13 @@ func (r *Reconciler) apply(d ScheduleDecision, migrations []migrationv1alpha1.St
 		byName[migrations[i].Name] = &migrations[i]
 	}
 	r.noteHeld(byName, d.Held)
+	maps.DeleteFunc(r.handedOver, func(name string, _ bool) bool { return !running[name] || slices.Contains(d.Stop, name) })
 	for _, name := range d.Start {
 		m := byName[name].DeepCopy() // never hand a cached object to a goroutine that edits it
-		ex := executors.For(m)
+		ex, inTree := executors.For(m, len(r.handedOver))
+		if inTree {
+			r.handedOver[name] = true
+		}
 		r.runner.start(name, func(ctx context.Context) ending { return r.execute(ctx, m, ex) })
 	}
 }
