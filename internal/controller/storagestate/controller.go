@@ -159,6 +159,10 @@ type Controller struct {
 	// retries holds the retry each resource was last seen waiting for,
 	// so that its event is recorded once, not every round.
 	retries map[schema.GroupResource]string
+	// applyFailures counts the decisions in a row whose writes failed,
+	// per resource: each is decided again sooner than the next
+	// discovery, twice as late as the one before.
+	applyFailures map[schema.GroupResource]int
 }
 
 // SetupWithManager adds the controller to mgr. It runs with leadership.
@@ -270,6 +274,7 @@ func (c *Controller) start(ctx context.Context) error {
 	c.versions = map[schema.GroupResource]string{}
 	c.kinds = map[schema.GroupResource]string{}
 	c.retries = map[schema.GroupResource]string{}
+	c.applyFailures = map[schema.GroupResource]int{}
 	if err := c.resetStale(ctx); err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/controller/round"
+	"github.com/svm-project/svm/internal/followup"
 	"github.com/svm-project/svm/internal/resources"
 	"github.com/svm-project/svm/internal/trigger"
 )
@@ -179,7 +180,18 @@ func (c *Controller) decide(ctx context.Context, gr schema.GroupResource, observ
 	d := trigger.Decide(in)
 	requeue, err := c.apply(ctx, gr, state, crd, migrations, d)
 	if err != nil {
-		klog.FromContext(ctx).Error(err, "Apply trigger decision", "resource", gr)
+		// A write that failed (a conflict with another writer of the
+		// CRD, say) is decided again soon: no change may come to ask for
+		// it, and the next discovery is an interval away. A prune that
+		// failed after its StorageState was written would otherwise wait
+		// that long; the next round finds the CRD's storedVersions again
+		// and prunes.
+		c.applyFailures[gr]++
+		retry := followup.Backoff(applyRetry, applyRetryMax, c.applyFailures[gr])
+		klog.FromContext(ctx).Error(err, "Apply trigger decision; deciding again soon", "resource", gr, "after", retry)
+		requeue = sooner(requeue, retry)
+	} else {
+		delete(c.applyFailures, gr)
 	}
 	c.noteRetry(gr, state, d, now)
 	c.notePruneHeld(gr, state, d)
@@ -219,6 +231,15 @@ func (c *Controller) notePruneHeld(gr schema.GroupResource, state *migrationv1al
 		c.Metrics.PruneHeld(gr, 0)
 	}
 }
+
+// applyRetry is how soon a resource whose decision could not be applied
+// is decided again, doubling with each failure in a row up to
+// applyRetryMax: a write refused for good (RBAC taken away, say) is not
+// sent again every few seconds.
+const (
+	applyRetry    = 5 * time.Second
+	applyRetryMax = 5 * time.Minute
+)
 
 // sooner is the shorter of two delays, where 0 means none.
 func sooner(a, b time.Duration) time.Duration {
