@@ -52,19 +52,19 @@ func ServedBeta(disc discovery.DiscoveryInterface) (bool, error) {
 
 // List reads the in-tree migrations: v1's when v1 is set, v1beta1's (as
 // v1 ones, see FromBeta) when beta is. A version the server does not
-// serve adds none.
-func List(ctx context.Context, r client.Reader, v1, beta bool) ([]storagemigrationv1.StorageVersionMigration, error) {
+// serve adds none. opts are handed to r's List calls.
+func List(ctx context.Context, r client.Reader, v1, beta bool, opts ...client.ListOption) ([]storagemigrationv1.StorageVersionMigration, error) {
 	var out []storagemigrationv1.StorageVersionMigration
 	if v1 {
 		var list storagemigrationv1.StorageVersionMigrationList
-		if err := r.List(ctx, &list); err != nil && !notServed(err) {
+		if err := r.List(ctx, &list, opts...); err != nil && !notServed(err) {
 			return nil, fmt.Errorf("list in-tree migrations: %w", err)
 		}
 		out = list.Items
 	}
 	if beta {
 		var list storagemigrationv1beta1.StorageVersionMigrationList
-		if err := r.List(ctx, &list); err != nil && !notServed(err) {
+		if err := r.List(ctx, &list, opts...); err != nil && !notServed(err) {
 			return nil, fmt.Errorf("list in-tree %s migrations: %w", BetaGroupVersion, err)
 		}
 		for i := range list.Items {

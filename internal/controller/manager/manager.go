@@ -16,6 +16,8 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -150,6 +152,12 @@ func (o *Config) newBase(ctx context.Context) (*controllerBase, error) {
 		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddress, ExtraHandlers: profilingHandlers(o.Profiling)},
 		HealthProbeBindAddress:        o.HealthAddress,
 		GracefulShutdownTimeout:       ptr(30 * time.Second),
+		// Nothing reads the managedFields of svm's own objects: the cache
+		// keeps them without.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&migrationv1alpha1.StorageVersionMigration{}: {Transform: cache.TransformStripManagedFields()},
+			&migrationv1alpha1.StorageState{}:            {Transform: cache.TransformStripManagedFields()},
+		}},
 	}
 	if o.LeaderElect {
 		lock, err := o.electionLock(ctx)

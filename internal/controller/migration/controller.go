@@ -152,11 +152,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		// takes seconds); nothing runs before.
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
+	// Every call reads every migration: copying them all each time would
+	// cost the square of their number. The items are the cache's own
+	// objects, read and never modified: what a run is handed is a copy.
 	var list migrationv1alpha1.StorageVersionMigrationList
-	if err := r.Client.List(ctx, &list); err != nil {
+	if err := r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list migrations: %w", err)
 	}
-	inTree, err := intree.List(ctx, r.Client, r.InTreeServed, r.InTreeBetaServed)
+	inTree, err := intree.List(ctx, r.Client, r.InTreeServed, r.InTreeBetaServed, client.UnsafeDisableDeepCopy)
 	if err != nil {
 		return reconcile.Result{}, err
 	}

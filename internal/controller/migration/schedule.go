@@ -16,10 +16,12 @@ import (
 
 // ScheduleInput is everything Schedule decides from.
 type ScheduleInput struct {
-	// Migrations are all StorageVersionMigrations, as cached.
+	// Migrations are all StorageVersionMigrations, as cached: the
+	// cache's own objects, which Schedule only reads.
 	Migrations []migrationv1alpha1.StorageVersionMigration
 	// InTree are the in-tree storagemigration.k8s.io migrations, as
-	// cached; none where that API is not served.
+	// cached (the cache's own, read only); none where that API is not
+	// served.
 	InTree []storagemigrationv1.StorageVersionMigration
 	// Running names the migrations executing now.
 	Running map[string]bool
