@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/openapi"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/svm-project/svm/internal/crdversions"
@@ -83,6 +84,11 @@ type Clients struct {
 	// OpenAPI reads the versions' OpenAPI v3 documents (discovery's
 	// OpenAPIV3).
 	OpenAPI openapi.Client
+	// Documents, if set, reads the versions' OpenAPI v3 documents instead
+	// of OpenAPI, each straight from its path (discovery's RESTClient):
+	// one request per document read, without the index of every
+	// group-version's document that OpenAPI reads first.
+	Documents rest.Interface
 	// FieldManager names the dry runs.
 	FieldManager string
 }
@@ -112,6 +118,9 @@ func For(ctx context.Context, r Resource, c Clients) (m *Mover, ok bool, err err
 	rt, ok := Between(r.Kept.Group, r.Retired, r.Kept.Version)
 	if !ok {
 		return nil, false, nil
+	}
+	if c.Documents != nil {
+		c.OpenAPI = documents{client: c.Documents, gvs: neededDocuments(r, rt)}
 	}
 	kept, err := awaitSchema(ctx, c.OpenAPI, r.Kept.GroupVersion().WithKind(r.Kind))
 	if err != nil {

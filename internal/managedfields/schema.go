@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -43,7 +44,9 @@ func loadSchema(ctx context.Context, client openapi.Client, gvk schema.GroupVers
 	doc, err := openapi3.NewRoot(client).GVSpec(gvk.GroupVersion())
 	var notFound *openapi3.GroupVersionNotFoundError
 	switch {
-	case errors.As(err, &notFound):
+	case errors.As(err, &notFound), apierrors.IsNotFound(err):
+		// Not in the index, or, read straight from its path (documents),
+		// not found there.
 		return nil, nil
 	case err != nil:
 		return nil, err

@@ -354,7 +354,7 @@ func (r *retirement) rewrite(ctx context.Context, res *RetireResult) error {
 	if r.crd != nil {
 		mf, err = r.FieldsToMove(ctx, r.crd, r.gvr.Version)
 	} else {
-		mf, err = r.engine.FieldsMover(ctx, r.clients.Dynamic, managedfields.Resource{Kept: r.target, Kind: r.kind, Retired: []string{r.gvr.Version}})
+		mf, err = r.fieldsMover(ctx, managedfields.Resource{Kept: r.target, Kind: r.kind, Retired: []string{r.gvr.Version}})
 	}
 	if err != nil || mf == nil {
 		return err
@@ -378,7 +378,25 @@ func (o *Operations) FieldsToMove(ctx context.Context, crd *apiextensionsv1.Cust
 		return nil, nil
 	}
 	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: kept, Resource: crd.Spec.Names.Plural}
-	return o.engine.FieldsMover(ctx, o.clients.Dynamic, managedfields.Resource{Kept: gvr, Kind: crd.Spec.Names.Kind, Retired: off, CRD: crd})
+	return o.fieldsMover(ctx, managedfields.Resource{Kept: gvr, Kind: crd.Spec.Names.Kind, Retired: off, CRD: crd})
+}
+
+// fieldsMover is managedfields.For's Mover of r (the engine's
+// FieldsMover), reading only the OpenAPI documents of r's versions, each
+// straight from its path (managedfields.Clients.Documents): not the index
+// of every group-version's document, which grows with every CRD, at every
+// read. nil when no version is left to move entries off.
+func (o *Operations) fieldsMover(ctx context.Context, r managedfields.Resource) (*ManagedFields, error) {
+	if o.clients.Discovery == nil {
+		return o.engine.FieldsMover(ctx, o.clients.Dynamic, r)
+	}
+	mover, ok, err := managedfields.For(ctx, r, managedfields.Clients{
+		Dynamic: o.clients.Dynamic, Documents: o.clients.Discovery.RESTClient(), FieldManager: o.engine.FieldManager(),
+	})
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &ManagedFields{Mover: mover}, nil
 }
 
 // unserve stops serving the version retired, once no API server answered a
