@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/tools/events"
@@ -93,6 +94,9 @@ type Controller struct {
 	// changedAfter is a time the servers' agreement is known to be newer
 	// than: the beginning of the last look that saw something else.
 	changedAfter time.Time
+	// resolvedIn is the group version each name of Resources resolved in
+	// at the last round that read every group version (resolveAll).
+	resolvedIn map[string]schema.GroupVersion
 }
 
 // SetupWithManager adds the controller to mgr. It runs with leadership.

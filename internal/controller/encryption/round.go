@@ -5,7 +5,6 @@ import (
 	"slices"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
 
@@ -38,16 +37,17 @@ func (c *Controller) round(ctx context.Context) time.Duration {
 
 // cluster is what a round decides from, read once for every resource.
 type cluster struct {
-	lists      []*metav1.APIResourceList
-	failed     map[schema.GroupVersion]error
+	// resolved is what each name of Resources resolved to (resolveAll).
+	resolved   map[string]resolution
 	states     []migrationv1alpha1.StorageState
 	migrations []migrationv1alpha1.StorageVersionMigration
 }
 
-// readCluster reads discovery, the StorageStates and the migrations,
-// straight from the API server (see round.ReadObjects).
+// readCluster resolves Resources in discovery (resolveAll), and reads the
+// StorageStates and the migrations, straight from the API server (see
+// round.ReadObjects).
 func (c *Controller) readCluster(ctx context.Context) (*cluster, error) {
-	lists, failed, err := resources.DiscoverServed(c.Discovery)
+	resolved, err := c.resolveAll()
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +55,7 @@ func (c *Controller) readCluster(ctx context.Context) (*cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &cluster{lists: lists, failed: failed, states: objs.States, migrations: objs.Migrations}, nil
+	return &cluster{resolved: resolved, states: objs.States, migrations: objs.Migrations}, nil
 }
 
 // state is the StorageState of gr, nil when there is none.
@@ -85,7 +85,7 @@ func (cl *cluster) migrationsOf(gr schema.GroupResource) []migrationv1alpha1.Sto
 // the next look.
 func (c *Controller) decide(ctx context.Context, a rotation.Agreement, cl *cluster, name string) time.Duration {
 	log := klog.FromContext(ctx)
-	r, err := resources.Resolve(cl.lists, cl.failed, name)
+	r, err := cl.resolved[name].res, cl.resolved[name].err
 	if err != nil {
 		log.Error(err, "Resolve a resource to re-encrypt", "resource", name)
 		return 0
