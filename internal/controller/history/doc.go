@@ -2,8 +2,12 @@
 // bounded, as a CronJob's history limits do its Jobs: per resource (group
 // and resource), svm controller keeps the newest Succeeded and the newest
 // Failed migrations, as many as --succeeded-migrations-kept and
-// --failed-migrations-kept say, and deletes older finished ones, whoever
-// created them. Unfinished migrations are never touched.
+// --failed-migrations-kept say, and deletes older finished ones that svm
+// created (labelled followup.CreatedByLabel: the trigger's and the
+// re-encryption's, which grow with every storage change). A user's
+// migrations count among the newest but are never deleted: a tool that
+// applies one would create it again, and it would run again. Unfinished
+// migrations are never touched.
 //
 // Some finished migrations are kept whatever the limits, because a
 // decision of svm still reads them (Kept says which and why): the newest

@@ -43,8 +43,9 @@ func RowFor(base, maxDelay time.Duration) int {
 }
 
 // Expired is the finished migrations of ms to delete under p, resource by
-// resource, oldest first within a resource. Unfinished migrations and
-// those being deleted are never among them.
+// resource, oldest first within a resource. Only migrations svm created
+// (followup.CreatedByLabel) are among them, never an unfinished one or
+// one being deleted; users' count among the newest that p keeps.
 func Expired(p Policy, ms []migrationv1alpha1.StorageVersionMigration) []*migrationv1alpha1.StorageVersionMigration {
 	byResource := map[schema.GroupResource][]*migrationv1alpha1.StorageVersionMigration{}
 	var order []schema.GroupResource
@@ -65,7 +66,7 @@ func Expired(p Policy, ms []migrationv1alpha1.StorageVersionMigration) []*migrat
 		slices.SortFunc(finished, newestFirst)
 		keep := Kept(p, finished)
 		for i := len(finished) - 1; i >= 0; i-- {
-			if !keep[finished[i]] {
+			if !keep[finished[i]] && finished[i].Labels[followup.CreatedByLabel] != "" {
 				out = append(out, finished[i])
 			}
 		}

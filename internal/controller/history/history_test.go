@@ -17,12 +17,13 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 type migration = migrationv1alpha1.StorageVersionMigration
 
-// m is a migration of widgets named name, created at minute min and, for
-// outcome "ok" or "failed", ended a minute later; "" leaves it running.
-// Options change it further.
+// m is a migration of widgets named name, made by the trigger, created at
+// minute min and, for outcome "ok" or "failed", ended a minute later; ""
+// leaves it running. Options change it further.
 func m(name string, minute int, outcome string, opts ...func(*migration)) migration {
 	created := t0.Add(time.Duration(minute) * time.Minute)
-	x := migration{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(created)}}
+	x := migration{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(created),
+		Labels: map[string]string{followup.CreatedByLabel: followup.TriggerValue}}}
 	x.Spec.Resource = migrationv1alpha1.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 	x.Status.StorageVersionHash = "h1"
 	x.Status.StartTime = &metav1.Time{Time: created}
@@ -41,6 +42,9 @@ func m(name string, minute int, outcome string, opts ...func(*migration)) migrat
 func by(creator string) func(*migration) {
 	return func(x *migration) { x.Labels = map[string]string{followup.CreatedByLabel: creator} }
 }
+
+// byUser makes x a user's migration: no created-by label.
+func byUser(x *migration) { x.Labels = nil }
 
 func hash(h string) func(*migration) { return func(x *migration) { x.Status.StorageVersionHash = h } }
 
@@ -100,6 +104,14 @@ func TestExpired(t *testing.T) {
 		},
 		want: []string{"w1", "w2", "g1"},
 	}, {
+		name: "users' migrations: never deleted, but counted among the newest",
+		p:    Policy{Succeeded: 1, Failed: 1, Row: 1},
+		ms: []migration{
+			m("u-old", 0, "ok", byUser), m("u-failed", 1, "failed", byUser), m("s1", 2, "ok"), m("f1", 3, "failed"),
+			m("s2", 4, "ok"), m("u-new", 6, "ok", byUser),
+		},
+		want: []string{"s1", "s2"},
+	}, {
 		name: "being deleted or running: never counted nor deleted",
 		p:    Policy{Succeeded: 1, Row: 1},
 		ms:   []migration{m("old", 0, "ok", deleting), m("s1", 2, "ok"), m("s2", 4, "ok"), m("run", 1, "")},
@@ -111,7 +123,7 @@ func TestExpired(t *testing.T) {
 			m("f0", 0, "failed", by("svm-trigger")), m("s1", 2, "ok"),
 			m("t1", 4, "failed", by("svm-trigger")), m("e1", 5, "failed", by("svm-encryption")),
 			m("t2", 6, "failed", by("svm-trigger")), m("e2", 7, "failed", by("svm-encryption")),
-			m("t3", 8, "failed", by("svm-trigger")), m("u1", 9, "failed"),
+			m("t3", 8, "failed", by("svm-trigger")), m("u1", 9, "failed", byUser),
 		},
 		want: []string{"f0", "t1"},
 	}, {

@@ -13,17 +13,25 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/internal/followup"
 	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
 
 // finishedMigration creates a migration of gvr named name and writes its
 // status as finished (Succeeded, or Failed when failed) ago before now,
-// as a migration that ran earlier leaves it.
+// as a migration that ran earlier leaves it: one the trigger made, unless
+// its name starts with "user-".
 func finishedMigration(t *testing.T, env *framework.Env, name string, gvr schema.GroupVersionResource, failed bool, ago time.Duration) {
 	t.Helper()
 	env.CreateMigration(t, name, gvr)
 	m := env.GetMigration(t, name)
+	if !strings.HasPrefix(name, "user-") {
+		m.Labels = map[string]string{followup.CreatedByLabel: followup.TriggerValue}
+		if err := env.Client.Update(framework.Context(t, time.Minute), m); err != nil {
+			t.Fatalf("label migration %s as the trigger's: %v", name, err)
+		}
+	}
 	end := metav1.NewTime(time.Now().Add(-ago).Truncate(time.Second))
 	start := metav1.NewTime(end.Add(-30 * time.Second))
 	typ, reason := migrationv1alpha1.MigrationSucceeded, "AllObjectsRewritten"
@@ -78,7 +86,7 @@ func waitMigrationNames(t *testing.T, env *framework.Env, want map[string][]stri
 
 // TestFinishedMigrationsBeyondTheHistoryAreDeleted: svm controller keeps,
 // per resource, the newest --succeeded-migrations-kept Succeeded and
-// --failed-migrations-kept Failed migrations, whoever made them, and the
+// --failed-migrations-kept Failed migrations, never deletes a user's, and the
 // failures since the resource's last success (the trigger's retry delay
 // counts them), and deletes the other finished ones: at start, and when
 // another of the resource's migrations finishes.
@@ -89,10 +97,11 @@ func TestFinishedMigrationsBeyondTheHistoryAreDeleted(t *testing.T) {
 	gadgets := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"}
 	configMaps := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 
-	// Gadgets: six successes and three failures, the last after every
-	// success, oldest first.
-	for i, name := range []string{"g-ok-1", "g-failed-1", "g-ok-2", "g-failed-2", "g-ok-3", "g-ok-4", "g-ok-5", "g-ok-6", "g-failed-3"} {
-		finishedMigration(t, env, name, gadgets, strings.Contains(name, "failed"), time.Duration(90-10*i)*time.Minute)
+	// Gadgets: a user's success and failure, then six successes and three
+	// failures of the trigger's, the last after every success, oldest
+	// first.
+	for i, name := range []string{"user-g-ok", "user-g-failed", "g-ok-1", "g-failed-1", "g-ok-2", "g-failed-2", "g-ok-3", "g-ok-4", "g-ok-5", "g-ok-6", "g-failed-3"} {
+		finishedMigration(t, env, name, gadgets, strings.Contains(name, "failed"), time.Duration(110-10*i)*time.Minute)
 	}
 	// ConfigMaps: two successes, then two failures in a row: the limits
 	// alone would keep one failure, the row keeps both.
@@ -102,7 +111,7 @@ func TestFinishedMigrationsBeyondTheHistoryAreDeleted(t *testing.T) {
 
 	env.StartSVM(t, framework.ControllerArgs("--trigger=false", "--succeeded-migrations-kept", "2", "--failed-migrations-kept", "1")...)
 	waitMigrationNames(t, env, map[string][]string{
-		"gadgets":    {"g-failed-3", "g-ok-5", "g-ok-6"},
+		"gadgets":    {"g-failed-3", "g-ok-5", "g-ok-6", "user-g-failed", "user-g-ok"},
 		"configmaps": {"c-failed-1", "c-failed-2", "c-ok-1", "c-ok-2"},
 	})
 
@@ -111,7 +120,7 @@ func TestFinishedMigrationsBeyondTheHistoryAreDeleted(t *testing.T) {
 	env.CreateMigration(t, "c-ok-now", configMaps)
 	env.WaitMigrationSucceeded(t, "c-ok-now", 2*time.Minute)
 	waitMigrationNames(t, env, map[string][]string{
-		"gadgets":    {"g-failed-3", "g-ok-5", "g-ok-6"},
+		"gadgets":    {"g-failed-3", "g-ok-5", "g-ok-6", "user-g-failed", "user-g-ok"},
 		"configmaps": {"c-failed-2", "c-ok-2", "c-ok-now"},
 	})
 	// Each was deleted once; a look from a cache that had not yet seen
