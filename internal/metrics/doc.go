@@ -67,13 +67,6 @@
 //     over any window and survives missed scrapes.
 //   - rate_limiter_wait_seconds (histogram): time each request waited for
 //     the --qps limiter, shared by all migrations of the process.
-//   - pacer_writes_in_flight (gauge): writes in flight at adaptive
-//     pacing's last decision, 0 when no migration runs. One pacer paces
-//     every migration of the process: its metrics have no resource label.
-//   - pacer_window (gauge): writes the pacer allows in flight.
-//   - pacer_smoothed_latency_seconds (gauge): recent average write time.
-//   - pacer_knee_writes (gauge): the knee the pacer measured.
-//   - pacer_decisions_total{decision} (counter): the pacer's decisions.
 //
 // Migration controller:
 //

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -72,18 +71,16 @@ type Metrics struct {
 	migrations        *prometheus.CounterVec
 	migrationDuration *prometheus.HistogramVec
 	runningMigrations *prometheus.GaugeVec
-	// runs counts the migrations running in this process.
-	runs              atomic.Int64
 	listedObjects     *prometheus.GaugeVec
 	skippedObjects    *prometheus.CounterVec
 	failedObjects     *prometheus.CounterVec
 	retries           *prometheus.CounterVec
 	requests          *prometheus.CounterVec
 	limiterWait       prometheus.Histogram
-	pacerInFlight     prometheus.Gauge
-	pacerWindow       prometheus.Gauge
-	pacerLatency      prometheus.Gauge
-	pacerKnee         prometheus.Gauge
+	pacerInFlight     *prometheus.GaugeVec
+	pacerWindow       *prometheus.GaugeVec
+	pacerLatency      *prometheus.GaugeVec
+	pacerKnee         *prometheus.GaugeVec
 	pacerDecisions    *prometheus.CounterVec
 	admissionRefusals *prometheus.CounterVec
 
@@ -147,16 +144,16 @@ func New() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}),
 
-		pacerInFlight: prometheus.NewGauge(prometheus.GaugeOpts(engine("pacer_writes_in_flight",
-			"Writes in flight of the migrations running in this process, at adaptive pacing's last decision; 0 when none runs."))),
-		pacerWindow: prometheus.NewGauge(prometheus.GaugeOpts(engine("pacer_window",
-			"Writes adaptive pacing allows in flight, for every migration running in this process together."))),
-		pacerLatency: prometheus.NewGauge(prometheus.GaugeOpts(engine("pacer_smoothed_latency_seconds",
-			"Recent average time a write of svm's migrations took (weighted as TCP smooths round trips)."))),
-		pacerKnee: prometheus.NewGauge(prometheus.GaugeOpts(engine("pacer_knee_writes",
-			"The fewest writes in flight that got 0.95 of the best rate adaptive pacing measured; 0 while only the most writes tried get it."))),
+		pacerInFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("pacer_writes_in_flight",
+			"Writes in flight of the running migration of a resource, at adaptive pacing's last decision.")), []string{"resource"}),
+		pacerWindow: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("pacer_window",
+			"Writes adaptive pacing allows in flight for the running migration of a resource.")), []string{"resource"}),
+		pacerLatency: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("pacer_smoothed_latency_seconds",
+			"Recent average time a write of the running migration of a resource took (weighted as TCP smooths round trips).")), []string{"resource"}),
+		pacerKnee: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("pacer_knee_writes",
+			"The fewest writes in flight of the running migration of a resource that got 0.95 of the best rate adaptive pacing measured; 0 while only the most writes tried get it.")), []string{"resource"}),
 		pacerDecisions: prometheus.NewCounterVec(prometheus.CounterOpts(engine("pacer_decisions_total",
-			"Decisions of adaptive pacing, by decision: grow (only the most writes tried get the best rate, or a relief forgot the points; the window grows by half), knee (the window set around the measured knee), back-off (a 429, a surge or a failed write cut it), hold (under --qps, the rate needed fewer writes in flight than the window: the epoch measured the cap, and the window holds).")), []string{"decision"}),
+			"Decisions of adaptive pacing, by resource and decision: grow (only the most writes tried get the best rate, or a relief forgot the points; the window grows by half), knee (the window set around the measured knee), back-off (a 429, a surge or a failed write cut it), hold (under --qps, the rate needed fewer writes in flight than the window: the epoch measured the cap, and the window holds).")), []string{"resource", "decision"}),
 
 		admissionRefusals: prometheus.NewCounterVec(prometheus.CounterOpts(engine("admission_refusals_total",
 			"Writes an admission webhook or policy refused, by resource, kind (Webhook, ValidatingAdmissionPolicy), name and then: written_through_status (the object was written through its status subresource instead) or failed.")), []string{"resource", "kind", "name", "then"}),
@@ -227,7 +224,6 @@ func (m *Metrics) RunStarted(r schema.GroupResource) {
 	}
 	m.runningMigrations.WithLabelValues(label(r)).Inc()
 	m.listedObjects.WithLabelValues(label(r)).Set(0)
-	m.runs.Add(1)
 }
 
 // RunEnded implements migrator.Observer. Whatever the outcome, nothing of
@@ -239,11 +235,7 @@ func (m *Metrics) RunEnded(r schema.GroupResource, _ error) {
 	}
 	m.runningMigrations.WithLabelValues(label(r)).Dec()
 	m.remainingObjects.WithLabelValues(label(r)).Set(0)
-	if m.runs.Add(-1) == 0 {
-		// The pacer reports only its decisions: with no run left, none
-		// would say that nothing is in flight.
-		m.pacerInFlight.Set(0)
-	}
+	m.pacerInFlight.WithLabelValues(label(r)).Set(0)
 }
 
 // Listed implements migrator.Observer.
@@ -334,17 +326,16 @@ func (m *Metrics) LimiterWaited(_ schema.GroupResource, wait time.Duration) {
 	m.limiterWait.Observe(wait.Seconds())
 }
 
-// Paced implements migrator.Observer: every call is one decision of the
-// process's one pacer.
-func (m *Metrics) Paced(s migrator.PacerState) {
+// Paced implements migrator.Observer: every call is one decision.
+func (m *Metrics) Paced(r schema.GroupResource, s migrator.PacerState) {
 	if m == nil {
 		return
 	}
-	m.pacerInFlight.Set(float64(s.InFlight))
-	m.pacerWindow.Set(float64(s.Window))
-	m.pacerLatency.Set(s.SmoothedLatency.Seconds())
-	m.pacerKnee.Set(s.Knee)
-	m.pacerDecisions.WithLabelValues(string(s.Decision)).Inc()
+	m.pacerInFlight.WithLabelValues(label(r)).Set(float64(s.InFlight))
+	m.pacerWindow.WithLabelValues(label(r)).Set(float64(s.Window))
+	m.pacerLatency.WithLabelValues(label(r)).Set(s.SmoothedLatency.Seconds())
+	m.pacerKnee.WithLabelValues(label(r)).Set(s.Knee)
+	m.pacerDecisions.WithLabelValues(label(r), string(s.Decision)).Inc()
 }
 
 // MigrationFinished records a migration that ended for good with status

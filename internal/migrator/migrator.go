@@ -145,10 +145,6 @@ type Migrator struct {
 	rest      rest.Interface
 	discovery discovery.DiscoveryInterface
 	opts      Options
-	// pacer paces the writes of every migration this Migrator runs, side
-	// by side or one after another: it judges the API server, which they
-	// share; nil when pacing is off.
-	pacer *pacer
 }
 
 // New returns a Migrator that sends its requests with cfg.
@@ -175,15 +171,7 @@ func New(cfg *rest.Config, opts Options) (*Migrator, error) {
 			return nil, err
 		}
 	}
-	m := &Migrator{metadata: md, rest: rc, discovery: disc, opts: opts.withDefaults()}
-	if !m.opts.DisablePacing {
-		m.pacer = newPacer(m.opts.Workers, time.Now)
-		m.pacer.observe = m.opts.Observer.Paced
-		if l := m.opts.Limiter; l != nil && l.Limit() != rate.Inf {
-			m.pacer.qps = float64(l.Limit())
-		}
-	}
-	return m, nil
+	return &Migrator{metadata: md, rest: rc, discovery: disc, opts: opts.withDefaults()}, nil
 }
 
 // FailedObject is an object that could not be rewritten.
@@ -282,8 +270,10 @@ func (m *Migrator) migrate(ctx context.Context, req Request) (Result, error) {
 	if req.ManagedFields != nil {
 		run.keep = req.ManagedFields.Names
 	}
-	if m.pacer != nil {
-		run.pacer = m.pacer
+	if !m.opts.DisablePacing {
+		run.pacer = newPacer(m.opts.Workers, time.Now)
+		gr := req.Resource.GroupResource()
+		run.pacer.observe = func(s PacerState) { m.opts.Observer.Paced(gr, s) }
 		run.capRate()
 	}
 	var info *metav1.APIResource
@@ -392,12 +382,8 @@ type run struct {
 	// saved is the state after the last completed chunk: where the
 	// migration resumes if this run stops early.
 	saved State
-	// pacer adapts the writes in flight to the server, the Migrator's,
-	// shared with the runs beside this one; nil when off.
+	// pacer adapts the writes in flight to the server; nil when off.
 	pacer *pacer
-	// pacedWait waits for the rate limiter with a place in the pacer's
-	// window taken; nil without a limiter.
-	pacedWait func(context.Context) error
 	// sizer chooses each list's limit; only the goroutine that lists
 	// uses it, one list at a time.
 	sizer chunkSizer
@@ -848,13 +834,16 @@ func (r *run) waitLimiter(ctx context.Context) error {
 
 // capRate hands the rate limiter to the pacer: a paced write waits for it
 // with its place in the window taken, and the window is held to what the
-// rate needs (see pacer, whose qps New set).
+// rate needs (see pacer).
 func (r *run) capRate() {
 	l := r.m.opts.Limiter
 	if l == nil {
 		return
 	}
-	r.pacedWait = func(ctx context.Context) error {
+	if l.Limit() != rate.Inf {
+		r.pacer.qps = float64(l.Limit())
+	}
+	r.pacer.wait = func(ctx context.Context) error {
 		start := time.Now()
 		err := l.Wait(ctx)
 		r.observer.LimiterWaited(r.gr, time.Since(start))
@@ -868,9 +857,9 @@ func (r *run) capRate() {
 func (r *run) turn(ctx context.Context, verb string, paced, held bool, tk ticket) (ticket, error) {
 	switch {
 	case paced && held:
-		return r.pacer.resend(ctx, tk, r.pacedWait)
+		return r.pacer.resend(ctx, tk)
 	case paced:
-		return r.pacer.acquire(ctx, r.pacedWait)
+		return r.pacer.acquire(ctx)
 	case r.m.opts.Limiter == nil:
 		return tk, nil
 	}

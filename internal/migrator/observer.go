@@ -45,10 +45,8 @@ type Observer interface {
 	// LimiterWaited reports how long a request waited for the rate limiter.
 	LimiterWaited(resource schema.GroupResource, wait time.Duration)
 	// Paced reports a decision of adaptive pacing (see pacer): a few
-	// times a second while writes are answered, never per write. The
-	// pacer is the Migrator's, shared by the migrations it runs at once:
-	// its decisions are of no one resource.
-	Paced(state PacerState)
+	// times a second while writes are answered, never per write.
+	Paced(resource schema.GroupResource, state PacerState)
 }
 
 // SkipReason is why an object needed no write: each is one of Progress's
@@ -100,7 +98,7 @@ func (NopObserver) Retry(schema.GroupResource, error) {}
 func (NopObserver) LimiterWaited(schema.GroupResource, time.Duration) {}
 
 // Paced implements Observer.
-func (NopObserver) Paced(PacerState) {}
+func (NopObserver) Paced(schema.GroupResource, PacerState) {}
 
 // Observers tells each of obs everything, in order; nil entries are ignored.
 func Observers(obs ...Observer) Observer {
@@ -178,8 +176,8 @@ func (m multiObserver) Refused(r schema.GroupResource, d admission.Denial, throu
 	}
 }
 
-func (m multiObserver) Paced(s PacerState) {
+func (m multiObserver) Paced(r schema.GroupResource, s PacerState) {
 	for _, o := range m {
-		o.Paced(s)
+		o.Paced(r, s)
 	}
 }

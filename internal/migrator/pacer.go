@@ -87,8 +87,10 @@ type pacer struct {
 	now func() time.Time
 	// observe, if set, is told every decision.
 	observe func(PacerState)
-	// qps is the rate cap the writes are sent under, 0 for none.
-	qps float64
+	// qps is the rate cap the writes are sent under, 0 for none; wait,
+	// if set, waits for the rate limiter before a write is sent.
+	qps  float64
+	wait func(context.Context) error
 
 	mu       sync.Mutex
 	limit    float64
@@ -125,9 +127,6 @@ type pacer struct {
 	last PacerDecision
 	// rate is the writes answered per second over the last epoch.
 	rate float64
-	// idleSince is when the last write in flight was answered, while
-	// none is; zero while one is.
-	idleSince time.Time
 }
 
 // epoch accumulates the answers to writes sent since the last decision:
@@ -284,11 +283,6 @@ const (
 	smoothing = 8
 	// initialWindow is the window before anything is measured.
 	initialWindow = 8
-	// idleForget is how long the pacer may go without a write in flight
-	// and still keep what it measured: the next write after a longer
-	// pause finds a server that may have changed since, and measures it
-	// afresh, as a migration starting alone would.
-	idleForget = 30 * time.Second
 )
 
 // outcome is how a write ended, for the pacer.
@@ -305,52 +299,42 @@ const (
 )
 
 func newPacer(maxInFlight int, now func() time.Time) *pacer {
-	p := &pacer{max: float64(maxInFlight), now: now}
-	p.forget(now())
-	return p
-}
-
-// forget starts over at now from the initial window, with nothing
-// measured; observe and qps stay.
-func (p *pacer) forget(now time.Time) {
-	p.limit = min(p.max, initialWindow)
-	p.smoothed, p.calmUntil, p.idleSince = 0, time.Time{}, time.Time{}
-	p.epoch = epoch{start: now, generation: p.epoch.generation + 1}
-	p.samples, p.above, p.knee, p.relearning, p.stalled, p.slow = nil, false, 0, false, false, 0
-	p.last, p.rate = "", 0
+	return &pacer{
+		max: float64(maxInFlight), limit: min(float64(maxInFlight), initialWindow), now: now,
+		epoch: epoch{start: now()},
+	}
 }
 
 // acquire waits until a write may be sent: for room in the window, then
-// for the rate limiter with wait, if set (see pacer); release takes the
-// ticket back.
-func (p *pacer) acquire(ctx context.Context, wait func(context.Context) error) (ticket, error) {
+// for the rate limiter (see pacer); release takes the ticket back.
+func (p *pacer) acquire(ctx context.Context) (ticket, error) {
 	t, err := p.admit(ctx)
-	if err != nil || wait == nil {
+	if err != nil || p.wait == nil {
 		return t, err
 	}
-	if t, err = p.paced(ctx, wait); err != nil {
+	if t, err = p.paced(ctx); err != nil {
 		p.drop()
 	}
 	return t, err
 }
 
-// resend waits for the rate limiter with wait, if set, before the retry
-// of t, a write that kept its place in the window (see release), and
-// returns the retry's ticket: t when there is no limiter.
-func (p *pacer) resend(ctx context.Context, t ticket, wait func(context.Context) error) (ticket, error) {
-	if wait == nil {
+// resend waits for the rate limiter before the retry of t, a write that
+// kept its place in the window (see release), and returns the retry's
+// ticket: t when there is no limiter.
+func (p *pacer) resend(ctx context.Context, t ticket) (ticket, error) {
+	if p.wait == nil {
 		return t, nil
 	}
-	return p.paced(ctx, wait)
+	return p.paced(ctx)
 }
 
-// paced waits for the rate limiter with wait, a place in the window
-// taken, and returns the ticket of the write then sent.
-func (p *pacer) paced(ctx context.Context, wait func(context.Context) error) (ticket, error) {
+// paced waits for the rate limiter with a place in the window taken, and
+// returns the ticket of the write then sent.
+func (p *pacer) paced(ctx context.Context) (ticket, error) {
 	p.mu.Lock()
 	p.waiting++
 	p.mu.Unlock()
-	err := wait(ctx)
+	err := p.wait(ctx)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.waiting--
@@ -363,12 +347,6 @@ func (p *pacer) paced(ctx context.Context, wait func(context.Context) error) (ti
 // admit waits for room in the window and takes a place in it.
 func (p *pacer) admit(ctx context.Context) (ticket, error) {
 	p.mu.Lock()
-	if p.inflight == 0 && !p.idleSince.IsZero() {
-		if now := p.now(); now.Sub(p.idleSince) > idleForget {
-			p.forget(now)
-		}
-		p.idleSince = time.Time{}
-	}
 	if len(p.waiters) == 0 && p.inflight < p.roomLocked() {
 		t := p.admitLocked()
 		p.mu.Unlock()
@@ -454,7 +432,8 @@ func (p *pacer) release(t ticket, latency time.Duration, o outcome) (kept bool) 
 	defer p.mu.Unlock()
 	defer func() {
 		if !kept {
-			p.leaveLocked()
+			p.inflight--
+			p.wakeLocked()
 		}
 	}()
 	now := p.now()
@@ -490,17 +469,8 @@ func (p *pacer) release(t ticket, latency time.Duration, o outcome) (kept bool) 
 func (p *pacer) drop() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.leaveLocked()
-}
-
-// leaveLocked gives up a place in the window, and notes when the pacer
-// falls idle.
-func (p *pacer) leaveLocked() {
 	p.inflight--
 	p.wakeLocked()
-	if p.inflight == 0 {
-		p.idleSince = p.now()
-	}
 }
 
 // newEpoch starts an epoch at now.

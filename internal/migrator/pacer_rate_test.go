@@ -48,7 +48,7 @@ func (s *simulation) runAt(qps float64, d time.Duration) (rate, inflight float64
 	for s.clock.t.Before(end) {
 		room := s.p.inflight < s.p.room()
 		if room && !due.After(s.clock.t) {
-			tk, err := s.p.acquire(context.Background(), nil)
+			tk, err := s.p.acquire(context.Background())
 			if err != nil {
 				s.t.Fatal(err)
 			}
@@ -183,7 +183,7 @@ func TestPacerWaitsForTheRateWithItsPlaceTaken(t *testing.T) {
 	type turnKey struct{}
 	clock := &fakeClock{t: time.Unix(0, 0)}
 	p := newPacer(4, clock.now)
-	wait := func(ctx context.Context) error {
+	p.wait = func(ctx context.Context) error {
 		select {
 		case <-ctx.Value(turnKey{}).(chan struct{}):
 			return nil
@@ -198,7 +198,7 @@ func TestPacerWaitsForTheRateWithItsPlaceTaken(t *testing.T) {
 	send := func(ctx context.Context) (turn chan struct{}, done chan sent) {
 		turn, done = make(chan struct{}), make(chan sent, 1)
 		go func() {
-			tk, err := p.acquire(context.WithValue(ctx, turnKey{}, turn), wait)
+			tk, err := p.acquire(context.WithValue(ctx, turnKey{}, turn))
 			done <- sent{tk, err}
 		}()
 		return turn, done

@@ -76,7 +76,7 @@ func (s *simulation) run(d time.Duration) (rate, window float64) {
 	end := s.clock.t.Add(d)
 	for s.clock.t.Before(end) {
 		for s.p.inflight < s.p.window() {
-			tk, err := s.p.acquire(context.Background(), nil)
+			tk, err := s.p.acquire(context.Background())
 			if err != nil {
 				s.t.Fatal(err)
 			}
@@ -413,7 +413,7 @@ func TestPacerHalvesOnThrottlingOncePerLatency(t *testing.T) {
 	decisions := countDecisions(p)
 	answer := func(latency time.Duration, throttled bool) {
 		t.Helper()
-		tk, err := p.acquire(context.Background(), nil)
+		tk, err := p.acquire(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -446,8 +446,8 @@ func TestPacerNeverBelowOne(t *testing.T) {
 	clock := &fakeClock{t: time.Unix(0, 0)}
 	p := newPacer(4, clock.now)
 	for range 20 {
-		clock.advance(time.Second)
-		tk, err := p.acquire(context.Background(), nil)
+		clock.advance(time.Minute)
+		tk, err := p.acquire(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -468,7 +468,7 @@ func TestPacerBoundsWritesInFlight(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 64 {
 		wg.Go(func() {
-			tk, err := p.acquire(context.Background(), nil)
+			tk, err := p.acquire(context.Background())
 			if err != nil {
 				t.Error(err)
 				return
@@ -492,12 +492,12 @@ func TestPacerBoundsWritesInFlight(t *testing.T) {
 
 func TestPacerAcquireHonoursCancellation(t *testing.T) {
 	p := newPacer(1, time.Now)
-	if _, err := p.acquire(context.Background(), nil); err != nil {
+	if _, err := p.acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
-	if _, err := p.acquire(ctx, nil); err == nil {
+	if _, err := p.acquire(ctx); err == nil {
 		t.Error("acquire returned without room and without its context ending")
 	}
 }
@@ -505,7 +505,7 @@ func TestPacerAcquireHonoursCancellation(t *testing.T) {
 func TestPacerHandsEachFreedPlaceToTheLongestWaiting(t *testing.T) {
 	p := newPacer(2, time.Now)
 	p.limit = 1
-	first, err := p.acquire(context.Background(), nil)
+	first, err := p.acquire(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,7 +514,7 @@ func TestPacerHandsEachFreedPlaceToTheLongestWaiting(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 3 {
 		wg.Go(func() {
-			tk, err := p.acquire(context.Background(), nil)
+			tk, err := p.acquire(context.Background())
 			if err != nil {
 				t.Error(err)
 				return
@@ -526,7 +526,7 @@ func TestPacerHandsEachFreedPlaceToTheLongestWaiting(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := make(chan error)
-	go func() { _, err := p.acquire(ctx, nil); gaveUp <- err }()
+	go func() { _, err := p.acquire(ctx); gaveUp <- err }()
 	waitFor(t, func() bool { p.mu.Lock(); defer p.mu.Unlock(); return len(p.waiters) == 4 })
 	cancel()
 	if err := <-gaveUp; err == nil {
@@ -567,7 +567,7 @@ func TestPacerKeepsOneFailingWriteInTheWindow(t *testing.T) {
 	p.limit = 20
 	var tickets []ticket
 	for range 20 {
-		tk, err := p.acquire(context.Background(), nil)
+		tk, err := p.acquire(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -587,7 +587,7 @@ func TestPacerKeepsOneFailingWriteInTheWindow(t *testing.T) {
 	// The others wait for room while the kept one retries.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := p.acquire(ctx, nil); err == nil {
+	if _, err := p.acquire(ctx); err == nil {
 		t.Fatal("a write was let through while the one kept write retries")
 	}
 	// Its retry fails again: it still fits, and keeps its place.
@@ -599,7 +599,7 @@ func TestPacerKeepsOneFailingWriteInTheWindow(t *testing.T) {
 	if p.inflight != 0 {
 		t.Fatalf("%d in flight after the kept write gave up, want 0", p.inflight)
 	}
-	if _, err := p.acquire(context.Background(), nil); err != nil {
+	if _, err := p.acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -91,10 +91,10 @@ func TestMetricsEventsAndProbes(t *testing.T) {
 			samples = append(samples, s)
 			decisions := 0.0
 			for _, d := range []string{"grow", "knee", "back-off", "hold"} {
-				decisions += m.Value(pacerDecisions, "decision", d)
+				decisions += m.Value(pacerDecisions, "resource", widgetsLabel, "decision", d)
 			}
-			pacings = append(pacings, pacing{m.Value(pacerInFlight), m.Value(pacerWindow),
-				m.Value(pacerLatency), decisions})
+			pacings = append(pacings, pacing{m.Value(pacerInFlight, "resource", widgetsLabel), m.Value(pacerWindow, "resource", widgetsLabel),
+				m.Value(pacerLatency, "resource", widgetsLabel), decisions})
 			if statusShown == "" {
 				if mig := env.GetMigration(t, "widgets"); mig.Status.Pacing != nil && mig.HasCondition(migrationv1alpha1.MigrationRunning) && !mig.IsFinished() {
 					code, stdout, stderr := framework.RunSVM(t, kubeconfig, time.Minute, "status")

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
 	"github.com/svm-project/svm/internal/migrator"
 	"github.com/svm-project/svm/test/framework"
 )
@@ -115,7 +117,7 @@ type paceDecision struct {
 }
 
 // Paced implements migrator.Observer.
-func (l *paceLog) Paced(s migrator.PacerState) {
+func (l *paceLog) Paced(_ schema.GroupResource, s migrator.PacerState) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.decisions = append(l.decisions, paceDecision{time.Now(), s})
