@@ -39,7 +39,7 @@ func (f *EngineFlags) addFlags(fs interface {
 	BoolVar(*bool, string, bool, string)
 	StringVar(*string, string, string, string)
 }) {
-	fs.IntVar(&f.Workers, "workers", operation.DefaultWorkers, "the most writes in flight per migration; with adaptive pacing, how many below it is decided by the API server's latency")
+	fs.IntVar(&f.Workers, "workers", operation.DefaultWorkers, "the most writes in flight, per migration and, with adaptive pacing, for the whole process; how many below it is decided by the API server's latency")
 	fs.Float64Var(&f.QPS, "qps", 0, "requests per second to the API server, shared by all migrations (0: unlimited)")
 	fs.IntVar(&f.Burst, "burst", operation.DefaultBurst, "requests sent at once at most under --qps; 1 spaces them evenly, which costs other clients the least")
 	fs.Int64Var(&f.ChunkSize, "chunk-size", 500, "the most objects listed per request; under --qps, a list brings about a second's writes at that rate at most")

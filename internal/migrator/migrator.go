@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -145,6 +146,12 @@ type Migrator struct {
 	rest      rest.Interface
 	discovery discovery.DiscoveryInterface
 	opts      Options
+	// writes holds a place for every paced write at the server, of every
+	// migration this Migrator runs, side by side or one after another:
+	// Workers in all, so that the API server gets no more of svm's writes
+	// at once than one migration alone may send, however many run (see
+	// capWrites); nil when pacing is off.
+	writes *semaphore.Weighted
 }
 
 // New returns a Migrator that sends its requests with cfg.
@@ -171,7 +178,11 @@ func New(cfg *rest.Config, opts Options) (*Migrator, error) {
 			return nil, err
 		}
 	}
-	return &Migrator{metadata: md, rest: rc, discovery: disc, opts: opts.withDefaults()}, nil
+	m := &Migrator{metadata: md, rest: rc, discovery: disc, opts: opts.withDefaults()}
+	if !m.opts.DisablePacing {
+		m.writes = semaphore.NewWeighted(int64(m.opts.Workers))
+	}
+	return m, nil
 }
 
 // FailedObject is an object that could not be rewritten.
@@ -274,7 +285,7 @@ func (m *Migrator) migrate(ctx context.Context, req Request) (Result, error) {
 		run.pacer = newPacer(m.opts.Workers, time.Now)
 		gr := req.Resource.GroupResource()
 		run.pacer.observe = func(s PacerState) { m.opts.Observer.Paced(gr, s) }
-		run.capRate()
+		run.capWrites()
 	}
 	var info *metav1.APIResource
 	// Discovery requests are retried like the others but not observed:
@@ -832,21 +843,35 @@ func (r *run) waitLimiter(ctx context.Context) error {
 	return r.m.opts.Limiter.Wait(ctx)
 }
 
-// capRate hands the rate limiter to the pacer: a paced write waits for it
-// with its place in the window taken, and the window is held to what the
-// rate needs (see pacer).
-func (r *run) capRate() {
+// capWrites sets what a paced write waits for once it has its place in
+// the pacer's window: a place among the writes at the server of every
+// migration of the Migrator (Migrator.writes), then the rate limiter. A
+// write waits for both with its place in the window taken (see pacer),
+// and gives the shared place back once answered: a write waiting out a
+// backoff holds none. A migration whose writes fail is held to one write
+// by its own pacer, and so holds at most one shared place once the
+// writes it had sent are answered: one resource's webhook timing out
+// does not starve the others, as one pacer for all did. Under a rate cap
+// the window is also held to what the rate needs.
+func (r *run) capWrites() {
 	l := r.m.opts.Limiter
-	if l == nil {
-		return
-	}
-	if l.Limit() != rate.Inf {
+	if l != nil && l.Limit() != rate.Inf {
 		r.pacer.qps = float64(l.Limit())
 	}
+	shared := r.m.writes
 	r.pacer.wait = func(ctx context.Context) error {
+		if err := shared.Acquire(ctx, 1); err != nil {
+			return err
+		}
+		if l == nil {
+			return nil
+		}
 		start := time.Now()
 		err := l.Wait(ctx)
 		r.observer.LimiterWaited(r.gr, time.Since(start))
+		if err != nil {
+			shared.Release(1)
+		}
 		return err
 	}
 }
@@ -908,6 +933,7 @@ func (r *run) retryUpTo(ctx context.Context, verb string, attempts int, fn func(
 		err = fn(attemptCtx)
 		cancel()
 		if paced {
+			r.m.writes.Release(1)
 			o := answered
 			switch {
 			case apierrors.IsTooManyRequests(err):

@@ -88,7 +88,9 @@ type pacer struct {
 	// observe, if set, is told every decision.
 	observe func(PacerState)
 	// qps is the rate cap the writes are sent under, 0 for none; wait,
-	// if set, waits for the rate limiter before a write is sent.
+	// if set, is waited for before a write is sent, its place in the
+	// window taken: the Migrator's shared places and the rate limiter
+	// (run.capWrites).
 	qps  float64
 	wait func(context.Context) error
 
