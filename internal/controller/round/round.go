@@ -142,3 +142,32 @@ func (l liveness) Start(ctx context.Context) error {
 // NeedLeaderElection implements manager.LeaderElectionRunnable: the rounds
 // run with leadership only.
 func (liveness) NeedLeaderElection() bool { return true }
+
+// Spacing keeps rounds apart: the next round starts no sooner than
+// SpacingFactor times the last round's length after it ended, so that a
+// loop's rounds take at most 1/(1+SpacingFactor) of the time, however many
+// resources a round reads and however often changes ask for one. A round
+// reads the whole cluster and decides every resource: a change that
+// arrives while the next one waits is decided then, and none is lost,
+// only gathered with the others (a bulk flip of a thousand CRDs makes a
+// change a second, each asking for a round). Rounds that take a few
+// milliseconds, on small clusters, are not held back at all in practice.
+type Spacing struct {
+	// notBefore is when the next round may start.
+	notBefore time.Time
+}
+
+// SpacingFactor is how many times its own length a round waits before the
+// next: 2, at most a third of the time spent in rounds.
+const SpacingFactor = 2
+
+// Wait returns how long the round asked for at now must wait; 0: it may
+// run.
+func (s *Spacing) Wait(now time.Time) time.Duration {
+	return max(0, s.notBefore.Sub(now))
+}
+
+// Ended records a round that ran from start to end.
+func (s *Spacing) Ended(start, end time.Time) {
+	s.notBefore = end.Add(SpacingFactor * end.Sub(start))
+}

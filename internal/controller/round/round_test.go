@@ -109,3 +109,28 @@ func TestLivenessTracksTheRoundsWhileLeading(t *testing.T) {
 		t.Error("liveness runs without leadership, where no rounds run")
 	}
 }
+
+// TestSpacingHoldsTheNextRoundTwiceTheLastOnesLength: after a round of 3 s
+// the next waits 6 s from its end; one asked for later waits what is left,
+// and one asked for after that runs at once. Before any round, none waits.
+func TestSpacingHoldsTheNextRoundTwiceTheLastOnesLength(t *testing.T) {
+	var s Spacing
+	start := time.Unix(1000, 0)
+	if w := s.Wait(start); w != 0 {
+		t.Fatalf("before any round: wait %v, want 0", w)
+	}
+	end := start.Add(3 * time.Second)
+	s.Ended(start, end)
+	for _, c := range []struct {
+		after, want time.Duration
+	}{
+		{0, 6 * time.Second},
+		{time.Second, 5 * time.Second},
+		{6 * time.Second, 0},
+		{time.Minute, 0},
+	} {
+		if w := s.Wait(end.Add(c.after)); w != c.want {
+			t.Errorf("%v after a round of 3s: wait %v, want %v", c.after, w, c.want)
+		}
+	}
+}

@@ -61,13 +61,12 @@ func (c *Controller) apply(ctx context.Context, gr schema.GroupResource, state *
 // object, as without it. Decide asks for it only when there is a status,
 // written or kept, to hold it.
 func (c *Controller) recordRevision(ctx context.Context, gr schema.GroupResource, state *migrationv1alpha1.StorageState, d trigger.Decision) trigger.Decision {
-	version, kind := c.versions[gr], c.kinds[gr]
-	if version == "" || kind == "" {
+	version := c.versions[gr]
+	if version == "" || c.Metadata == nil {
 		return d
 	}
-	list := &metav1.PartialObjectMetadataList{}
-	list.SetGroupVersionKind(schema.GroupVersionKind{Group: gr.Group, Version: version, Kind: kind + "List"})
-	if err := c.Reader.List(ctx, list, client.Limit(1)); err != nil {
+	list, err := c.Metadata.Resource(gr.WithVersion(version)).List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
 		klog.FromContext(ctx).Error(err, "Read the revision since which every API server stores the resource in its current version; its migration writes every object", "resource", gr)
 		return d
 	}

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/metadata"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -73,6 +74,12 @@ type Controller struct {
 	// say, creates a second migration).
 	Client client.Client
 	Reader client.Reader
+	// Metadata reads the etcd revision of a resource (recordRevision) by
+	// its version and plural, with no RESTMapper: controller-runtime's
+	// learns every group it is asked about and keeps it, and a round asks
+	// about every CRD's. nil: no revision is read, and migrations write
+	// every object.
+	Metadata metadata.Interface
 	// InTreeBetaServed says that the in-tree migration API is served in
 	// v1beta1 only (Kubernetes 1.35 and 1.36): pruning waits for its
 	// Running migrations too.
@@ -159,6 +166,9 @@ type Controller struct {
 	// retries holds the retry each resource was last seen waiting for,
 	// so that its event is recorded once, not every round.
 	retries map[schema.GroupResource]string
+	// spacing keeps the rounds that changes ask for apart, in proportion
+	// to what a round costs.
+	spacing round.Spacing
 	// applyFailures counts the decisions in a row whose writes failed,
 	// per resource: each is decided again sooner than the next
 	// discovery, twice as late as the one before.
@@ -253,11 +263,19 @@ func (c *Controller) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		}
 		c.started = true
 	}
+	if wait := c.spacing.Wait(c.Clock.Now()); wait > 0 {
+		// Too soon after the last round: this one comes later, and, since
+		// a round reads the whole cluster, decides whatever changed
+		// meanwhile then.
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
 	discover := c.rediscover.Swap(false) || !c.Clock.Now().Before(c.discoverAt)
 	if discover {
 		c.discoverAt = c.Clock.Now().Add(c.Interval)
 	}
+	start := c.Clock.Now()
 	retry := c.round(ctx, discover)
+	c.spacing.Ended(start, c.Clock.Now())
 	// A round that outlasts Interval leaves discovery overdue: the next
 	// comes at once (a zero RequeueAfter would mean never).
 	next := max(c.discoverAt.Sub(c.Clock.Now()), time.Nanosecond)

@@ -2,9 +2,9 @@ package storagestate
 
 import (
 	"context"
-	"fmt"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	apiserverinternalv1alpha1 "k8s.io/api/apiserverinternal/v1alpha1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -47,12 +47,16 @@ func (c *Controller) round(ctx context.Context, discover bool) time.Duration {
 	if c.MigrateUnhashed {
 		c.migrateOnce(ctx, seen.unhashed, snap.all)
 	}
+	var choices []choice
+	for gr, hash := range seen.withStates(snap.states) {
+		choices = append(choices, c.choose(gr, hash, snap))
+	}
+	c.applyAll(ctx, choices)
 	var next time.Duration
 	behind := false
-	for gr, hash := range seen.withStates(snap.states) {
-		wait, waitsForServers := c.decide(ctx, gr, hash, snap)
-		next = sooner(next, wait)
-		behind = behind || waitsForServers
+	for i := range choices {
+		next = sooner(next, c.settle(ctx, &choices[i]))
+		behind = behind || choices[i].serversBehind
 	}
 	if behind {
 		// Only discovery tells when every server has taken up a CRD's
@@ -132,9 +136,9 @@ func (c *Controller) readCluster(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	var crds apiextensionsv1.CustomResourceDefinitionList
-	if err := c.Reader.List(ctx, &crds); err != nil {
-		return nil, fmt.Errorf("list CustomResourceDefinitions: %w", err)
+	crds, err := round.ReadCRDs(ctx, c.Reader)
+	if err != nil {
+		return nil, err
 	}
 	snap := &snapshot{
 		states:     map[schema.GroupResource]*migrationv1alpha1.StorageState{},
@@ -150,18 +154,33 @@ func (c *Controller) readCluster(ctx context.Context) (*snapshot, error) {
 		gr := schema.GroupResource{Group: m.Spec.Resource.Group, Resource: m.Spec.Resource.Resource}
 		snap.migrations[gr] = append(snap.migrations[gr], m)
 	}
-	for i := range crds.Items {
-		crd := &crds.Items[i]
+	for i := range crds {
+		crd := &crds[i]
 		snap.crds[schema.GroupResource{Group: crd.Spec.Group, Resource: crd.Spec.Names.Plural}] = crd
 	}
 	return snap, nil
 }
 
-// decide decides for one resource, given its discovered hash (nil when
-// unknown this round), and applies the decision. It returns when to
-// decide again, 0 when only a change or the next discovery calls for it,
-// and whether an API server has not taken up its CRD's storage version.
-func (c *Controller) decide(ctx context.Context, gr schema.GroupResource, observed *string, snap *snapshot) (time.Duration, bool) {
+// choice is one resource's decision in a round, and what applying it
+// came to.
+type choice struct {
+	gr         schema.GroupResource
+	now        time.Time
+	state      *migrationv1alpha1.StorageState
+	crd        *apiextensionsv1.CustomResourceDefinition
+	migrations []migrationv1alpha1.StorageVersionMigration
+	decision   trigger.Decision
+	// serversBehind: an API server has not taken up the CRD's storage
+	// version.
+	serversBehind bool
+	// requeue and err are what applying the decision returned.
+	requeue time.Duration
+	err     error
+}
+
+// choose decides for one resource, given its discovered hash (nil when
+// unknown this round).
+func (c *Controller) choose(gr schema.GroupResource, observed *string, snap *snapshot) choice {
 	now := c.Clock.Now()
 	state, crd, migrations := snap.states[gr], snap.crds[gr], snap.migrations[gr]
 	sv := c.storageVersion(gr)
@@ -177,25 +196,58 @@ func (c *Controller) decide(ctx context.Context, gr schema.GroupResource, observ
 	case in.Encoding == nil:
 		in.Encoding = c.servers.encoding(gr)
 	}
-	d := trigger.Decide(in)
-	requeue, err := c.apply(ctx, gr, state, crd, migrations, d)
-	if err != nil {
+	return choice{
+		gr: gr, now: now, state: state, crd: crd, migrations: migrations,
+		decision: trigger.Decide(in), serversBehind: in.ServersBehind != "",
+	}
+}
+
+// applyWorkers is how many resources' decisions a round applies at once.
+// Each takes a few requests in a row (a list of one object, a status
+// write, a create); one after another, a bulk flip of a thousand CRDs
+// took minutes to apply, the API server mostly waiting for svm.
+const applyWorkers = 8
+
+// applyAll applies the decisions, applyWorkers resources at once: each
+// resource's writes are its own (its StorageState, its migrations, its
+// CRD's status) and keep their order; apply touches nothing of the
+// Controller's but through the clients, the recorder and the metrics,
+// which are safe for concurrent use.
+func (c *Controller) applyAll(ctx context.Context, choices []choice) {
+	var g errgroup.Group
+	g.SetLimit(applyWorkers)
+	for i := range choices {
+		ch := &choices[i]
+		g.Go(func() error {
+			ch.requeue, ch.err = c.apply(ctx, ch.gr, ch.state, ch.crd, ch.migrations, ch.decision)
+			return nil
+		})
+	}
+	_ = g.Wait()
+}
+
+// settle does what follows a resource's applied decision, one resource at
+// a time, and returns when to decide for it again: 0 when only a change
+// or the next discovery calls for it.
+func (c *Controller) settle(ctx context.Context, ch *choice) time.Duration {
+	requeue := ch.requeue
+	if ch.err != nil {
 		// A write that failed (a conflict with another writer of the
 		// CRD, say) is decided again soon: no change may come to ask for
 		// it, and the next discovery is an interval away. A prune that
 		// failed after its StorageState was written would otherwise wait
 		// that long; the next round finds the CRD's storedVersions again
 		// and prunes.
-		c.applyFailures[gr]++
-		retry := followup.Backoff(applyRetry, applyRetryMax, c.applyFailures[gr])
-		klog.FromContext(ctx).Error(err, "Apply trigger decision; deciding again soon", "resource", gr, "after", retry)
+		c.applyFailures[ch.gr]++
+		retry := followup.Backoff(applyRetry, applyRetryMax, c.applyFailures[ch.gr])
+		klog.FromContext(ctx).Error(ch.err, "Apply trigger decision; deciding again soon", "resource", ch.gr, "after", retry)
 		requeue = sooner(requeue, retry)
 	} else {
-		delete(c.applyFailures, gr)
+		delete(c.applyFailures, ch.gr)
 	}
-	c.noteRetry(gr, state, d, now)
-	c.notePruneHeld(gr, state, d)
-	return sooner(d.RequeueAfter, requeue), in.ServersBehind != ""
+	c.noteRetry(ch.gr, ch.state, ch.decision, ch.now)
+	c.notePruneHeld(ch.gr, ch.state, ch.decision)
+	return sooner(ch.decision.RequeueAfter, requeue)
 }
 
 // fingerprint reads the fingerprint of a resource with CRD crd and
