@@ -144,9 +144,10 @@ func (l liveness) Start(ctx context.Context) error {
 func (liveness) NeedLeaderElection() bool { return true }
 
 // Spacing keeps rounds apart: the next round starts no sooner than
-// SpacingFactor times the last round's length after it ended, so that a
-// loop's rounds take at most 1/(1+SpacingFactor) of the time, however many
-// resources a round reads and however often changes ask for one. A round
+// SpacingFactor times what the last one cost after it, so that what every
+// round pays (reading the cluster, deciding each resource) takes at most
+// 1/(1+SpacingFactor) of the time, however many resources a round reads
+// and however often changes ask for one. A round
 // reads the whole cluster and decides every resource: a change that
 // arrives while the next one waits is decided then, and none is lost,
 // only gathered with the others (a bulk flip of a thousand CRDs makes a
@@ -167,7 +168,9 @@ func (s *Spacing) Wait(now time.Time) time.Duration {
 	return max(0, s.notBefore.Sub(now))
 }
 
-// Ended records a round that ran from start to end.
+// Ended records a round whose cost ran from start to end: what its caller
+// counts as the cost, which may leave out waits that are not the round's
+// own.
 func (s *Spacing) Ended(start, end time.Time) {
 	s.notBefore = end.Add(SpacingFactor * end.Sub(start))
 }

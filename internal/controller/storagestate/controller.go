@@ -167,7 +167,7 @@ type Controller struct {
 	// so that its event is recorded once, not every round.
 	retries map[schema.GroupResource]string
 	// spacing keeps the rounds that changes ask for apart, in proportion
-	// to what a round costs.
+	// to what every round costs: reading the cluster and deciding.
 	spacing round.Spacing
 	// applyFailures counts the decisions in a row whose writes failed,
 	// per resource: each is decided again sooner than the next
@@ -273,9 +273,7 @@ func (c *Controller) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if discover {
 		c.discoverAt = c.Clock.Now().Add(c.Interval)
 	}
-	start := c.Clock.Now()
 	retry := c.round(ctx, discover)
-	c.spacing.Ended(start, c.Clock.Now())
 	// A round that outlasts Interval leaves discovery overdue: the next
 	// comes at once (a zero RequeueAfter would mean never).
 	next := max(c.discoverAt.Sub(c.Clock.Now()), time.Nanosecond)

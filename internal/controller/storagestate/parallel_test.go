@@ -59,3 +59,32 @@ func TestRoundAppliesResourcesSideBySide(t *testing.T) {
 		t.Errorf("at most %d migrations created at once, want between 2 and %d", most, applyWorkers)
 	}
 }
+
+// TestASpacedRoundDecidesWhatChangedWhileItWaited: a change that asks for
+// a round too soon after the last one (a storage version hash changed, its
+// rediscovery asked for) gets none at once, only a requeue for the time
+// left; the round then decides the change: it is deferred, never lost.
+func TestASpacedRoundDecidesWhatChangedWhileItWaited(t *testing.T) {
+	k := newCluster(t)
+	k.serve("cm1", "w1")
+	k.reconcile()
+	// The last round's reads and decisions took 3 s: the next may start
+	// 6 s after it.
+	now := k.clock.Now()
+	k.c.spacing.Ended(now.Add(-3*time.Second), now)
+
+	k.serve("cm1", "w2")
+	k.c.rediscover.Store(true)
+	k.clock.Step(time.Second)
+	expectRequeue(t, k.reconcile(), 5*time.Second)
+	if got := k.migrations("widgets.example.com")["w2"]; len(got) != 0 {
+		t.Fatalf("a round held back by spacing made %d migrations to w2", len(got))
+	}
+
+	k.clock.Step(5 * time.Second)
+	k.reconcile()
+	if got := k.migrations("widgets.example.com")["w2"]; len(got) != 1 {
+		t.Errorf("%d migrations to w2 after the spaced round, want 1", len(got))
+	}
+	expectStatus(t, k.state("widgets.example.com"), "w2", unknown, "w1")
+}

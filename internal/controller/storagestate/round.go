@@ -34,11 +34,13 @@ func (c *Controller) round(ctx context.Context, discover bool) time.Duration {
 			return 0
 		}
 	}
+	read := c.Clock.Now()
 	snap, err := c.readCluster(ctx)
 	if err != nil {
 		log.Error(err, "Reading the cluster failed; nothing is concluded this round")
 		return 0
 	}
+	cost := c.Clock.Since(read)
 	if discover {
 		// Between discovery rounds, the servers are taken to say what
 		// they said at the last.
@@ -47,10 +49,17 @@ func (c *Controller) round(ctx context.Context, discover bool) time.Duration {
 	if c.MigrateUnhashed {
 		c.migrateOnce(ctx, seen.unhashed, snap.all)
 	}
+	decided := c.Clock.Now()
 	var choices []choice
 	for gr, hash := range seen.withStates(snap.states) {
 		choices = append(choices, c.choose(gr, hash, snap))
 	}
+	// What every round pays, whatever it finds to do, spaces the rounds:
+	// reading the cluster and deciding. Not discovery, nor every server's
+	// (their requests are throttled by their client, and only some rounds
+	// run them), nor applying, the work rounds are for.
+	now := c.Clock.Now()
+	c.spacing.Ended(now.Add(-cost-now.Sub(decided)), now)
 	c.applyAll(ctx, choices)
 	var next time.Duration
 	behind := false
