@@ -152,6 +152,8 @@ func (o *Config) newBase(ctx context.Context) (*controllerBase, error) {
 		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddress, ExtraHandlers: profilingHandlers(o.Profiling)},
 		HealthProbeBindAddress:        o.HealthAddress,
 		GracefulShutdownTimeout:       ptr(30 * time.Second),
+		// The groups svm maps, not every group the server serves.
+		MapperProvider: kubeclients.NewRESTMapper,
 		// Nothing reads the managedFields of svm's own objects: the cache
 		// keeps them without.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
