@@ -33,10 +33,16 @@ type Set struct {
 	// storageVersionHash (see NewDiscovery). It caches nothing: every
 	// question reads the server afresh, as the trigger needs.
 	Discovery *discovery.DiscoveryClient
-	Kube      kubernetes.Interface
-	Dynamic   dynamic.Interface
-	Metadata  metadata.Interface
-	CRDs      apiextensionsclient.Interface
+	// BulkDiscovery is Discovery again, over the same connections with a
+	// client-side rate limit of its own, for the reads of every group
+	// version at once (the trigger's discovery): with a thousand CRDs,
+	// that is two thousand requests, which held every other discovery
+	// read (each migration's) behind them for 40 seconds.
+	BulkDiscovery *discovery.DiscoveryClient
+	Kube          kubernetes.Interface
+	Dynamic       dynamic.Interface
+	Metadata      metadata.Interface
+	CRDs          apiextensionsclient.Interface
 	// Servers reaches each API server at its own address, for what only
 	// that server can tell (its /metrics).
 	Servers *Endpoints
@@ -66,6 +72,9 @@ func New(cfg *rest.Config) (*Set, error) {
 		return nil, fmt.Errorf("build the HTTP client: %w", err)
 	}
 	if s.Discovery, err = NewDiscovery(cfg, httpClient); err != nil {
+		return nil, err
+	}
+	if s.BulkDiscovery, err = NewDiscovery(cfg, httpClient); err != nil {
 		return nil, err
 	}
 	if s.Kube, err = kubernetes.NewForConfigAndClient(cfg, httpClient); err != nil {

@@ -6,7 +6,10 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-func TestNewBuildsOneDiscoveryClientAndCountsIt(t *testing.T) {
+// TestNewBuildsItsDiscoveryClientsAndCountsThem: a Set builds two
+// discovery clients, Discovery and BulkDiscovery, each with its own rate
+// limit, both reading the per-group-version documents.
+func TestNewBuildsItsDiscoveryClientsAndCountsThem(t *testing.T) {
 	setsBefore, discoveryBefore := Built()
 	s, err := New(&rest.Config{Host: "https://127.0.0.1:6443"})
 	if err != nil {
@@ -15,12 +18,15 @@ func TestNewBuildsOneDiscoveryClientAndCountsIt(t *testing.T) {
 	if s.Discovery == nil || s.Kube == nil || s.Dynamic == nil || s.Metadata == nil || s.CRDs == nil || s.Servers == nil {
 		t.Fatalf("New left a client unbuilt: %+v", s)
 	}
-	if !s.Discovery.UseLegacyDiscovery {
+	if s.BulkDiscovery == nil || s.BulkDiscovery == s.Discovery {
+		t.Error("New built no BulkDiscovery of its own")
+	}
+	if !s.Discovery.UseLegacyDiscovery || !s.BulkDiscovery.UseLegacyDiscovery {
 		t.Error("the discovery client reads the aggregated document, which carries no storageVersionHash")
 	}
 	sets, discoveries := Built()
-	if sets-setsBefore != 1 || discoveries-discoveryBefore != 1 {
-		t.Errorf("New counted %d sets and %d discovery clients, want 1 and 1", sets-setsBefore, discoveries-discoveryBefore)
+	if sets-setsBefore != 1 || discoveries-discoveryBefore != 2 {
+		t.Errorf("New counted %d sets and %d discovery clients, want 1 and 2", sets-setsBefore, discoveries-discoveryBefore)
 	}
 }
 

@@ -240,7 +240,7 @@ func (o *Config) setUpHistory(ctx context.Context, b *controllerBase) error {
 func (o *Config) setUpTrigger(ctx context.Context, b *controllerBase, betaServed bool) error {
 	mgr := b.mgr
 	t := &storagestate.Controller{
-		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Metadata: b.clients.Metadata, Discovery: b.clients.Discovery, InTreeBetaServed: betaServed,
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Metadata: b.clients.Metadata, Discovery: b.clients.BulkDiscovery, InTreeBetaServed: betaServed,
 		Interval: o.TriggerInterval, StaleAfter: o.StaleAfter, RetryBase: o.TriggerRetryDelay,
 		PruneStoredVersions: o.PruneStoredVersions, ThroughStatus: o.ThroughStatus, CRDs: b.clients.CRDs.ApiextensionsV1().CustomResourceDefinitions(), MigrateUnhashed: o.MigrateUnhashed,
 		SettleDelay: o.CRDSettleDelay, DrainMargin: o.CRDDrainMargin, Clock: b.clients.Clock, Epochs: b.epochs,

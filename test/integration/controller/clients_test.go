@@ -16,9 +16,10 @@ import (
 // TestControllerBuildsItsClientsOnce runs svm controller in this test's
 // process, with every controller on (migrations, the trigger, the
 // re-encryption), and counts the clients it built by the time it has
-// executed a migration: one kubeclients.Set, and in it the one discovery
-// client the engine, the trigger, the re-encryption and the start-up
-// checks all ask. (controller-runtime's manager and elector build their
+// executed a migration: one kubeclients.Set, and in it the two discovery
+// clients: the one the engine, the re-encryption and the start-up checks
+// ask, and the trigger's, which reads every group version at once under a
+// rate limit of its own. (controller-runtime's manager and elector build their
 // own, outside svm's code.) Not parallel: the count is the process's, and
 // top-level tests that are not parallel run alone.
 func TestControllerBuildsItsClientsOnce(t *testing.T) {
@@ -58,8 +59,8 @@ func TestControllerBuildsItsClientsOnce(t *testing.T) {
 	if got := sets - setsBefore; got != 1 {
 		t.Errorf("svm controller built %d client sets, want 1", got)
 	}
-	if got := discoveries - discoveryBefore; got != 1 {
-		t.Errorf("svm controller built %d discovery clients, want 1 (its set's)", got)
+	if got := discoveries - discoveryBefore; got != 2 {
+		t.Errorf("svm controller built %d discovery clients, want 2 (its set's: Discovery and BulkDiscovery)", got)
 	}
 
 	stop()
