@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -424,35 +422,8 @@ func (r *historyRun) tally(seen *migrationLog, rs []framework.Resource, left []m
 // benchmark reads the history's deletions from.
 func startHistoryController(b *testing.B, env *framework.Env) *manyCRDsController {
 	b.Helper()
-	dir := b.TempDir()
 	c := &manyCRDsController{profiles: os.Getenv("SVM_BENCH_PROFILE_DIR"), metrics: framework.FreeAddress(b), prefix: "history"}
-	kubeconfig := filepath.Join(dir, "svm.kubeconfig")
-	if err := env.CP.WriteKubeconfig(kubeconfig); err != nil {
-		b.Fatal(err)
-	}
-	args := []string{"controller", "--kubeconfig", kubeconfig, "--leader-election-namespace", "default",
-		"--health-probe-bind-address", "0", "--metrics-bind-address", c.metrics}
-	logDir := dir
-	if c.profiles != "" {
-		if err := os.MkdirAll(c.profiles, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		logDir = c.profiles
-		args = append(args, "--profiling")
-	}
-	log, err := os.Create(filepath.Join(logDir, c.prefix+"-svm-controller.log"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = log.Close() })
-	c.cmd = exec.Command(svmBinary, args...)
-	c.cmd.Stdout, c.cmd.Stderr = log, log
-	c.cmd.Env = append(os.Environ(), "GOMEMLIMIT="+shippedMemoryLimit)
-	if err := c.cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	c.started = time.Now()
-	b.Cleanup(c.stop)
+	c.start(b, env, svmBinary)
 	return c
 }
 

@@ -423,9 +423,19 @@ type manyCRDsController struct {
 // as the shipped chart sets it.
 func startManyCRDsController(b *testing.B, env *framework.Env, mode manyCRDsMode) *manyCRDsController {
 	b.Helper()
-	dir := b.TempDir()
 	c := &manyCRDsController{profiles: os.Getenv("SVM_BENCH_PROFILE_DIR"), metrics: "0",
 		prefix: fmt.Sprintf("%s-%d", mode.name, envInt("SVM_BENCH_CRDS", 1000))}
+	c.start(b, env, cmp.Or(os.Getenv("SVM_BENCH_CRDS_SVM"), svmBinary))
+	return c
+}
+
+// start starts binary as svm controller at its defaults, as
+// startManyCRDsController says, logging to <prefix>-svm-controller.log (in
+// the profiles' directory when there is one); a metrics address of "0"
+// becomes a free one when profiles are asked for.
+func (c *manyCRDsController) start(b *testing.B, env *framework.Env, binary string) {
+	b.Helper()
+	dir := b.TempDir()
 	kubeconfig := filepath.Join(dir, "svm.kubeconfig")
 	if err := env.CP.WriteKubeconfig(kubeconfig); err != nil {
 		b.Fatal(err)
@@ -437,7 +447,9 @@ func startManyCRDsController(b *testing.B, env *framework.Env, mode manyCRDsMode
 			b.Fatal(err)
 		}
 		logDir = c.profiles
-		c.metrics = framework.FreeAddress(b)
+		if c.metrics == "0" {
+			c.metrics = framework.FreeAddress(b)
+		}
 		args = append(args, "--profiling")
 	}
 	args = append(args, "--metrics-bind-address", c.metrics)
@@ -446,7 +458,7 @@ func startManyCRDsController(b *testing.B, env *framework.Env, mode manyCRDsMode
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = log.Close() })
-	c.cmd = exec.Command(cmp.Or(os.Getenv("SVM_BENCH_CRDS_SVM"), svmBinary), args...)
+	c.cmd = exec.Command(binary, args...)
 	c.cmd.Stdout, c.cmd.Stderr = log, log
 	c.cmd.Env = append(os.Environ(), "GOMEMLIMIT="+shippedMemoryLimit)
 	if err := c.cmd.Start(); err != nil {
@@ -454,7 +466,6 @@ func startManyCRDsController(b *testing.B, env *framework.Env, mode manyCRDsMode
 	}
 	c.started = time.Now()
 	b.Cleanup(c.stop)
-	return c
 }
 
 func (c *manyCRDsController) pid() int { return c.cmd.Process.Pid }
