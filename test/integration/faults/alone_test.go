@@ -23,7 +23,10 @@ func testFaultAlone(t *testing.T, f *fixture, fault framework.Fault, rate float6
 	opts := migrator.Options{Workers: 16, RequestTimeout: time.Second}
 	m := newMigrator(t, proxy.Config, opts)
 	start := time.Now()
-	res, err := m.Run(framework.Context(t, 3*time.Minute), migrator.Request{Resource: framework.Widgets})
+	// Some draws of 30% 429 take about three minutes on a quiet machine
+	// (each 429 answered with a Retry-After that client-go waits out, the
+	// window cut to one write); five leave room for a loaded one.
+	res, err := m.Run(framework.Context(t, 5*time.Minute), migrator.Request{Resource: framework.Widgets})
 	proxy.WaitIdle(t)
 	log := proxy.Requests()
 	t.Logf("%v in %s", log, time.Since(start).Round(time.Millisecond))
