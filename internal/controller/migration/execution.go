@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
@@ -40,6 +41,9 @@ type execution struct {
 	// CRD, settled as crdEnd says once the run has ended (see CRDMark).
 	crd    CRDMark
 	crdEnd runEnd
+	// crdRead is the resource's CRD as the guard read it before the run,
+	// nil when it has none or no guard was read.
+	crdRead *apiextensionsv1.CustomResourceDefinition
 }
 
 // execute runs one migration with ex to its end, cancellation, or a
@@ -153,21 +157,23 @@ func (e *execution) begin(ctx context.Context) bool {
 // guardBefore or guardAfter; it tells whether the run goes on. Without a
 // guard there is nothing to read and the run goes on; a failed read stops
 // it, to be retried later.
-func (e *execution) guard(ctx context.Context, act func(context.Context, Fingerprint) bool) bool {
+func (e *execution) guard(ctx context.Context, act func(context.Context, Reading) bool) bool {
 	if e.r.Guard == nil {
 		return true
 	}
-	fp, err := e.r.Guard.Fingerprint(ctx, e.gvr.GroupResource())
+	r, err := e.r.Guard.Read(ctx, e.gvr.GroupResource())
 	if err != nil {
 		e.retryLater(err)
 		return false
 	}
-	return act(ctx, fp)
+	return act(ctx, r)
 }
 
-// guardBefore acts on Judge's verdict on fp, read before the objects are
-// rewritten; it tells whether the run goes on.
-func (e *execution) guardBefore(ctx context.Context, fp Fingerprint) bool {
+// guardBefore acts on Judge's verdict on r, read before the objects are
+// rewritten; it tells whether the run goes on. The executor starts from
+// r's CRD.
+func (e *execution) guardBefore(ctx context.Context, r Reading) bool {
+	fp := r.Fingerprint
 	v := Judge(GuardInput{Saved: e.status.StorageFingerprint, Now: fp})
 	switch v.Action {
 	case GuardWait:
@@ -195,8 +201,9 @@ func (e *execution) guardBefore(ctx context.Context, fp Fingerprint) bool {
 	// may be made to re-encrypt under a new key, which objects written
 	// since the change may not be under yet.
 	if followup.Trigger.Owns(e.m) {
-		e.storedSince = e.r.Guard.StoredSince(ctx, e.gvr.GroupResource(), fp)
+		e.storedSince = e.r.Guard.StoredSince(ctx, e.gvr.GroupResource(), r)
 	}
+	e.crdRead = r.CRD
 	return true
 }
 
@@ -212,6 +219,7 @@ func (e *execution) rewrite(ctx context.Context) (operation.RunResult, error) {
 		OnChunk:     e.saveChunk,
 		Generation:  e.generation,
 		CRD:         &e.crd,
+		CRDRead:     e.crdRead,
 	})
 }
 
@@ -256,7 +264,15 @@ func (e *execution) delegated(ctx context.Context, inTree string) error {
 // again, as it counts any chunk listed again, whereas a saved token with
 // unsaved counters would lose the chunk from them for good and report
 // fewer objects than exist.
+//
+// The last chunk (no token to go on from) is not saved: the run's
+// conclusion saves the same counters a moment later. Should the run stop
+// in between, the next one lists the last chunk again from the token
+// saved before it, as after any unsaved chunk.
 func (e *execution) saveChunk(ctx context.Context, s operation.State) error {
+	if s.ContinueToken == "" {
+		return nil
+	}
 	applyState(e.status, s, "")
 	if err := e.r.patchStatus(ctx, e.m, e.status); err != nil {
 		return err
@@ -294,9 +310,12 @@ func (e *execution) interrupted(ctx context.Context, err error) bool {
 	return false
 }
 
-// guardAfter acts on Judge's verdict on fp, read once every object was
-// rewritten; it tells whether the migration may succeed.
-func (e *execution) guardAfter(ctx context.Context, fp Fingerprint) bool {
+// guardAfter acts on Judge's verdict on r, read once every object was
+// rewritten; it tells whether the migration may succeed. The CRD's
+// condition is settled from r's CRD.
+func (e *execution) guardAfter(ctx context.Context, r Reading) bool {
+	fp := r.Fingerprint
+	e.crd.read = r.CRD
 	v := Judge(GuardInput{After: true, Saved: e.status.StorageFingerprint, Now: fp})
 	if v.Action == GuardGoOn {
 		return true

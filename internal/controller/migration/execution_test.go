@@ -28,15 +28,15 @@ type fingerprints struct {
 	sinceReads int
 }
 
-func (f *fingerprints) StoredSince(context.Context, schema.GroupResource, Fingerprint) *operation.StoredSince {
+func (f *fingerprints) StoredSince(context.Context, schema.GroupResource, Reading) *operation.StoredSince {
 	f.sinceReads++
 	return f.since
 }
 
-func (f *fingerprints) Fingerprint(context.Context, schema.GroupResource) (Fingerprint, error) {
+func (f *fingerprints) Read(context.Context, schema.GroupResource) (Reading, error) {
 	fp := f.seq[min(f.reads, len(f.seq)-1)]
 	f.reads++
-	return fp, nil
+	return Reading{Fingerprint: fp}, nil
 }
 
 // recordingExecutor rewrites nothing and succeeds, remembering each run.

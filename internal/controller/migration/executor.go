@@ -67,6 +67,9 @@ type Run struct {
 	// (CRDMark). Without it the executor settles the condition itself
 	// when it returns.
 	CRD *CRDMark
+	// CRDRead is the resource's CRD as the storage guard read it just
+	// before the run; nil reads it anew.
+	CRDRead *apiextensionsv1.CustomResourceDefinition
 }
 
 // EngineExecutor rewrites with svm's own engine.
@@ -87,7 +90,7 @@ func (e EngineExecutor) Execute(ctx context.Context, run Run) (res operation.Run
 		ThroughStatus: run.Migration.Spec.ThroughStatus,
 	}
 	if e.CRDs != nil {
-		if req.ManagedFields, err = e.CRDs.RetiredFields(ctx, run.Resource, e.Operations); err != nil {
+		if req.ManagedFields, err = e.CRDs.RetiredFields(ctx, run.Resource, e.Operations, run.CRDRead); err != nil {
 			return res, err
 		}
 		mark := run.CRD
@@ -97,7 +100,7 @@ func (e EngineExecutor) Execute(ctx context.Context, run Run) (res operation.Run
 			mark = &CRDMark{}
 			defer func() { mark.Settle(ctx, endOf(err)) }()
 		}
-		if merr := e.CRDs.Mark(ctx, mark, run.Resource.GroupResource(), run.Migration.Name, run.Generation); merr != nil {
+		if merr := e.CRDs.Mark(ctx, mark, run.Resource.GroupResource(), run.Migration.Name, run.Generation, run.CRDRead); merr != nil {
 			return res, merr
 		}
 	}
@@ -111,11 +114,14 @@ func (e EngineExecutor) Execute(ctx context.Context, run Run) (res operation.Run
 // (Operations.FieldsToMove, the choice svm retire and pkg/migrate make
 // too). Left naming a version that is then removed from the CRD, they
 // would make every server-side apply on their objects fail. nil when gvr
-// has no CRD or nothing is to be pruned.
-func (c *CRDMarker) RetiredFields(ctx context.Context, gvr schema.GroupVersionResource, ops *operation.Operations) (*operation.ManagedFields, error) {
-	crd, err := c.read(ctx, gvr.GroupResource())
-	if err != nil || crd == nil {
-		return nil, err
+// has no CRD or nothing is to be pruned. crd is gvr's CRD as just read,
+// nil to read it.
+func (c *CRDMarker) RetiredFields(ctx context.Context, gvr schema.GroupVersionResource, ops *operation.Operations, crd *apiextensionsv1.CustomResourceDefinition) (*operation.ManagedFields, error) {
+	if crd == nil {
+		var err error
+		if crd, err = c.read(ctx, gvr.GroupResource()); err != nil || crd == nil {
+			return nil, err
+		}
 	}
 	return ops.FieldsToMove(ctx, crd, "")
 }
@@ -225,15 +231,18 @@ type CRDMark struct {
 	// saying MigrationSucceeded when its migration succeeded; svm writes
 	// it only to take back a success the guard voided.
 	inTree bool
+	// read is the CRD as last read, whose resourceVersion the next write
+	// of the condition is conditional on; nil reads it first.
+	read *apiextensionsv1.CustomResourceDefinition
 }
 
 // Mark sets StorageMigrating=True on gr's CRD, with generation as its
 // observedGeneration (0: the CRD's as read now), and records it in mark
 // for Settle; a resource without a CRD is not a custom resource and is
-// left alone.
-func (c *CRDMarker) Mark(ctx context.Context, mark *CRDMark, gr schema.GroupResource, migration string, generation int64) error {
+// left alone. crd is gr's CRD as just read, nil to read it.
+func (c *CRDMarker) Mark(ctx context.Context, mark *CRDMark, gr schema.GroupResource, migration string, generation int64, crd *apiextensionsv1.CustomResourceDefinition) error {
 	*mark = CRDMark{marker: c, gr: gr, migration: migration, generation: generation}
-	return c.apply(ctx, gr, apiextensionsv1.ConditionTrue, crdReasonRunning, "svm migration "+migration+" is running", &mark.generation)
+	return c.apply(ctx, gr, apiextensionsv1.ConditionTrue, crdReasonRunning, "svm migration "+migration+" is running", &mark.generation, crd)
 }
 
 // handedOver records in mark that kube-controller-manager executes the
@@ -256,19 +265,20 @@ func (m *CRDMark) Settle(ctx context.Context, end runEnd) {
 	reason, message := crdCondition(end, m.migration)
 	final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if err := m.marker.apply(final, m.gr, apiextensionsv1.ConditionFalse, reason, message, &m.generation); err != nil {
+	if err := m.marker.apply(final, m.gr, apiextensionsv1.ConditionFalse, reason, message, &m.generation, m.read); err != nil {
 		klog.FromContext(ctx).Error(err, "Could not clear the CRD's StorageMigrating condition", "resource", m.gr)
 	}
 }
 
 // apply writes the condition, with *generation as its observedGeneration;
-// a zero *generation is set to the CRD's as first read.
-func (c *CRDMarker) apply(ctx context.Context, gr schema.GroupResource, status apiextensionsv1.ConditionStatus, reason, message string, generation *int64) error {
+// a zero *generation is set to the CRD's as first read. read is the CRD as
+// last read (nil to read it), which the first write is conditional on.
+func (c *CRDMarker) apply(ctx context.Context, gr schema.GroupResource, status apiextensionsv1.ConditionStatus, reason, message string, generation *int64, read *apiextensionsv1.CustomResourceDefinition) error {
 	if gr.Group == "" {
 		return nil
 	}
 	name := gr.Resource + "." + gr.Group
-	err := c.applyCondition(ctx, gr, status, reason, message, generation, true)
+	err := c.applyCondition(ctx, gr, status, reason, message, generation, read, true)
 	if unknownObservedGeneration(err) {
 		// Kubernetes before 1.35 has no observedGeneration in a CRD's
 		// conditions (nor an in-tree migrator to read it): the condition
@@ -276,7 +286,7 @@ func (c *CRDMarker) apply(ctx context.Context, gr schema.GroupResource, status a
 		c.saidNoGeneration.Do(func() {
 			klog.FromContext(ctx).Info("The API server's CRD conditions have no observedGeneration (Kubernetes before 1.35): StorageMigrating is set without it")
 		})
-		err = c.applyCondition(ctx, gr, status, reason, message, generation, false)
+		err = c.applyCondition(ctx, gr, status, reason, message, generation, read, false)
 	}
 	switch {
 	case err == nil:
@@ -294,13 +304,19 @@ func (c *CRDMarker) apply(ctx context.Context, gr schema.GroupResource, status a
 
 // applyCondition writes the condition with server-side apply, conditional
 // on the CRD's resourceVersion, with *generation as its observedGeneration
-// when withGeneration is set (a zero one taken from the CRD as read).
-func (c *CRDMarker) applyCondition(ctx context.Context, gr schema.GroupResource, status apiextensionsv1.ConditionStatus, reason, message string, generation *int64, withGeneration bool) error {
+// when withGeneration is set (a zero one taken from the CRD as read). The
+// first attempt is conditional on read when it is set; a conflict reads
+// the CRD anew.
+func (c *CRDMarker) applyCondition(ctx context.Context, gr schema.GroupResource, status apiextensionsv1.ConditionStatus, reason, message string, generation *int64, read *apiextensionsv1.CustomResourceDefinition, withGeneration bool) error {
 	name := gr.Resource + "." + gr.Group
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		crd, err := c.read(ctx, gr)
-		if err != nil {
-			return err
+		crd := read
+		read = nil
+		if crd == nil {
+			var err error
+			if crd, err = c.read(ctx, gr); err != nil {
+				return err
+			}
 		}
 		if crd == nil {
 			return nil // not a custom resource, or deleted: nothing to mark
@@ -325,7 +341,7 @@ func (c *CRDMarker) applyCondition(ctx context.Context, gr schema.GroupResource,
 		cfg := apiextensionsapply.CustomResourceDefinition(name).
 			WithResourceVersion(crd.ResourceVersion).
 			WithStatus(apiextensionsapply.CustomResourceDefinitionStatus().WithConditions(cond))
-		_, err = c.CRDs.ApplyStatus(ctx, cfg, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+		_, err := c.CRDs.ApplyStatus(ctx, cfg, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -529,7 +545,7 @@ func (e InTreeExecutor) moveFirst(ctx context.Context, run Run) (int64, error) {
 	if e.Operations == nil || e.CRDs == nil {
 		return 0, nil
 	}
-	fields, err := e.CRDs.RetiredFields(ctx, run.Resource, e.Operations)
+	fields, err := e.CRDs.RetiredFields(ctx, run.Resource, e.Operations, run.CRDRead)
 	if err != nil || fields == nil {
 		return 0, err
 	}

@@ -29,12 +29,28 @@ type Fingerprint = fingerprint.Fingerprint
 // StorageGuard reads fingerprints, and what the trigger recorded of the
 // current storage version.
 type StorageGuard interface {
-	Fingerprint(ctx context.Context, gr schema.GroupResource) (Fingerprint, error)
+	// Read reads gr's storage fingerprint, with the CRD it comes from.
+	Read(ctx context.Context, gr schema.GroupResource) (Reading, error)
 	// StoredSince is the revision since which every API server stores gr
 	// in its current version, as the resource's StorageState records it
-	// for the storage fp, read just before; nil when it records none for
-	// it, or cannot be read.
-	StoredSince(ctx context.Context, gr schema.GroupResource, fp Fingerprint) *operation.StoredSince
+	// for the storage of r, read just before (from the StorageState r
+	// was read with, if it was); nil when it records none for it, or
+	// cannot be read.
+	StoredSince(ctx context.Context, gr schema.GroupResource, r Reading) *operation.StoredSince
+}
+
+// Reading is what the guard read of a resource at one moment.
+type Reading struct {
+	Fingerprint
+	// CRD is the resource's CRD as read, nil when it has none: what the
+	// executor marks StorageMigrating and moves managedFields by, and
+	// whose resourceVersion the mark is conditional on, without reading
+	// it again.
+	CRD *apiextensionsv1.CustomResourceDefinition
+	// state is the resource's StorageState, read with the CRD (nil when
+	// there is none); stateRead tells whether it was read.
+	state     *migrationv1alpha1.StorageState
+	stateRead bool
 }
 
 // APIStorageGuard reads the fingerprint from the API server: the CRD for a
@@ -59,27 +75,31 @@ type APIStorageGuard struct {
 	Epochs *fingerprint.Epochs
 }
 
-// Fingerprint implements StorageGuard. For a custom resource, it first
-// teaches Epochs the fingerprint the resource's StorageState records, so
-// that a guard that reads before the trigger's first round after a
-// restart goes on from the epoch svm recorded.
-func (g APIStorageGuard) Fingerprint(ctx context.Context, gr schema.GroupResource) (Fingerprint, error) {
-	var crd *apiextensionsv1.CustomResourceDefinition
+// Read implements StorageGuard. For a custom resource, it first teaches
+// Epochs the fingerprint the resource's StorageState records, so that a
+// guard that reads before the trigger's first round after a restart goes
+// on from the epoch svm recorded; the state read is kept for StoredSince.
+func (g APIStorageGuard) Read(ctx context.Context, gr schema.GroupResource) (Reading, error) {
+	var r Reading
 	if gr.Group != "" {
 		var crds apiextensionsv1.CustomResourceDefinitionList
 		if err := g.Reader.List(ctx, &crds, client.MatchingFields{"metadata.name": gr.Resource + "." + gr.Group}); err != nil {
-			return Fingerprint{}, fmt.Errorf("read the CRD of %s: %w", gr, err)
+			return Reading{}, fmt.Errorf("read the CRD of %s: %w", gr, err)
 		}
 		if len(crds.Items) > 0 {
-			crd = &crds.Items[0]
-			g.learnState(ctx, gr)
+			r.CRD = &crds.Items[0]
+			r.state, r.stateRead = g.state(ctx, gr), true
+			if r.state != nil && g.Epochs != nil {
+				g.Epochs.Learn(r.state.Status.StorageFingerprint)
+			}
 		}
 	}
 	sv, err := g.storageVersion(ctx, gr)
 	if err != nil {
-		return Fingerprint{}, err
+		return Reading{}, err
 	}
-	return g.Epochs.Of(crd, sv), nil
+	r.Fingerprint = g.Epochs.Of(r.CRD, sv)
+	return r, nil
 }
 
 // storageVersion reads gr's StorageVersion object, nil when there is none
@@ -104,18 +124,6 @@ func (g APIStorageGuard) storageVersion(ctx context.Context, gr schema.GroupReso
 	return nil, nil
 }
 
-// learnState teaches Epochs the fingerprint gr's StorageState records. A
-// state that cannot be read teaches nothing: the read then stands alone,
-// which may start a migration over, never let one through.
-func (g APIStorageGuard) learnState(ctx context.Context, gr schema.GroupResource) {
-	if g.Epochs == nil {
-		return
-	}
-	if st := g.state(ctx, gr); st != nil {
-		g.Epochs.Learn(st.Status.StorageFingerprint)
-	}
-}
-
 // state reads gr's StorageState, nil when there is none or it cannot be
 // read (logged).
 func (g APIStorageGuard) state(ctx context.Context, gr schema.GroupResource) *migrationv1alpha1.StorageState {
@@ -133,14 +141,17 @@ func (g APIStorageGuard) state(ctx context.Context, gr schema.GroupResource) *mi
 
 // StoredSince implements StorageGuard: it reads the revision the trigger
 // recorded on gr's StorageState (trigger.Decision.RecordRevision), which
-// holds only while the storage it was recorded for is the same as now's,
-// fp. A state that cannot be read leaves every object to be written.
-func (g APIStorageGuard) StoredSince(ctx context.Context, gr schema.GroupResource, fp Fingerprint) *operation.StoredSince {
-	st := g.state(ctx, gr)
+// holds only while the storage it was recorded for is the same as r's. A
+// state that cannot be read leaves every object to be written.
+func (g APIStorageGuard) StoredSince(ctx context.Context, gr schema.GroupResource, r Reading) *operation.StoredSince {
+	st := r.state
+	if !r.stateRead {
+		st = g.state(ctx, gr)
+	}
 	if st == nil {
 		return nil
 	}
-	return storedSince(&st.Status, fp)
+	return storedSince(&st.Status, r.Fingerprint)
 }
 
 // storedSince is the revision st records, if it holds for fp: recorded

@@ -51,7 +51,7 @@ func TestRetiredFieldsNothingToRetireAsksNothing(t *testing.T) {
 		Build()
 	marker := &CRDMarker{Reader: reader}
 	gvr := schema.GroupVersionResource{Group: "example.com", Version: "v2", Resource: "widgets"}
-	mf, err := marker.RetiredFields(t.Context(), gvr, ops)
+	mf, err := marker.RetiredFields(t.Context(), gvr, ops, nil)
 	if err != nil || mf != nil {
 		t.Fatalf("RetiredFields = %v, %v; want nil, nil", mf, err)
 	}
