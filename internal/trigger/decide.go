@@ -108,6 +108,12 @@ type Encoding struct {
 // even about changes svm did not see.
 type CRDStorage struct {
 	Generation int64
+	// SeenAt is when svm's watch first delivered this generation of the
+	// CRD; zero when svm did not see it arrive (it started later, or its
+	// watch broke). The CRD's storage version as of this generation was
+	// written no later, so a wait that counts from it counts from no
+	// earlier than the change (see changedAt).
+	SeenAt time.Time
 	// StorageHash is the hash of the CRD's storage version: what
 	// discovery reports once the API server has taken the CRD up, known
 	// from the CRD at once.
@@ -320,7 +326,7 @@ func firstSight(in Input, current *string) Decision {
 		CreateState:      true,
 		Status: &migrationv1alpha1.StorageStateStatus{
 			PersistedStorageVersionHashes: []string{migrationv1alpha1.UnknownStorageVersionHash},
-			CurrentStorageVersionHash:     hash, CurrentStorageVersionSince: ptrTime(in.Now), LastHeartbeatTime: metaTime(in.Now),
+			CurrentStorageVersionHash:     hash, CurrentStorageVersionSince: ptrTime(in.changedAt()), LastHeartbeatTime: metaTime(in.Now),
 			StorageFingerprint: in.Fingerprint,
 		},
 	}
@@ -333,7 +339,7 @@ func firstSight(in Input, current *string) Decision {
 // migrations to other versions stop.
 func storageChanged(in Input, d Decision, status *migrationv1alpha1.StorageStateStatus, hash string) Decision {
 	status.CurrentStorageVersionHash = hash
-	status.CurrentStorageVersionSince = ptrTime(in.Now)
+	status.CurrentStorageVersionSince = ptrTime(in.changedAt())
 	status.CurrentStorageVersionRevision = ""
 	status.StorageFingerprint = in.Fingerprint
 	status.PersistedStorageVersionHashes = union(status.PersistedStorageVersionHashes, hash)
@@ -537,11 +543,11 @@ func (in Input) startWait(status *migrationv1alpha1.StorageStateStatus, live []m
 	return followup.NextRetry(mark.For(live, current), completedAt, in.RetryBase, in.RetryMax).Wait(in.Now)
 }
 
-// start asks d for a migration to hash, first seen now, unless a custom
-// resource's API servers are still settling: then d falls due again once
-// they have.
+// start asks d for a migration to hash, first seen now (changed at
+// changedAt), unless a custom resource's API servers are still settling:
+// then d falls due again once they have.
 func (in Input) start(d Decision, hash string) Decision {
-	if wait := in.settling(in.Now); wait > 0 {
+	if wait := in.settling(in.changedAt()); wait > 0 {
 		d.RequeueAfter = wait
 		return d
 	}
@@ -604,6 +610,27 @@ func union(persisted []string, hashes ...string) []string {
 		}
 	}
 	return persisted
+}
+
+// changedAt is when the storage the CRD now names is known to have been
+// in place: when svm's watch delivered the CRD's generation read now
+// (CRDStorage.SeenAt), rounded up to the second a StorageState records,
+// if that is before now; now otherwise. A round that runs a discovery of
+// a thousand groups first reads the CRDs tens of seconds after their
+// change; counted from the watch, the settle and drain waits end that
+// much sooner, and still start no earlier than the change itself.
+func (in Input) changedAt() time.Time {
+	if in.CRD == nil || in.CRD.SeenAt.IsZero() {
+		return in.Now
+	}
+	at := in.CRD.SeenAt.Truncate(time.Second)
+	if at.Before(in.CRD.SeenAt) {
+		at = at.Add(time.Second)
+	}
+	if at.Before(in.Now) {
+		return at
+	}
+	return in.Now
 }
 
 // settling is how long a custom resource's migration must still wait for

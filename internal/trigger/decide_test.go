@@ -300,6 +300,30 @@ func TestDecide(t *testing.T) {
 			want: Decision{DeleteMigrations: []string{"to-a"}, Status: changed(status(now, "B", "A", "B"), now), RequeueAfter: 30 * time.Second},
 		},
 		{
+			name: "a CRD's storage change the watch delivered 20 s before this round: the settle counts from then",
+			in: Input{Now: now, Observed: ptr("B"), State: state(t0, "A", "A"), CRD: &CRDStorage{Generation: 2, SeenAt: now.Add(-20 * time.Second)},
+				SettleDelay: 30 * time.Second},
+			want: Decision{Status: changed(status(now, "B", "A", "B"), now.Add(-20*time.Second)), RequeueAfter: 10 * time.Second},
+		},
+		{
+			name: "a CRD's storage change delivered longer ago than the settle and drain: migrate at once",
+			in: Input{Now: now, Observed: ptr("B"), State: state(t0, "A", "A"), CRD: &CRDStorage{Generation: 2, SeenAt: now.Add(-40 * time.Second)},
+				SettleDelay: 20 * time.Second, DrainMargin: 10 * time.Second},
+			want: Decision{Status: changed(status(now, "B", "A", "B"), now.Add(-40*time.Second)), CreateMigrationFor: ptr("B"), RecordRevision: true},
+		},
+		{
+			name: "a CRD's change delivered within a second: the second after it, never one before the change",
+			in: Input{Now: now, Observed: ptr("B"), State: state(t0, "A", "A"), CRD: &CRDStorage{Generation: 2, SeenAt: now.Add(-20*time.Second + 300*time.Millisecond)},
+				SettleDelay: 30 * time.Second},
+			want: Decision{Status: changed(status(now, "B", "A", "B"), now.Add(-19*time.Second)), RequeueAfter: 11 * time.Second},
+		},
+		{
+			name: "a CRD's change delivered in this round's second: counted from the round",
+			in: Input{Now: now, Observed: ptr("B"), State: state(t0, "A", "A"), CRD: &CRDStorage{Generation: 2, SeenAt: now.Add(-300 * time.Millisecond)},
+				SettleDelay: 30 * time.Second},
+			want: Decision{Status: changed(status(now, "B", "A", "B"), now), RequeueAfter: 30 * time.Second},
+		},
+		{
 			name: "a CRD's resource at first sight waits too",
 			in:   Input{Now: now, Observed: ptr("A"), CRD: &CRDStorage{Generation: 1}, SettleDelay: 30 * time.Second},
 			want: Decision{CreateState: true, Status: changed(status(now, "A", unknown), now), RequeueAfter: 30 * time.Second},

@@ -147,6 +147,8 @@ type Controller struct {
 	// kicks asks for rounds on changes of StorageVersion objects, whose
 	// informer is not the manager's.
 	kicks round.Kicks
+	// seen is when the CRD watch delivered each CRD's generation.
+	seen generationsSeen
 	// rediscover asks the next round to run discovery, whenever it would
 	// otherwise be due: a CRD or an APIService came, went or changed.
 	rediscover atomic.Bool
@@ -188,6 +190,7 @@ func (c *Controller) SetupWithManager(_ context.Context, mgr ctrl.Manager) error
 		// every chunk; the delay gathers a burst into one round.
 		Watches(&migrationv1alpha1.StorageVersionMigration{}, round.After(time.Second)).
 		WatchesMetadata(&apiextensionsv1.CustomResourceDefinition{}, c.seeingGenerations(c.onChange(crdNeedsDiscovery))).
+		WatchesMetadata(&apiextensionsv1.CustomResourceDefinition{}, c.notingGenerations()).
 		WatchesMetadata(apiServices(), c.onChange(func(old, new client.Object) bool { return true })).
 		WatchesRawSource(&c.kicks).
 		Complete(c)

@@ -3,9 +3,12 @@ package storagestate
 import (
 	"context"
 	"testing"
+	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -48,7 +51,7 @@ func TestSeeingGenerationsBetweenRounds(t *testing.T) {
 			cl := fake.NewClientBuilder().WithScheme(scheme.Scheme).
 				WithIndex(&apiextensionsv1.CustomResourceDefinition{}, "metadata.name", func(o client.Object) []string { return []string{o.GetName()} }).
 				Build()
-			c := &Controller{Reader: cl, Epochs: fingerprint.NewEpochs()}
+			c := &Controller{Reader: cl, Epochs: fingerprint.NewEpochs(), Clock: clock.RealClock{}}
 			h := c.seeingGenerations(handler.Funcs{})
 			first := c.Epochs.Of(widgetsCRD(5, "v2"), nil).Value
 			for _, next := range []*apiextensionsv1.CustomResourceDefinition{widgetsCRD(6, tc.storage6), widgetsCRD(7, "v2")} {
@@ -96,7 +99,7 @@ func TestSeeingGenerationsReadsOnlySpecChanges(t *testing.T) {
 		WithIndex(&apiextensionsv1.CustomResourceDefinition{}, "metadata.name", func(o client.Object) []string { return []string{o.GetName()} }).
 		WithObjects(widgetsCRD(6, "v2")).Build()
 	reader := &countingReader{Reader: cl}
-	c := &Controller{Reader: reader, Epochs: fingerprint.NewEpochs()}
+	c := &Controller{Reader: reader, Epochs: fingerprint.NewEpochs(), Clock: clock.RealClock{}}
 	h := c.seeingGenerations(handler.Funcs{})
 	h.Update(t.Context(), event.UpdateEvent{ObjectOld: widgetsCRD(5, "v2"), ObjectNew: widgetsCRD(5, "v2")}, nil)
 	if reader.lists != 0 {
@@ -105,5 +108,42 @@ func TestSeeingGenerationsReadsOnlySpecChanges(t *testing.T) {
 	h.Update(t.Context(), event.UpdateEvent{ObjectOld: widgetsCRD(5, "v2"), ObjectNew: widgetsCRD(6, "v2")}, nil)
 	if reader.lists != 1 {
 		t.Errorf("a spec change read the CRD %d times, want once", reader.lists)
+	}
+}
+
+// TestGenerationsSeenAreTheWatchsFirstDelivery: the time a CRD's
+// generation is seen is when the watch first delivered it, kept through
+// updates that leave the generation alone, and it answers only for that
+// generation of that CRD: a later generation, a CRD created again under
+// the name, or one deleted is not seen.
+func TestGenerationsSeenAreTheWatchsFirstDelivery(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(t0)
+	c := &Controller{Reader: fake.NewClientBuilder().WithScheme(scheme.Scheme).Build(), Clock: clk}
+	h := c.notingGenerations()
+	at := func(crd *apiextensionsv1.CustomResourceDefinition) time.Time { return c.seen.of(crd) }
+
+	h.Create(t.Context(), event.CreateEvent{Object: widgetsCRD(1, "v1")}, nil)
+	clk.Step(10 * time.Second)
+	h.Update(t.Context(), event.UpdateEvent{ObjectOld: widgetsCRD(1, "v1"), ObjectNew: widgetsCRD(1, "v1")}, nil)
+	if got := at(widgetsCRD(1, "v1")); !got.Equal(t0) {
+		t.Errorf("generation 1 seen at %v, want %v (its creation, not a later status update)", got, t0)
+	}
+	clk.Step(10 * time.Second)
+	h.Update(t.Context(), event.UpdateEvent{ObjectOld: widgetsCRD(1, "v1"), ObjectNew: widgetsCRD(2, "v2")}, nil)
+	if got := at(widgetsCRD(2, "v2")); !got.Equal(t0.Add(20 * time.Second)) {
+		t.Errorf("generation 2 seen at %v, want %v", got, t0.Add(20*time.Second))
+	}
+	if got := at(widgetsCRD(1, "v1")); !got.IsZero() {
+		t.Errorf("generation 1, read after 2 was delivered: seen at %v, want not seen", got)
+	}
+	other := widgetsCRD(2, "v2")
+	other.UID = "uid-2"
+	if got := at(other); !got.IsZero() {
+		t.Errorf("a CRD created again under the name: seen at %v, want not seen", got)
+	}
+	h.Delete(t.Context(), event.DeleteEvent{Object: widgetsCRD(2, "v2")}, nil)
+	if got := at(widgetsCRD(2, "v2")); !got.IsZero() {
+		t.Errorf("a deleted CRD: seen at %v, want not seen", got)
 	}
 }

@@ -201,6 +201,7 @@ func (c *Controller) choose(gr schema.GroupResource, observed *string, snap *sna
 	}
 	switch {
 	case in.CRD != nil:
+		in.CRD.SeenAt = c.seen.of(crd)
 		in.ServersBehind = c.servers.behind(gr, in.CRD.StorageHash)
 	case in.Encoding == nil:
 		in.Encoding = c.servers.encoding(gr)
