@@ -125,36 +125,52 @@ func (s *scheduler) stopRunning() {
 // candidates are the live migrations that do not run, in the order they
 // start.
 func (s *scheduler) candidates() []*migrationv1alpha1.StorageVersionMigration {
-	candidates := make([]*migrationv1alpha1.StorageVersionMigration, 0, len(s.in.Migrations))
+	keys := make([]startKey, 0, len(s.in.Migrations))
 	for i := range s.in.Migrations {
 		m := &s.in.Migrations[i]
 		if s.live[m.Name] && !s.in.Running[m.Name] {
-			candidates = append(candidates, m)
+			keys = append(keys, keyOf(m))
 		}
 	}
-	slices.SortFunc(candidates, startOrder)
+	slices.SortFunc(keys, startOrder)
+	candidates := make([]*migrationv1alpha1.StorageVersionMigration, len(keys))
+	for i := range keys {
+		candidates[i] = keys[i].m
+	}
 	return candidates
+}
+
+// startKey is what a migration's place in the start order depends on,
+// read once: a thousand pending migrations sorted on every call would
+// otherwise read each one's conditions and annotations a dozen times.
+type startKey struct {
+	m                    *migrationv1alpha1.StorageVersionMigration
+	resuming, firstSight bool
+}
+
+func keyOf(m *migrationv1alpha1.StorageVersionMigration) startKey {
+	return startKey{m: m, resuming: m.HasCondition(migrationv1alpha1.MigrationRunning), firstSight: followup.FirstSight(m)}
 }
 
 // startOrder puts Running migrations (resuming) first, then those for a
 // storage change before first-sight rewrites, then the oldest.
-func startOrder(a, b *migrationv1alpha1.StorageVersionMigration) int {
-	if ra, rb := a.HasCondition(migrationv1alpha1.MigrationRunning), b.HasCondition(migrationv1alpha1.MigrationRunning); ra != rb {
-		if ra {
+func startOrder(a, b startKey) int {
+	if a.resuming != b.resuming {
+		if a.resuming {
 			return -1
 		}
 		return 1
 	}
-	if fa, fb := followup.FirstSight(a), followup.FirstSight(b); fa != fb {
-		if fb {
+	if a.firstSight != b.firstSight {
+		if b.firstSight {
 			return -1
 		}
 		return 1
 	}
-	if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+	if c := a.m.CreationTimestamp.Compare(b.m.CreationTimestamp.Time); c != 0 {
 		return c
 	}
-	return strings.Compare(a.Name, b.Name)
+	return strings.Compare(a.m.Name, b.m.Name)
 }
 
 // startWaiting starts candidates, in order, while slots are free, skipping
