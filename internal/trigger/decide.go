@@ -58,6 +58,11 @@ type Input struct {
 	RetryBase, RetryMax time.Duration
 	// CRD, for custom resources, is what the CRD says it has stored.
 	CRD *CRDStorage
+	// SkipHeartbeat: what is observed does not renew the state's
+	// heartbeat (a round that changes asked for, between the rounds that
+	// renew every state's): the state is written only if something else
+	// of it changes.
+	SkipHeartbeat bool
 	// Encoding, where the StorageVersion API reports on the resource or
 	// several API servers' discovery was read one by one, is what the API
 	// servers encode it in. It takes precedence over Observed: discovery
@@ -229,7 +234,7 @@ func decide(in Input) Decision {
 			d.Status = status
 		}
 	}
-	if in.Observed != nil || in.Encoding != nil {
+	if (in.Observed != nil || in.Encoding != nil) && !in.SkipHeartbeat {
 		status.LastHeartbeatTime = metaTime(in.Now)
 		d.Status = status
 	}

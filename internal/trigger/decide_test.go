@@ -150,6 +150,16 @@ func TestDecide(t *testing.T) {
 			want: Decision{Status: status(now, "A", "A")},
 		},
 		{
+			name: "hash unchanged and migrated, seen by a round a change asked for: nothing to write",
+			in:   Input{Now: now, Observed: ptr("A"), State: state(t0, "A", "A"), SkipHeartbeat: true},
+			want: Decision{},
+		},
+		{
+			name: "hash changed, seen by a round a change asked for: the change is written, the heartbeat left",
+			in:   Input{Now: now, Observed: ptr("B"), State: state(t0, "A", "A"), SkipHeartbeat: true},
+			want: Decision{Status: changed(status(t0, "B", "A", "B"), now), CreateMigrationFor: ptr("B")},
+		},
+		{
 			name: "hash changed: append, stop svm's other migrations (never a user's), migrate to it",
 			in: Input{Now: now, Observed: ptr("B"), State: state(t0, "A", "A"),
 				Migrations: []migrationv1alpha1.StorageVersionMigration{owned("to-a", "A", t0, ""), user("mine", t0, "", "")}},

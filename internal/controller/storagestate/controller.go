@@ -272,11 +272,17 @@ func (c *Controller) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		// meanwhile then.
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
-	discover := c.rediscover.Swap(false) || !c.Clock.Now().Before(c.discoverAt)
-	if discover {
+	// The periodic rounds keep their pace whatever changes ask for in
+	// between, and they alone renew every StorageState's heartbeat: a
+	// thousand heartbeats in each of the rounds a bulk flip asks for held
+	// up the rounds that start its migrations, and a state's heartbeat is
+	// never older than it would be without them.
+	periodic := !c.Clock.Now().Before(c.discoverAt)
+	if periodic {
 		c.discoverAt = c.Clock.Now().Add(c.Interval)
 	}
-	retry := c.round(ctx, discover)
+	discover := c.rediscover.Swap(false) || periodic
+	retry := c.round(ctx, discover, periodic)
 	// A round that outlasts Interval leaves discovery overdue: the next
 	// comes at once (a zero RequeueAfter would mean never).
 	next := max(c.discoverAt.Sub(c.Clock.Now()), time.Nanosecond)

@@ -171,6 +171,30 @@ func TestDiscoveryEveryInterval(t *testing.T) {
 	}
 }
 
+// TestHeartbeatsComeWithThePeriodicRounds: a discovery that a change
+// asks for between the periodic ones writes no StorageState whose storage
+// it finds unchanged, and keeps the periodic rounds' pace; the periodic
+// round, an Interval after the first, renews every heartbeat.
+func TestHeartbeatsComeWithThePeriodicRounds(t *testing.T) {
+	k := newCluster(t)
+	k.serve("cm1", "w1")
+	k.reconcile()
+	first := k.state("configmaps").Status.LastHeartbeatTime
+
+	k.clock.Step(interval / 2)
+	k.c.rediscover.Store(true)
+	expectRequeue(t, k.reconcile(), interval/2)
+	if got := k.state("configmaps").Status.LastHeartbeatTime; !got.Equal(&first) {
+		t.Errorf("a round a change asked for renewed the heartbeat: %v, was %v", got, first)
+	}
+
+	k.clock.Step(interval / 2)
+	expectRequeue(t, k.reconcile(), interval)
+	if got := k.state("configmaps").Status.LastHeartbeatTime; !got.Time.Equal(t0.Add(interval)) {
+		t.Errorf("the periodic round's heartbeat: %v, want %v", got, t0.Add(interval))
+	}
+}
+
 // TestRetryComesBeforeDiscovery: after a migration failed, the round
 // asks to come back when its retry falls due, sooner than the next
 // discovery, and then makes the new migration.

@@ -23,8 +23,10 @@ import (
 // round decides for every resource and applies the decisions: with
 // discover, from what discovery says now; without, from what the cluster
 // records (a migration ended, a retry fell due, a StorageVersion changed).
-// It returns the delay until the earliest retry falls due, 0 for none.
-func (c *Controller) round(ctx context.Context, discover bool) time.Duration {
+// Only with heartbeat (the periodic rounds) does what it observes renew
+// the StorageStates' heartbeats. It returns the delay until the earliest
+// retry falls due, 0 for none.
+func (c *Controller) round(ctx context.Context, discover, heartbeat bool) time.Duration {
 	log := klog.FromContext(ctx)
 	var seen observation
 	if discover {
@@ -52,7 +54,7 @@ func (c *Controller) round(ctx context.Context, discover bool) time.Duration {
 	decided := c.Clock.Now()
 	var choices []choice
 	for gr, hash := range seen.withStates(snap.states) {
-		choices = append(choices, c.choose(gr, hash, snap))
+		choices = append(choices, c.choose(gr, hash, snap, heartbeat))
 	}
 	// What every round pays, whatever it finds to do, spaces the rounds:
 	// reading the cluster and deciding. Not discovery, nor every server's
@@ -188,8 +190,8 @@ type choice struct {
 }
 
 // choose decides for one resource, given its discovered hash (nil when
-// unknown this round).
-func (c *Controller) choose(gr schema.GroupResource, observed *string, snap *snapshot) choice {
+// unknown this round), renewing its heartbeat with heartbeat.
+func (c *Controller) choose(gr schema.GroupResource, observed *string, snap *snapshot, heartbeat bool) choice {
 	now := c.Clock.Now()
 	state, crd, migrations := snap.states[gr], snap.crds[gr], snap.migrations[gr]
 	sv := c.storageVersion(gr)
@@ -197,7 +199,7 @@ func (c *Controller) choose(gr schema.GroupResource, observed *string, snap *sna
 		Now: now, Observed: observed, State: state, Migrations: migrations,
 		RetryBase: c.RetryBase, RetryMax: c.RetryMax, CRD: crdStorage(crd),
 		Encoding: c.encoding(gr, sv), Fingerprint: c.fingerprint(state, migrations, crd, sv),
-		SettleDelay: c.SettleDelay, DrainMargin: c.DrainMargin,
+		SettleDelay: c.SettleDelay, DrainMargin: c.DrainMargin, SkipHeartbeat: !heartbeat,
 	}
 	switch {
 	case in.CRD != nil:
