@@ -620,12 +620,14 @@ func union(persisted []string, hashes ...string) []string {
 // changedAt is when the storage the CRD now names is known to have been
 // in place: when svm's watch delivered the CRD's generation read now
 // (CRDStorage.SeenAt), rounded up to the second a StorageState records,
-// if that is before now; now otherwise. A round that runs a discovery of
-// a thousand groups first reads the CRDs tens of seconds after their
-// change; counted from the watch, the settle and drain waits end that
-// much sooner, and still start no earlier than the change itself.
+// if that is before now; now otherwise, and always while an API server
+// still reports the storage before (ServersBehind: the wait counts from
+// when none does). A round that runs a discovery of a thousand groups
+// first reads the CRDs tens of seconds after their change; counted from
+// the watch, the settle and drain waits end that much sooner, and still
+// start no earlier than the change itself.
 func (in Input) changedAt() time.Time {
-	if in.CRD == nil || in.CRD.SeenAt.IsZero() {
+	if in.CRD == nil || in.CRD.SeenAt.IsZero() || in.ServersBehind != "" {
 		return in.Now
 	}
 	at := in.CRD.SeenAt.Truncate(time.Second)

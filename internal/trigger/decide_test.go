@@ -328,6 +328,12 @@ func TestDecide(t *testing.T) {
 			want: Decision{Status: changed(status(now, "B", "A", "B"), now.Add(-19*time.Second)), RequeueAfter: 11 * time.Second},
 		},
 		{
+			name: "a CRD's change delivered 20 s ago, but a server still reports the storage before: counted from the round",
+			in: Input{Now: now, Observed: ptr("B"), State: state(t0, "A", "A"), CRD: &CRDStorage{Generation: 2, StorageHash: "B", SeenAt: now.Add(-20 * time.Second)},
+				SettleDelay: 30 * time.Second, ServersBehind: "b reports A"},
+			want: Decision{Status: behind(changed(status(now, "B", "A", "B"), now), "b reports A"), RequeueAfter: 30 * time.Second},
+		},
+		{
 			name: "a CRD's change delivered in this round's second: counted from the round",
 			in: Input{Now: now, Observed: ptr("B"), State: state(t0, "A", "A"), CRD: &CRDStorage{Generation: 2, SeenAt: now.Add(-300 * time.Millisecond)},
 				SettleDelay: 30 * time.Second},
