@@ -617,9 +617,17 @@ func union(persisted []string, hashes ...string) []string {
 	return persisted
 }
 
+// serverClockSlack is how much earlier than the API server's own time
+// svm's reading of its clock may be (kubeclients.ServerClock: a Date to
+// the second, stamped a round trip before it came), with room to spare:
+// a time svm reads for when it saw a change is moved that much later, so
+// that it is never before the change.
+const serverClockSlack = 2 * time.Second
+
 // changedAt is when the storage the CRD now names is known to have been
 // in place: when svm's watch delivered the CRD's generation read now
-// (CRDStorage.SeenAt), rounded up to the second a StorageState records,
+// (CRDStorage.SeenAt), serverClockSlack later, rounded up to the second a
+// StorageState records,
 // if that is before now; now otherwise, and always while an API server
 // still reports the storage before (ServersBehind: the wait counts from
 // when none does). A round that runs a discovery of a thousand groups
@@ -630,8 +638,9 @@ func (in Input) changedAt() time.Time {
 	if in.CRD == nil || in.CRD.SeenAt.IsZero() || in.ServersBehind != "" {
 		return in.Now
 	}
-	at := in.CRD.SeenAt.Truncate(time.Second)
-	if at.Before(in.CRD.SeenAt) {
+	seen := in.CRD.SeenAt.Add(serverClockSlack)
+	at := seen.Truncate(time.Second)
+	if at.Before(seen) {
 		at = at.Add(time.Second)
 	}
 	if at.Before(in.Now) {

@@ -310,22 +310,22 @@ func TestDecide(t *testing.T) {
 			want: Decision{DeleteMigrations: []string{"to-a"}, Status: changed(status(now, "B", "A", "B"), now), RequeueAfter: 30 * time.Second},
 		},
 		{
-			name: "a CRD's storage change the watch delivered 20 s before this round: the settle counts from then",
+			name: "a CRD's storage change the watch delivered 20 s before this round: the settle counts from then, and the clock's slack",
 			in: Input{Now: now, Observed: ptr("B"), State: state(t0, "A", "A"), CRD: &CRDStorage{Generation: 2, SeenAt: now.Add(-20 * time.Second)},
 				SettleDelay: 30 * time.Second},
-			want: Decision{Status: changed(status(now, "B", "A", "B"), now.Add(-20*time.Second)), RequeueAfter: 10 * time.Second},
+			want: Decision{Status: changed(status(now, "B", "A", "B"), now.Add(-18*time.Second)), RequeueAfter: 12 * time.Second},
 		},
 		{
 			name: "a CRD's storage change delivered longer ago than the settle and drain: migrate at once",
 			in: Input{Now: now, Observed: ptr("B"), State: state(t0, "A", "A"), CRD: &CRDStorage{Generation: 2, SeenAt: now.Add(-40 * time.Second)},
 				SettleDelay: 20 * time.Second, DrainMargin: 10 * time.Second},
-			want: Decision{Status: changed(status(now, "B", "A", "B"), now.Add(-40*time.Second)), CreateMigrationFor: ptr("B"), RecordRevision: true},
+			want: Decision{Status: changed(status(now, "B", "A", "B"), now.Add(-38*time.Second)), CreateMigrationFor: ptr("B"), RecordRevision: true},
 		},
 		{
-			name: "a CRD's change delivered within a second: the second after it, never one before the change",
+			name: "a CRD's change delivered within a second: the second after it and the slack, never one before the change",
 			in: Input{Now: now, Observed: ptr("B"), State: state(t0, "A", "A"), CRD: &CRDStorage{Generation: 2, SeenAt: now.Add(-20*time.Second + 300*time.Millisecond)},
 				SettleDelay: 30 * time.Second},
-			want: Decision{Status: changed(status(now, "B", "A", "B"), now.Add(-19*time.Second)), RequeueAfter: 11 * time.Second},
+			want: Decision{Status: changed(status(now, "B", "A", "B"), now.Add(-17*time.Second)), RequeueAfter: 13 * time.Second},
 		},
 		{
 			name: "a CRD's change delivered 20 s ago, but a server still reports the storage before: counted from the round",
@@ -334,8 +334,8 @@ func TestDecide(t *testing.T) {
 			want: Decision{Status: behind(changed(status(now, "B", "A", "B"), now), "b reports A"), RequeueAfter: 30 * time.Second},
 		},
 		{
-			name: "a CRD's change delivered in this round's second: counted from the round",
-			in: Input{Now: now, Observed: ptr("B"), State: state(t0, "A", "A"), CRD: &CRDStorage{Generation: 2, SeenAt: now.Add(-300 * time.Millisecond)},
+			name: "a CRD's change delivered within the clock's slack of this round: counted from the round",
+			in: Input{Now: now, Observed: ptr("B"), State: state(t0, "A", "A"), CRD: &CRDStorage{Generation: 2, SeenAt: now.Add(-1500 * time.Millisecond)},
 				SettleDelay: 30 * time.Second},
 			want: Decision{Status: changed(status(now, "B", "A", "B"), now), RequeueAfter: 30 * time.Second},
 		},
