@@ -68,7 +68,7 @@ func (r *Reconciler) newExecution(ctx context.Context, m *migrationv1alpha1.Stor
 
 // run runs the migration once; e.end then says how it ended.
 func (e *execution) run(ctx context.Context) {
-	if !e.begin(ctx) || !e.guard(ctx, e.guardBefore) {
+	if !e.begin(ctx) || !e.guard(ctx, StorageGuard.Read, e.guardBefore) {
 		return
 	}
 	// The condition says how the run ended only once the guard decided
@@ -78,7 +78,7 @@ func (e *execution) run(ctx context.Context) {
 	if e.interrupted(ctx, err) {
 		return
 	}
-	if err == nil && !e.guard(ctx, e.guardAfter) {
+	if err == nil && !e.guard(ctx, StorageGuard.ReadAfter, e.guardAfter) {
 		return
 	}
 	e.conclude(ctx, res, err)
@@ -153,15 +153,16 @@ func (e *execution) begin(ctx context.Context) bool {
 	return true
 }
 
-// guard reads the resource's storage fingerprint and hands it to act,
+// guard reads the resource's storage fingerprint with read (the guard's
+// Read before the run, ReadAfter after it) and hands it to act,
 // guardBefore or guardAfter; it tells whether the run goes on. Without a
 // guard there is nothing to read and the run goes on; a failed read stops
 // it, to be retried later.
-func (e *execution) guard(ctx context.Context, act func(context.Context, Reading) bool) bool {
+func (e *execution) guard(ctx context.Context, read func(StorageGuard, context.Context, schema.GroupResource) (Reading, error), act func(context.Context, Reading) bool) bool {
 	if e.r.Guard == nil {
 		return true
 	}
-	r, err := e.r.Guard.Read(ctx, e.gvr.GroupResource())
+	r, err := read(e.r.Guard, ctx, e.gvr.GroupResource())
 	if err != nil {
 		e.retryLater(err)
 		return false

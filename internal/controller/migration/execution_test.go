@@ -39,6 +39,10 @@ func (f *fingerprints) Read(context.Context, schema.GroupResource) (Reading, err
 	return Reading{Fingerprint: fp}, nil
 }
 
+func (f *fingerprints) ReadAfter(ctx context.Context, gr schema.GroupResource) (Reading, error) {
+	return f.Read(ctx, gr)
+}
+
 // recordingExecutor rewrites nothing and succeeds, remembering each run.
 type recordingExecutor struct{ runs []Run }
 

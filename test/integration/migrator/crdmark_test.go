@@ -43,7 +43,8 @@ func (c *listCounter) count(list client.ObjectList) int {
 // and what the trigger recorded is taken from the StorageState read with
 // it. A CRD written since that read (the mark itself here) makes the
 // write conflict: the CRD is read again and the condition set all the
-// same, never dropped.
+// same, never dropped. The guard's read after the run reads the CRD
+// alone.
 func TestStorageMigratingFromTheGuardsRead(t *testing.T) {
 	env := framework.Shared(t, controlplane.Options{})
 	r := env.NewResource(t)
@@ -87,6 +88,19 @@ func TestStorageMigratingFromTheGuardsRead(t *testing.T) {
 		t.Errorf("after a conflict the CRD was read %d times in all, want 2", n)
 	}
 	assertMarked(t, env, r.CRDName(), "svm migration second is running")
+
+	// After the run, the guard reads the CRD again, but not the
+	// StorageState: what the run needed of it was read before.
+	after, err := guard.ReadAfter(ctx, gr)
+	if err != nil || after.CRD == nil || after.CRD.ResourceVersion == read.CRD.ResourceVersion {
+		t.Fatalf("guard read after the run: CRD %v (resourceVersion before the marks %s), %v", after.CRD, read.CRD.ResourceVersion, err)
+	}
+	if n := reads.count(&apiextensionsv1.CustomResourceDefinitionList{}); n != 3 {
+		t.Errorf("the CRD was read %d times in all, want 3", n)
+	}
+	if n := reads.count(&migrationv1alpha1.StorageStateList{}); n != 1 {
+		t.Errorf("the StorageState was read %d times in all, want 1: ReadAfter read it", n)
+	}
 }
 
 // assertMarked fails unless the CRD name is StorageMigrating=True with
