@@ -549,31 +549,26 @@ func (s *rssSampler) stop() {
 
 // waitFirstSight waits until svm has a StorageState of every resource of
 // rs (seen), and each records its objects as migrated to v1 (firstSight),
-// both counted from since.
+// both counted from since. It reads them from a watch.
 func waitFirstSight(b *testing.B, env *framework.Env, rs []framework.Resource, since time.Time) (seen, firstSight time.Duration) {
 	b.Helper()
 	want := map[string]string{}
 	for _, r := range rs {
 		want[migrationv1alpha1.StorageStateName(migrationv1alpha1.GroupResource{Group: r.Group, Resource: r.Plural})] = resources.StorageVersionHash(r.Group, "v1", r.Kind)
 	}
+	states := watchAll[*migrationv1alpha1.StorageState](b, env, &migrationv1alpha1.StorageStateList{}, "")
+	defer states.stop()
 	ctx := framework.Context(b, time.Duration(envInt("SVM_BENCH_CRD_TIMEOUT", 60))*time.Minute)
 	last := time.Now()
 	for {
-		var states migrationv1alpha1.StorageStateList
-		if err := env.Client.List(ctx, &states); err != nil {
-			b.Fatalf("list StorageStates: %v", err)
+		present, err := states.count(func(s *migrationv1alpha1.StorageState) bool { return want[s.Name] != "" })
+		if err != nil {
+			b.Fatalf("watch StorageStates: %v", err)
 		}
-		present, migrated := 0, 0
-		for _, s := range states.Items {
-			hash, ok := want[s.Name]
-			if !ok {
-				continue
-			}
-			present++
-			if slices.Equal(s.Status.PersistedStorageVersionHashes, []string{hash}) && s.Status.CurrentStorageVersionHash == hash {
-				migrated++
-			}
-		}
+		migrated, _ := states.count(func(s *migrationv1alpha1.StorageState) bool {
+			hash := want[s.Name]
+			return hash != "" && slices.Equal(s.Status.PersistedStorageVersionHashes, []string{hash}) && s.Status.CurrentStorageVersionHash == hash
+		})
 		if seen == 0 && present == len(rs) {
 			seen = time.Since(since)
 		}
@@ -592,26 +587,28 @@ func waitFirstSight(b *testing.B, env *framework.Env, rs []framework.Resource, s
 	}
 }
 
+// unfinished is a migration that has neither succeeded nor failed.
+func unfinished(m *migrationv1alpha1.StorageVersionMigration) bool {
+	return !m.HasCondition(migrationv1alpha1.MigrationSucceeded) && !m.HasCondition(migrationv1alpha1.MigrationFailed)
+}
+
 // waitMigrationsFinished waits, up to ten minutes, until none of svm's
 // migrations is unfinished: the first-sight migrations of built-in
 // resources are not to run during the measured pass.
 func waitMigrationsFinished(b *testing.B, env *framework.Env) {
 	b.Helper()
+	migrations := watchAll[*migrationv1alpha1.StorageVersionMigration](b, env, &migrationv1alpha1.StorageVersionMigrationList{}, "")
+	defer migrations.stop()
 	ctx := framework.Context(b, 10*time.Minute)
 	for {
-		var ms migrationv1alpha1.StorageVersionMigrationList
-		if err := env.Client.List(ctx, &ms); err != nil {
-			b.Fatalf("list migrations: %v", err)
-		}
-		unfinished := slices.DeleteFunc(ms.Items, func(m migrationv1alpha1.StorageVersionMigration) bool {
-			return m.HasCondition(migrationv1alpha1.MigrationSucceeded) || m.HasCondition(migrationv1alpha1.MigrationFailed)
-		})
-		if len(unfinished) == 0 {
+		m, found := migrations.find(unfinished)
+		if !found {
 			return
 		}
 		select {
 		case <-ctx.Done():
-			b.Logf("%d migrations still unfinished (%s among them); flipping anyway", len(unfinished), unfinished[0].Name)
+			n, _ := migrations.count(unfinished)
+			b.Logf("%d migrations still unfinished (%s among them); flipping anyway", n, m.Name)
 			return
 		case <-time.After(time.Second):
 		}
@@ -645,21 +642,23 @@ func flipAll(b *testing.B, env *framework.Env, rs []framework.Resource) {
 // held every object in v2 (0 when not within limit), and how many CRDs
 // were pruned to [v2] at the last look. It stops waiting early once etcd
 // holds every object in v2, none of svm's migrations is unfinished and no
-// CRD has been pruned for a minute: a prune that is never retried.
+// CRD has been pruned for a minute: a prune that is never retried. CRDs
+// and migrations are read from watches, etcd every 5 seconds.
 func waitAllMigrated(b *testing.B, env *framework.Env, rs []framework.Resource, m int, since time.Time, limit time.Duration) (done, stored time.Duration, pruned int) {
 	b.Helper()
+	crds := watchAll[*apiextensionsv1.CustomResourceDefinition](b, env, &apiextensionsv1.CustomResourceDefinitionList{}, manyCRDsLabel)
+	defer crds.stop()
+	migrations := watchAll[*migrationv1alpha1.StorageVersionMigration](b, env, &migrationv1alpha1.StorageVersionMigrationList{}, "")
+	defer migrations.stop()
 	ctx := framework.Context(b, limit+time.Minute)
 	last, lastEtcd, lastPrune, before := time.Now(), time.Time{}, time.Now(), 0
 	for {
-		var crds apiextensionsv1.CustomResourceDefinitionList
-		if err := env.Client.List(ctx, &crds, client.HasLabels{manyCRDsLabel}); err != nil {
-			b.Fatalf("list CRDs: %v", err)
-		}
-		pruned = 0
-		for _, crd := range crds.Items {
-			if slices.Equal(crd.Status.StoredVersions, []string{"v2"}) {
-				pruned++
-			}
+		var err error
+		pruned, err = crds.count(func(crd *apiextensionsv1.CustomResourceDefinition) bool {
+			return slices.Equal(crd.Status.StoredVersions, []string{"v2"})
+		})
+		if err != nil {
+			b.Fatalf("watch CRDs: %v", err)
 		}
 		if pruned != before {
 			before, lastPrune = pruned, time.Now()
@@ -681,7 +680,7 @@ func waitAllMigrated(b *testing.B, env *framework.Env, rs []framework.Resource, 
 		if stored > 0 && pruned == len(rs) {
 			return at, stored, pruned
 		}
-		if stored > 0 && time.Since(lastPrune) >= time.Minute && !unfinishedMigrations(ctx, env) {
+		if _, running := migrations.find(unfinished); stored > 0 && time.Since(lastPrune) >= time.Minute && !running {
 			b.Errorf("etcd holds every object in v2 and svm's migrations are finished, but only %d of %d CRDs are pruned to [v2], none more for a minute", pruned, len(rs))
 			return 0, stored, pruned
 		}
@@ -699,18 +698,6 @@ func waitAllMigrated(b *testing.B, env *framework.Env, rs []framework.Resource, 
 		case <-time.After(time.Second):
 		}
 	}
-}
-
-// unfinishedMigrations tells whether any of svm's migrations is neither
-// Succeeded nor Failed (true when they cannot be read).
-func unfinishedMigrations(ctx context.Context, env *framework.Env) bool {
-	var ms migrationv1alpha1.StorageVersionMigrationList
-	if err := env.Client.List(ctx, &ms); err != nil {
-		return true
-	}
-	return slices.ContainsFunc(ms.Items, func(m migrationv1alpha1.StorageVersionMigration) bool {
-		return !m.HasCondition(migrationv1alpha1.MigrationSucceeded) && !m.HasCondition(migrationv1alpha1.MigrationFailed)
-	})
 }
 
 // manyStoredVersions counts the objects of rs in etcd by the version they
