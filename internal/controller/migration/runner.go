@@ -6,9 +6,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 )
@@ -52,7 +49,7 @@ func (r *runner) readyCh() chan struct{} {
 
 // start runs fn in a goroutine of its own under name, unless one runs
 // already; how it ended is kept for the scheduler (state), then the
-// scheduler is woken (finishedSource).
+// scheduler is woken (events).
 func (r *runner) start(name string, fn func(context.Context) ending) {
 	<-r.readyCh()
 	r.mu.Lock()
@@ -112,12 +109,8 @@ func (r *runner) stop(name string, cause error) {
 	}
 }
 
-// finishedSource turns "a migration goroutine ended" into a reconcile, so
-// the next migration starts without waiting for an unrelated event.
-func (r *runner) finishedSource() source.TypedSource[reconcile.Request] {
-	return source.Channel(r.events(), &handler.EnqueueRequestForObject{})
-}
-
+// events turns "a migration goroutine ended" into an event, so the next
+// migration starts without waiting for an unrelated one.
 func (r *runner) events() <-chan event.GenericEvent {
 	out := make(chan event.GenericEvent)
 	go func() {
