@@ -129,8 +129,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // created, changed or deleted, an in-tree migration that starts or ends, a
 // run that ended) into one and the same request: every reconcile
 // schedules all migrations, so a burst of events while one runs comes to
-// one more, not one per migration, each reading them all (a third of
-// svm's CPU while a thousand CRDs' migrations ran, one call per event).
+// one more, not one per migration, each reading them all.
 var scheduleAll = handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: "schedule"}}}
 })
