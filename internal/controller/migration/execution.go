@@ -266,12 +266,15 @@ func (e *execution) delegated(ctx context.Context, inTree string) error {
 // unsaved counters would lose the chunk from them for good and report
 // fewer objects than exist.
 //
-// The last chunk (no token to go on from) is not saved: the run's
-// conclusion saves the same counters a moment later. Should the run stop
-// in between, the next one lists the last chunk again from the token
-// saved before it, as after any unsaved chunk.
+// The last chunk (no token to go on from) of a migration with no token
+// saved, a resource listed in one chunk, is not saved: the run's
+// conclusion saves the same counters a moment later, and should the run
+// stop in between, the next one lists it again, as after any unsaved
+// chunk. A migration with a token saved clears it with its last chunk,
+// before its outcome: one that says Succeeded or Failed never shows a
+// token to go on from.
 func (e *execution) saveChunk(ctx context.Context, s operation.State) error {
-	if s.ContinueToken == "" {
+	if s.ContinueToken == "" && e.m.Spec.ContinueToken == "" {
 		return nil
 	}
 	applyState(e.status, s, "")
