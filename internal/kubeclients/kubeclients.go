@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	eventsv1 "k8s.io/client-go/kubernetes/typed/events/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 )
@@ -43,6 +44,11 @@ type Set struct {
 	Dynamic       dynamic.Interface
 	Metadata      metadata.Interface
 	CRDs          apiextensionsclient.Interface
+	// Events creates svm controller's Events, with a client-side rate
+	// limit of its own (as BulkDiscovery), so that the thousands after a
+	// bulk flip do not hold the trigger's and the migrations' requests
+	// behind them.
+	Events eventsv1.EventsV1Interface
 	// Servers reaches each API server at its own address, for what only
 	// that server can tell (its /metrics).
 	Servers *Endpoints
@@ -88,6 +94,9 @@ func New(cfg *rest.Config) (*Set, error) {
 	}
 	if s.CRDs, err = apiextensionsclient.NewForConfigAndClient(cfg, httpClient); err != nil {
 		return nil, fmt.Errorf("build the CRD client: %w", err)
+	}
+	if s.Events, err = eventsv1.NewForConfigAndClient(cfg, httpClient); err != nil {
+		return nil, fmt.Errorf("build the events client: %w", err)
 	}
 	sets.Add(1)
 	return s, nil

@@ -117,6 +117,13 @@
 //     keep (--succeeded-migrations-kept, --failed-migrations-kept), by
 //     status "succeeded" or "failed".
 //
+// Events (storage_migrator_events_*):
+//
+//   - dropped_total{reason} (counter): Events svm made but did not send:
+//     "queue_full" (more were waiting than its queue holds), "refused" (the
+//     API server refused one, or did not answer after the retries),
+//     "invalid".
+//
 // Error reasons, from the API server's answer or the transport: "conflict",
 // "not_found", "gone", "throttled" (429), "timeout", "server_error" (other
 // 5xx), "forbidden", "unauthorized", "invalid" (422), "bad_request",

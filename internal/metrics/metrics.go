@@ -97,6 +97,8 @@ type Metrics struct {
 	reencryptions       *prometheus.CounterVec
 
 	historyDeleted *prometheus.CounterVec
+
+	eventsDropped *prometheus.CounterVec
 }
 
 var _ migrator.Observer = (*Metrics)(nil)
@@ -173,6 +175,8 @@ func New() *Metrics {
 	addEncryption(m)
 	m.historyDeleted = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: "history", Name: "deleted_migrations_total",
 		Help: "Finished migrations svm deleted beyond those its history limits keep, by resource and status (succeeded or failed)."}, []string{"resource", "status"})
+	m.eventsDropped = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: "events", Name: "dropped_total",
+		Help: "Events svm made but did not send, by reason: queue_full (more were waiting than its queue holds), refused (the API server refused them or did not answer after retries), invalid."}, []string{"reason"})
 	return m
 }
 
@@ -200,7 +204,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 		m.pacerInFlight, m.pacerWindow, m.pacerLatency, m.pacerKnee, m.pacerDecisions, m.admissionRefusals,
 		m.executor, m.discoveryPolls, m.discoveryErrors, m.stateTransitions, m.pruneHeld,
 		m.encryptionAgreed, m.encryptionServers, m.encryptionRewritten, m.reencryptions,
-		m.historyDeleted,
+		m.historyDeleted, m.eventsDropped,
 	}
 }
 
@@ -435,6 +439,15 @@ func (m *Metrics) FinishedMigrationDeleted(r schema.GroupResource, status string
 		return
 	}
 	m.historyDeleted.WithLabelValues(label(r), status).Inc()
+}
+
+// EventDropped counts an Event svm made but did not send, for reason (an
+// eventrecorder.Dropped* reason).
+func (m *Metrics) EventDropped(reason string) {
+	if m == nil {
+		return
+	}
+	m.eventsDropped.WithLabelValues(reason).Inc()
 }
 
 func boolValue(b bool) float64 {

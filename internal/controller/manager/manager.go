@@ -26,6 +26,7 @@ import (
 	"github.com/svm-project/svm/internal/controller/history"
 	"github.com/svm-project/svm/internal/controller/migration"
 	"github.com/svm-project/svm/internal/controller/storagestate"
+	"github.com/svm-project/svm/internal/eventrecorder"
 	"github.com/svm-project/svm/internal/fingerprint"
 	"github.com/svm-project/svm/internal/health"
 	"github.com/svm-project/svm/internal/intree"
@@ -83,6 +84,12 @@ type Config struct {
 	FailedMigrationsKept    int
 }
 
+// eventQueue is how many Events wait to be sent at most: the Events of a
+// bulk flip of 1,000 CRDs (about six each) are made over minutes and sent
+// as fast as they are made; the queue holds a burst, and what it cannot
+// hold is dropped and counted (storage_migrator_events_dropped_total).
+const eventQueue = 1000
+
 var (
 	// migrationsResource is svm's migrations, which svm controller must
 	// be allowed to list.
@@ -132,6 +139,8 @@ type controllerBase struct {
 	// trigger and the migrations' guard: both must agree on when two
 	// reads are the same storage (internal/fingerprint).
 	epochs *fingerprint.Epochs
+	// events sends the Events of every controller (internal/eventrecorder).
+	events *eventrecorder.Sender
 }
 
 // newBase registers svm's metrics and builds the manager, with its leader
@@ -173,7 +182,11 @@ func (o *Config) newBase(ctx context.Context) (*controllerBase, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)
 	}
-	return &controllerBase{clients: clients, mgr: mgr, metrics: svmMetrics, tracker: tracker, epochs: fingerprint.NewEpochs()}, nil
+	sender := eventrecorder.New(clients.Events, mgr.GetScheme(), eventQueue, svmMetrics.EventDropped)
+	if err := mgr.Add(sender); err != nil {
+		return nil, fmt.Errorf("add the events sender: %w", err)
+	}
+	return &controllerBase{clients: clients, mgr: mgr, metrics: svmMetrics, tracker: tracker, epochs: fingerprint.NewEpochs(), events: sender}, nil
 }
 
 // start adds the probes and runs the manager (see startUntilStopped).
@@ -209,7 +222,7 @@ func (o *Config) setUpMigrations(b *controllerBase) (betaServed bool, _ error) {
 		InTreeServed:     served,
 		InTreeBetaServed: betaServed,
 		Guard:            migration.APIStorageGuard{Reader: b.mgr.GetAPIReader(), StorageVersions: b.clients.Kube.InternalV1alpha1(), Epochs: b.epochs},
-		Recorder:         b.mgr.GetEventRecorder("svm-controller"),
+		Recorder:         b.events.Recorder("svm-controller"),
 		Metrics:          b.metrics,
 		MaxParallel:      o.MaxParallel,
 		Clock:            b.clients.Clock,
@@ -244,7 +257,7 @@ func (o *Config) setUpTrigger(ctx context.Context, b *controllerBase, betaServed
 		Interval: o.TriggerInterval, StaleAfter: o.StaleAfter, RetryBase: o.TriggerRetryDelay,
 		PruneStoredVersions: o.PruneStoredVersions, ThroughStatus: o.ThroughStatus, CRDs: b.clients.CRDs.ApiextensionsV1().CustomResourceDefinitions(), MigrateUnhashed: o.MigrateUnhashed,
 		SettleDelay: o.CRDSettleDelay, DrainMargin: o.CRDDrainMargin, Clock: b.clients.Clock, Epochs: b.epochs,
-		Recorder: mgr.GetEventRecorder("svm-trigger"), Metrics: b.metrics, Health: b.tracker,
+		Recorder: b.events.Recorder("svm-trigger"), Metrics: b.metrics, Health: b.tracker,
 	}
 	if o.StorageVersionAPI {
 		t.StorageVersions = b.clients.Kube
@@ -266,7 +279,7 @@ func (o *Config) setUpEncryption(ctx context.Context, b *controllerBase) error {
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Leases: b.clients.Kube.CoordinationV1(), Discovery: b.clients.Discovery,
 		Servers: b.clients.Servers, Endpoints: o.APIServerEndpoints, Resources: o.EncryptedResources,
 		Interval: o.EncryptionCheckInterval, RetryBase: o.TriggerRetryDelay, Clock: b.clients.Clock,
-		Recorder: mgr.GetEventRecorder("svm-encryption"), Metrics: b.metrics, Health: b.tracker,
+		Recorder: b.events.Recorder("svm-encryption"), Metrics: b.metrics, Health: b.tracker,
 	}
 	if err := e.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up re-encryption: %w", err)

@@ -58,7 +58,7 @@ const FieldManager = "svm-migration-controller"
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations,verbs=list;watch;patch
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations/status,verbs=patch
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storagestates,verbs=list
-// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create
 // +kubebuilder:rbac:groups=*,resources=*,verbs=list;watch;update;patch
 
 // Reconciler schedules and runs StorageVersionMigrations.
