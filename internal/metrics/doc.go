@@ -30,15 +30,17 @@
 //     "failed". Every listed object ends in exactly one.
 //   - remaining_objects{resource} (gauge): the API server's estimate of the
 //     objects the running migration has not listed yet (remainingItemCount);
-//     0 when the resource's migration ends.
+//     absent when no migration of the resource runs in this process.
 //   - migrations{resource,status} (counter): migrations that finished, by
 //     status "succeeded" or "failed". A run that stops to be retried or
 //     resumed later has not finished.
 //   - migration_duration_seconds{resource,status} (histogram): time from a
 //     migration's start to its end (status.startTime to
 //     status.completionTime, across restarts), for finished migrations.
-//   - running_migrations{resource} (gauge): migrations running in this
-//     process.
+//   - running_migrations{resource} (gauge): 1 while a migration of the
+//     resource runs in this process, absent otherwise: the gauges of a
+//     running migration go when it ends, so that svm keeps no series per
+//     resource it ever migrated but the counters and listed_objects.
 //   - listed_objects{resource} (gauge): objects the running migration has
 //     listed so far, counting the runs it resumed, and kept when it ends;
 //     with remaining_objects it gives the progress of a migration.

@@ -117,7 +117,7 @@ func New() *Metrics {
 		objects: prometheus.NewCounterVec(prometheus.CounterOpts(engine("objects_total",
 			"Objects handled, by resource and outcome: restored, already_current, written_since_start, written_since_change, gone, failed.")), []string{"resource", "outcome"}),
 		remainingObjects: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("remaining_objects",
-			"The API server's estimate of objects the running migration of a resource has not listed yet; 0 when it ends.")), []string{"resource"}),
+			"The API server's estimate of objects the running migration of a resource has not listed yet; absent once it ends.")), []string{"resource"}),
 		migrations: prometheus.NewCounterVec(prometheus.CounterOpts(engine("migrations",
 			"Migrations that finished, by resource and status (succeeded, failed).")), []string{"resource", "status"}),
 		migrationDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -128,7 +128,7 @@ func New() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(1, 4, 10),
 		}, []string{"resource", "status"}),
 		runningMigrations: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("running_migrations",
-			"Migrations running in this process, by resource.")), []string{"resource"}),
+			"1 while a migration of the resource runs in this process; absent otherwise.")), []string{"resource"}),
 		listedObjects: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("listed_objects",
 			"Objects the running migration of a resource has listed so far, counting the runs it resumed.")), []string{"resource"}),
 		skippedObjects: prometheus.NewCounterVec(prometheus.CounterOpts(engine("skipped_objects_total",
@@ -232,14 +232,19 @@ func (m *Metrics) RunStarted(r schema.GroupResource) {
 
 // RunEnded implements migrator.Observer. Whatever the outcome, nothing of
 // the resource remains to be listed by this process now; whether the
-// migration finished is for MigrationFinished to say.
+// migration finished is for MigrationFinished to say. The gauges of a
+// running migration go with it: kept at 0, they were six series for every
+// resource ever migrated, kept for the life of the process.
+// A resource runs one migration at a time in a process (the scheduler's
+// rule), so no other run's gauges go with them. listed_objects stays: the
+// run's last count.
 func (m *Metrics) RunEnded(r schema.GroupResource, _ error) {
 	if m == nil {
 		return
 	}
-	m.runningMigrations.WithLabelValues(label(r)).Dec()
-	m.remainingObjects.WithLabelValues(label(r)).Set(0)
-	m.pacerInFlight.WithLabelValues(label(r)).Set(0)
+	for _, g := range []*prometheus.GaugeVec{m.runningMigrations, m.remainingObjects, m.pacerInFlight, m.pacerWindow, m.pacerLatency, m.pacerKnee} {
+		g.DeleteLabelValues(label(r))
+	}
 }
 
 // Listed implements migrator.Observer.

@@ -127,9 +127,17 @@ func TestObserver(t *testing.T) {
 	expectHistogram(t, m.limiterWait, 3, 0.06)
 
 	o.Listed(widgets, 2500, ptr(int64(700)))
+	o.Paced(widgets, migrator.PacerState{InFlight: 3, Window: 8, SmoothedLatency: 20 * time.Millisecond, Knee: 6, Decision: migrator.PacerKnee})
+	expectValue(t, "window while running", m.pacerWindow.WithLabelValues(w), 8)
 	o.RunEnded(widgets, nil)
-	expectValue(t, "running after the end", m.runningMigrations.WithLabelValues(w), 0)
-	expectValue(t, "remaining after the end", m.remainingObjects.WithLabelValues(w), 0)
+	// The gauges of the run go with it; its last listed count stays.
+	for name, g := range map[string]*prometheus.GaugeVec{"running": m.runningMigrations, "remaining": m.remainingObjects,
+		"in flight": m.pacerInFlight, "window": m.pacerWindow, "latency": m.pacerLatency, "knee": m.pacerKnee} {
+		if n := testutil.CollectAndCount(g); n != 0 {
+			t.Errorf("%s: %d series after the run ended, want none", name, n)
+		}
+	}
+	expectValue(t, "listed after the end", m.listedObjects.WithLabelValues(w), 2500)
 
 	m.MigrationFinished(widgets, StatusSucceeded, 90*time.Second)
 	expectValue(t, "succeeded", m.migrations.WithLabelValues(w, StatusSucceeded), 1)

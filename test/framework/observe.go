@@ -85,6 +85,12 @@ func (m Metrics) Value(name string, labels ...string) float64 {
 	return 0
 }
 
+// Has says whether the metric name has a series with labels (a subset of
+// its labels), where Value cannot tell an absent series from one at 0.
+func (m Metrics) Has(name string, labels ...string) bool {
+	return m.find(name, labels) != nil
+}
+
 // HistogramCount is the number of observations of the histogram name with
 // labels, 0 when there is no such series.
 func (m Metrics) HistogramCount(name string, labels ...string) uint64 {
