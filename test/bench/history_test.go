@@ -102,8 +102,8 @@ type historySample struct {
 // of SVM_BENCH_HISTORY_BATCH (default 100), each batch created once the
 // one before has finished. Real flips would cost svm's settle-and-drain
 // wait each; svm's engine executes these migrations as it would those.
-// svm controller runs at its defaults (GOMEMLIMIT as the shipped chart
-// sets it, its engine alone, no kube-controller-manager) and starts once
+// svm controller runs at its defaults (GOMEMLIMIT and GOGC as the shipped chart
+// sets them, its engine alone, no kube-controller-manager) and starts once
 // the CRDs and objects exist; the pass starts after its first-sight
 // migrations. svm's RSS and the migrations in the API are sampled every
 // 1,000 finished (every fifth of the run when that is fewer than five
@@ -606,7 +606,7 @@ func (r historyRun) result() result {
 	for _, verb := range []string{"LIST", "PATCH", "PUT"} {
 		requests += r.requests[verb+" "+historyPlural]
 	}
-	return result{workload: r.workload(), strategy: "svm controller (defaults, svm's engine alone; GOMEMLIMIT=" + shippedMemoryLimit + ")",
+	return result{workload: r.workload(), strategy: "svm controller (defaults, svm's engine alone; " + shippedRuntime + ")",
 		objects: r.migrations, passes: []passFigures{{
 			wall: r.wall, serverCPU: r.serverCPU, requests: int(requests),
 			usage: usage{cpu: r.cpu, peakRSS: r.peakRSS, process: true},

@@ -96,8 +96,8 @@ type manyCRDsRun struct {
 	inTree int
 }
 
-// BenchmarkManyCRDs measures svm controller at its defaults (GOMEMLIMIT as
-// the shipped chart sets it) on many CRDs whose storage versions all flip
+// BenchmarkManyCRDs measures svm controller at its defaults (GOMEMLIMIT and
+// GOGC as the shipped chart sets them) on many CRDs whose storage versions all flip
 // at once: SVM_BENCH_CRDS CRDs (default 1000), each of its own group,
 // served in v1 and v2 and stored in v1, with SVM_BENCH_CRD_OBJECTS objects
 // each (default 10). svm starts once they exist, and the flip comes once
@@ -420,7 +420,7 @@ type manyCRDsController struct {
 // startManyCRDsController starts svm controller at its defaults, but for
 // its endpoints' addresses (the metrics endpoint serves the profiles
 // with SVM_BENCH_PROFILE_DIR) and the lease's namespace, with GOMEMLIMIT
-// as the shipped chart sets it.
+// and GOGC as the shipped chart sets them.
 func startManyCRDsController(b *testing.B, env *framework.Env, mode manyCRDsMode) *manyCRDsController {
 	b.Helper()
 	c := &manyCRDsController{profiles: os.Getenv("SVM_BENCH_PROFILE_DIR"), metrics: "0",
@@ -460,7 +460,7 @@ func (c *manyCRDsController) start(b *testing.B, env *framework.Env, binary stri
 	b.Cleanup(func() { _ = log.Close() })
 	c.cmd = exec.Command(binary, args...)
 	c.cmd.Stdout, c.cmd.Stderr = log, log
-	c.cmd.Env = append(os.Environ(), "GOMEMLIMIT="+shippedMemoryLimit)
+	c.cmd.Env = shippedEnv()
 	if err := c.cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -744,9 +744,9 @@ func countInTreeMigrations(b *testing.B, env *framework.Env) int {
 // strategy names the part in the table.
 func (r manyCRDsRun) strategy() string {
 	if r.mode.controllerManager {
-		return "svm controller (defaults: --executor=auto, kube-controller-manager running; GOMEMLIMIT=" + shippedMemoryLimit + ")"
+		return "svm controller (defaults: --executor=auto, kube-controller-manager running; " + shippedRuntime + ")"
 	}
-	return "svm controller (defaults, svm's engine alone; GOMEMLIMIT=" + shippedMemoryLimit + ")"
+	return "svm controller (defaults, svm's engine alone; " + shippedRuntime + ")"
 }
 
 func (r manyCRDsRun) workload() string {

@@ -31,13 +31,27 @@ const memoryBound = 200e6
 // which set GOMEMLIMIT from it.
 const shippedMemoryLimit = "256MiB"
 
+// shippedGC is the garbage collector's target (GOGC) of config/manager and
+// the chart.
+const shippedGC = "50"
+
+// shippedRuntime says in a result's strategy how svm controller's Go
+// runtime was set: as config/manager and the chart set it.
+const shippedRuntime = "GOMEMLIMIT=" + shippedMemoryLimit + ", GOGC=" + shippedGC
+
+// shippedEnv is this process's environment with svm controller's Go
+// runtime set as config/manager and the chart set it.
+func shippedEnv() []string {
+	return append(os.Environ(), "GOMEMLIMIT="+shippedMemoryLimit, "GOGC="+shippedGC)
+}
+
 // lastApplied is the annotation kubectl apply (client-side) keeps the
 // applied manifest in, a Secret's data included.
 const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 
 // BenchmarkMemory migrates Secrets of a megabyte each after an encryption
 // key rotation, with `svm migrate` and with `svm controller` under the
-// shipped memory limit (GOMEMLIMIT=256MiB), every pass verified in etcd,
+// shipped memory limit and garbage collector target (GOMEMLIMIT=256MiB, GOGC=50), every pass verified in etcd,
 // and fails a pass whose peak RSS (VmHWM) reaches 200 MB: svm's memory
 // must follow neither the objects' size nor their order. Each part runs
 // on a control plane of its own:
@@ -74,7 +88,7 @@ func BenchmarkMemory(b *testing.B) {
 		suffix := strings.Join(append([]string{""}, flags...), " ")
 		strategies = append(strategies,
 			svmBuildAs(binary, build+" migrate"+suffix, "", flags...),
-			svmController(binary, build+" controller"+suffix+" (GOMEMLIMIT="+shippedMemoryLimit+")", flags...))
+			svmController(binary, build+" controller"+suffix+" ("+shippedRuntime+")", flags...))
 	}
 	var results []result
 	for _, annotated := range []bool{false, true} {
@@ -201,8 +215,8 @@ func random(n int) []byte {
 }
 
 // svmController is `svm controller` as a strategy, the svm binary at path
-// (the run's build when empty) with flags, and GOMEMLIMIT set as the
-// shipped manifests set it (from the container's memory limit): a pass
+// (the run's build when empty) with flags, and GOMEMLIMIT and GOGC set as the
+// shipped manifests set them (GOMEMLIMIT from the container's memory limit): a pass
 // creates a StorageVersionMigration of the resource and ends when it has
 // Succeeded. The process is started before the pass (its start-up is not
 // timed, but its memory counts: VmHWM since it started) and stopped after
@@ -239,7 +253,7 @@ func (c *controllerRun) prepare(b *testing.B, w *workload) func(b *testing.B, pr
 		"--encrypted-resources=", "--executor=svm"}, c.flags...)...)
 	c.cmd = exec.Command(cmp.Or(c.binary, svmBinary), args...)
 	c.cmd.Stdout, c.cmd.Stderr = log, log
-	c.cmd.Env = append(os.Environ(), "GOMEMLIMIT="+shippedMemoryLimit)
+	c.cmd.Env = shippedEnv()
 	if err := c.cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
