@@ -16,6 +16,7 @@ package resources
 
 import (
 	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
@@ -49,7 +50,8 @@ type Discovery struct {
 // Discover reads discovery and returns the migratable resources. A partial
 // failure is not an error: the groups that failed are reported.
 func Discover(disc discovery.DiscoveryInterface) (*Discovery, error) {
-	lists, err := disc.ServerPreferredResources()
+	bounded := boundedDiscovery{discovery.ToDiscoveryInterfaceWithContext(disc)}
+	lists, err := discovery.ServerPreferredResourcesWithContext(context.Background(), bounded)
 	out := &Discovery{}
 	if err != nil {
 		var partial *discovery.ErrGroupDiscoveryFailed
