@@ -18,11 +18,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -99,6 +101,9 @@ type Reconciler struct {
 	// handedOver names the runs started with the in-tree executor, while
 	// they run: how many of kube-controller-manager's workers svm fills.
 	handedOver map[string]bool
+	// listed reads every migration from the manager's cache into a slice
+	// reused from call to call (see migrationList).
+	listed migrationList
 }
 
 // SetupWithManager registers the reconciler and its runner with mgr.
@@ -106,6 +111,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.setDefaults()
 	if err := mgr.Add(&r.runner); err != nil {
 		return err
+	}
+	// The migrations' informer, registered now and started with the cache.
+	informer, err := mgr.GetCache().GetInformer(context.Background(), &migrationv1alpha1.StorageVersionMigration{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		return fmt.Errorf("get the migrations' informer: %w", err)
+	}
+	if s, ok := informer.(interface{ GetStore() toolscache.Store }); ok {
+		r.listed.store = s.GetStore()
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("storageversionmigration").
@@ -159,21 +172,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		// takes seconds); nothing runs before.
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
-	// Every call reads every migration: copying them all each time would
-	// cost the square of their number. The items are the cache's own
-	// objects, read and never modified: what a run is handed is a copy.
-	var list migrationv1alpha1.StorageVersionMigrationList
-	if err := r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
-		return reconcile.Result{}, fmt.Errorf("list migrations: %w", err)
+	migrations, err := r.listed.read(ctx, r.Client)
+	if err != nil {
+		return reconcile.Result{}, err
 	}
 	inTree, err := intree.List(ctx, r.Client, r.InTreeServed, r.InTreeBetaServed, client.UnsafeDisableDeepCopy)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	r.deleteAbandoned(ctx, list.Items, inTree)
+	r.deleteAbandoned(ctx, migrations, inTree)
 	running, ends := r.runner.state()
 	r.settle(ctx, ends)
-	notBefore, ended := r.runState(list.Items)
+	notBefore, ended := r.runState(migrations)
 	maxParallel := r.MaxParallel
 	switch {
 	case executors.Name == intree.ExecutorInTree && executors.Overflow:
@@ -186,10 +196,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		maxParallel = max(maxParallel, intree.RunnerWorkers)
 	}
 	d := Schedule(ScheduleInput{
-		Migrations: list.Items, InTree: inTree, Running: running, NotBefore: notBefore, Ended: ended,
+		Migrations: migrations, InTree: inTree, Running: running, NotBefore: notBefore, Ended: ended,
 		MaxParallel: maxParallel, Now: r.Clock.Now(),
 	})
-	r.apply(d, list.Items, executors, running)
+	r.apply(d, migrations, executors, running)
 	return reconcile.Result{RequeueAfter: d.RequeueAfter}, nil
 }
 
@@ -199,13 +209,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 func (r *Reconciler) runState(migrations []migrationv1alpha1.StorageVersionMigration) (notBefore map[string]time.Time, ended map[types.UID]bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	inCache := make(map[types.UID]bool, len(migrations))
-	for i := range migrations {
-		if !migrations[i].IsFinished() {
-			inCache[migrations[i].UID] = true
+	if len(r.ended) > 0 { // mostly none: no map of every migration per call
+		inCache := make(map[types.UID]bool, len(migrations))
+		for i := range migrations {
+			if !migrations[i].IsFinished() {
+				inCache[migrations[i].UID] = true
+			}
 		}
+		maps.DeleteFunc(r.ended, func(uid types.UID, _ bool) bool { return !inCache[uid] })
 	}
-	maps.DeleteFunc(r.ended, func(uid types.UID, _ bool) bool { return !inCache[uid] })
 	return maps.Clone(r.wait), maps.Clone(r.ended)
 }
 
@@ -219,9 +231,18 @@ func (r *Reconciler) apply(d ScheduleDecision, migrations []migrationv1alpha1.St
 		}
 		r.runner.stop(name, cause)
 	}
-	byName := make(map[string]*migrationv1alpha1.StorageVersionMigration, len(migrations))
-	for i := range migrations {
-		byName[migrations[i].Name] = &migrations[i]
+	// Only the migrations d names: most calls start none and hold none.
+	byName := make(map[string]*migrationv1alpha1.StorageVersionMigration, len(d.Start)+len(d.Held))
+	for _, name := range d.Start {
+		byName[name] = nil
+	}
+	for name := range d.Held {
+		byName[name] = nil
+	}
+	for i := 0; i < len(migrations) && len(byName) > 0; i++ {
+		if _, ok := byName[migrations[i].Name]; ok {
+			byName[migrations[i].Name] = &migrations[i]
+		}
 	}
 	r.noteHeld(byName, d.Held)
 	maps.DeleteFunc(r.handedOver, func(name string, _ bool) bool { return !running[name] || slices.Contains(d.Stop, name) })
