@@ -63,7 +63,7 @@ type Sender struct {
 
 // New returns a Sender over client whose queue holds capacity Events;
 // dropped (may be nil) is called with the reason of every Event dropped.
-// It sends once Start runs.
+// It sends while Start runs: run it until what makes Events has stopped.
 func New(client typedeventsv1.EventsGetter, scheme *runtime.Scheme, capacity int, dropped func(reason string)) *Sender {
 	host, _ := os.Hostname()
 	if dropped == nil {
@@ -80,9 +80,6 @@ func New(client typedeventsv1.EventsGetter, scheme *runtime.Scheme, capacity int
 func (s *Sender) Recorder(reportingController string) events.EventRecorder {
 	return recorder{s: s, controller: reportingController, instance: reportingController + "-" + s.host}
 }
-
-// NeedLeaderElection: Events are sent by every replica that makes them.
-func (s *Sender) NeedLeaderElection() bool { return false }
 
 // drainTime is how long sends outlive Start's context: the last Events
 // (a run's outcome at shutdown) are still sent, within the manager's
@@ -156,7 +153,7 @@ type recorder struct {
 
 // Eventf queues the Event; it never blocks.
 func (r recorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
-	ev, err := r.make(regarding, related, eventtype, reason, action, fmt.Sprintf(note, args...))
+	ev, err := r.build(regarding, related, eventtype, reason, action, fmt.Sprintf(note, args...))
 	if err != nil {
 		r.s.dropped(DroppedInvalid)
 		return
@@ -168,10 +165,10 @@ func (r recorder) Eventf(regarding, related runtime.Object, eventtype, reason, a
 	}
 }
 
-// make builds the Event as client-go's recorder does: named after the
+// build makes the Event as client-go's recorder does: named after the
 // object it regards and the time, in its namespace (default for a
 // cluster-scoped one).
-func (r recorder) make(regarding, related runtime.Object, eventtype, reason, action, note string) (*eventsv1.Event, error) {
+func (r recorder) build(regarding, related runtime.Object, eventtype, reason, action, note string) (*eventsv1.Event, error) {
 	if eventtype != corev1.EventTypeNormal && eventtype != corev1.EventTypeWarning {
 		return nil, fmt.Errorf("event type %q", eventtype)
 	}

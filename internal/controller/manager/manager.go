@@ -183,9 +183,6 @@ func (o *Config) newBase(ctx context.Context) (*controllerBase, error) {
 		return nil, fmt.Errorf("create manager: %w", err)
 	}
 	sender := eventrecorder.New(clients.Events, mgr.GetScheme(), eventQueue, svmMetrics.EventDropped)
-	if err := mgr.Add(sender); err != nil {
-		return nil, fmt.Errorf("add the events sender: %w", err)
-	}
 	return &controllerBase{clients: clients, mgr: mgr, metrics: svmMetrics, tracker: tracker, epochs: fingerprint.NewEpochs(), events: sender}, nil
 }
 
@@ -198,7 +195,21 @@ func (b *controllerBase) start(ctx context.Context) error {
 	if err := b.mgr.AddReadyzCheck("synced-and-settled", b.tracker.ReadyzCheck(b.mgr.GetCache().WaitForCacheSync, b.mgr.Elected())); err != nil {
 		return err
 	}
-	return startUntilStopped(ctx, b.mgr.Start, shutdownGrace)
+	// Events are sent until the manager has stopped, not stopped with the
+	// runnables that make them: the manager stops its other runnables
+	// before the controllers, whose last runs' Events (stopped at
+	// shutdown) would be lost. The sender sends what is queued then, for
+	// a few seconds at most (eventrecorder.Sender.Start).
+	sendCtx, stopSending := context.WithCancel(context.WithoutCancel(ctx))
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		_ = b.events.Start(sendCtx)
+	}()
+	err := startUntilStopped(ctx, b.mgr.Start, shutdownGrace)
+	stopSending()
+	<-sent
+	return err
 }
 
 // setUpMigrations adds the migration controller, with the engine and the
