@@ -635,15 +635,21 @@ func (r historyRun) note() string {
 // requestsPerMigration is the requests of the pass per migration, in all
 // and of the eight most frequent kinds.
 func (r historyRun) requestsPerMigration() string {
-	keys := slices.Collect(maps.Keys(r.requests))
-	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(cmp.Compare(r.requests[b], r.requests[a]), cmp.Compare(a, b)) })
+	return requestsPer(r.requests, r.migrations, 8)
+}
+
+// requestsPer is requests (by kind, as serverRequests counts them) per
+// one of n, in all and of the top most frequent kinds.
+func requestsPer(requests map[string]float64, n, top int) string {
+	keys := slices.Collect(maps.Keys(requests))
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(cmp.Compare(requests[b], requests[a]), cmp.Compare(a, b)) })
 	total := 0.0
 	for _, k := range keys {
-		total += r.requests[k]
+		total += requests[k]
 	}
-	parts := []string{fmt.Sprintf("%.1f in all", total/float64(r.migrations))}
-	for _, k := range keys[:min(8, len(keys))] {
-		parts = append(parts, fmt.Sprintf("%s %.2f", k, r.requests[k]/float64(r.migrations)))
+	parts := []string{fmt.Sprintf("%.1f in all", total/float64(n))}
+	for _, k := range keys[:min(top, len(keys))] {
+		parts = append(parts, fmt.Sprintf("%s %.2f", k, requests[k]/float64(n)))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -94,6 +94,10 @@ type manyCRDsRun struct {
 	changed int
 	// inTree counts the in-tree migrations svm handed its migrations to.
 	inTree int
+	// requests counts the requests the API server answered from the
+	// flip to the end, by kind (serverRequests): the benchmark's own
+	// flips and polls among them.
+	requests map[string]float64
 }
 
 // BenchmarkManyCRDs measures svm controller at its defaults (GOMEMLIMIT and
@@ -209,6 +213,7 @@ func manyCRDsPart(b *testing.B, mode manyCRDsMode, n, m int, wait time.Duration)
 	if err != nil {
 		b.Fatal(err)
 	}
+	requests0 := serverRequests(b, env)
 	flipped := time.Now()
 	flipAll(b, env, rs)
 	run.flipSent = time.Since(flipped)
@@ -220,6 +225,10 @@ func manyCRDsPart(b *testing.B, mode manyCRDsMode, n, m int, wait time.Duration)
 		b.Fatal(err)
 	}
 	run.cpu = cpu1 - cpu0
+	run.requests = serverRequests(b, env)
+	for k, v := range requests0 {
+		run.requests[k] -= v
+	}
 	svm.profile(b, "after-flip")
 	sampler.stop()
 	run.peakRSS, run.sampledRSS, run.anon = max(framework.PeakRSS(svm.pid()), sampler.peak()), sampler.peak(), sampler.peakAnon()
@@ -814,6 +823,9 @@ func manyCRDsNote(runs []manyCRDsRun) string {
 			r.crds, r.objects, r.mode.name, r.seen.Seconds(), r.firstSight.Seconds(), float64(r.firstSightRSS)/1e6, float64(r.firstSightAnon)/1e6,
 			r.flipSent.Seconds(), stored, done, (r.settleAndDrain + manyCRDsExtraWait).Seconds(), float64(cmp.Or(r.peakRSS, r.sampledRSS))/1e6,
 			float64(r.anon)/1e6, r.cpu.Seconds(), r.inTree)
+	}
+	for _, r := range runs {
+		fmt.Fprintf(&sb, "\n%s: requests the API server answered from the flip to the end, per CRD (the benchmark's flips and polls among them): %s.\n", r.mode.name, requestsPer(r.requests, r.crds, 14))
 	}
 	return sb.String()
 }
