@@ -143,8 +143,14 @@ type Decision struct {
 	// Reason, with CreateMigrationFor, is ReasonChanged or
 	// ReasonFirstSight.
 	Reason string
-	// RequeueAfter, when not zero, is when a retry falls due.
+	// RequeueAfter, when not zero, is when the resource is decided on
+	// again: a retry falls due, or a CRD's change has settled.
 	RequeueAfter time.Duration
+	// Retry, with RequeueAfter, says what it waits for is the backoff
+	// after svm's failed migrations to the current hash; without it, the
+	// wait is for a CRD's change to settle, or the recheck of a held
+	// prune, and no migration failed.
+	Retry bool
 	// PruneStoredVersions: a migration made at the CRD's current generation
 	// succeeded, so its status.storedVersions can be cut to the storage
 	// version.
@@ -380,8 +386,8 @@ func followUp(in Input, d Decision, status *migrationv1alpha1.StorageStateStatus
 	if followup.FirstActive(live) != nil || hasUnfinishedOwned(in.Migrations, current) {
 		return d
 	}
-	if wait := in.startWait(status, live, current); wait > 0 {
-		d.RequeueAfter = wait
+	if wait, retry := in.startWait(status, live, current); wait > 0 {
+		d.RequeueAfter, d.Retry = wait, retry
 		return d
 	}
 	d.CreateMigrationFor = &current
@@ -416,8 +422,9 @@ func held(in Input, d Decision, status *migrationv1alpha1.StorageStateStatus, li
 	}
 	// A new one that failed backs off as any failure does: the held ones'
 	// delay alone would follow each failure at once.
-	if wait := max(recheckWait(since, current, in), in.startWait(status, live, current)); wait > 0 {
-		d.RequeueAfter = wait
+	recheck := recheckWait(since, current, in)
+	if wait, retry := in.startWait(status, live, current); max(wait, recheck) > 0 {
+		d.RequeueAfter, d.Retry = max(wait, recheck), retry && wait >= recheck
 		return d
 	}
 	d.CreateMigrationFor = &current
@@ -537,15 +544,16 @@ func madeSince(ms []migrationv1alpha1.StorageVersionMigration, since *metav1.Tim
 // none: until every API server has had time to see a CRD's change and the
 // writes under the storage before have drained (since the storage status,
 // as this decision leaves it, was first seen), then out a growing delay if
-// svm's earlier ones among live failed.
-func (in Input) startWait(status *migrationv1alpha1.StorageStateStatus, live []migrationv1alpha1.StorageVersionMigration, current string) time.Duration {
+// svm's earlier ones among live failed; retry tells the second.
+func (in Input) startWait(status *migrationv1alpha1.StorageStateStatus, live []migrationv1alpha1.StorageVersionMigration, current string) (wait time.Duration, retry bool) {
 	// A hash seen before svm recorded when is long settled.
 	if since := status.CurrentStorageVersionSince; since != nil {
 		if wait := in.settling(since.Time); wait > 0 {
-			return wait
+			return wait, false
 		}
 	}
-	return followup.NextRetry(mark.For(live, current), completedAt, in.RetryBase, in.RetryMax).Wait(in.Now)
+	wait = followup.NextRetry(mark.For(live, current), completedAt, in.RetryBase, in.RetryMax).Wait(in.Now)
+	return wait, wait > 0
 }
 
 // start asks d for a migration to hash, first seen now (changed at

@@ -226,7 +226,7 @@ func TestDecide(t *testing.T) {
 			name: "one failure: retry after the base delay, the failure stays",
 			in: Input{Now: t0.Add(90 * time.Second), State: state(t0, "A", unknown), RetryBase: time.Minute, RetryMax: time.Hour,
 				Migrations: []migrationv1alpha1.StorageVersionMigration{owned("f1", "A", t0, "failed")}},
-			want: Decision{RequeueAfter: 30 * time.Second},
+			want: Decision{RequeueAfter: 30 * time.Second, Retry: true},
 		},
 		{
 			name: "one failure, delay over: a new migration",
@@ -239,7 +239,7 @@ func TestDecide(t *testing.T) {
 			in: Input{Now: t0.Add(4 * time.Minute), State: state(t0, "A", unknown), RetryBase: time.Minute, RetryMax: time.Hour,
 				Migrations: []migrationv1alpha1.StorageVersionMigration{owned("f1", "A", t0, "failed"), owned("f2", "A", t0.Add(time.Minute), "failed"), owned("f3", "A", t0.Add(2*time.Minute), "failed")}},
 			// The last ended at t0+3m; 4 minutes later is t0+7m.
-			want: Decision{RequeueAfter: 3 * time.Minute},
+			want: Decision{RequeueAfter: 3 * time.Minute, Retry: true},
 		},
 		{
 			name: "a state whose status was never written counts as Unknown",
@@ -698,7 +698,7 @@ func TestDecidePruneHeld(t *testing.T) {
 			name: "the new one failed: it backs off as failures do, not at once after the held one's delay",
 			in: in(t0.Add(8*time.Minute), heldState("first", t0.Add(2*time.Minute)),
 				heldBy("first", t0), atGeneration(owned("second", "B", t0.Add(6*time.Minute), "failed"), "3")),
-			want: Decision{RequeueAfter: 4 * time.Minute},
+			want: Decision{RequeueAfter: 4 * time.Minute, Retry: true},
 		},
 		{
 			name: "the new one moved every entry: refine, prune, the hold gone",

@@ -163,12 +163,16 @@ func supersededNote(d trigger.Decision) string {
 }
 
 // noteRetry records an event the first time a resource is seen waiting
-// for a retry after its migrations failed.
+// for a retry after its migrations failed; a wait for a CRD's change to
+// settle is no retry, and says nothing.
 func (c *Controller) noteRetry(gr schema.GroupResource, state *migrationv1alpha1.StorageState, d trigger.Decision, now time.Time) {
-	if d.RequeueAfter <= 0 || state == nil {
+	if d.RequeueAfter <= 0 || !d.Retry || state == nil {
 		delete(c.retries, gr)
 		return
 	}
+	// The due time is the last failure's end plus the backoff, the same
+	// in every round (now is the decision's): the key repeats, and the
+	// event is not.
 	due := now.Add(d.RequeueAfter)
 	key := retryKey(state.Status.CurrentStorageVersionHash, due)
 	if c.retries[gr] == key {

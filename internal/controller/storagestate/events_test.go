@@ -1,12 +1,17 @@
 package storagestate
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/events"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/internal/metrics"
+	"github.com/svm-project/svm/internal/trigger"
 )
 
 func TestStatusTransitions(t *testing.T) {
@@ -72,5 +77,48 @@ func TestStorageChangedTransition(t *testing.T) {
 				t.Errorf("transition %+v: want reason %s and a note", tr, ReasonStorageChanged)
 			}
 		})
+	}
+}
+
+// A wait for a CRD's change to settle is no retry: only the backoff after
+// a failed migration says one failed, once per failure, however many
+// rounds see it waiting.
+func TestRetryEventOnlyAfterAFailure(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	gr := schema.GroupResource{Group: "example.com", Resource: "widgets"}
+	state := &migrationv1alpha1.StorageState{Status: migrationv1alpha1.StorageStateStatus{CurrentStorageVersionHash: "B"}}
+	recorder := events.NewFakeRecorder(10)
+	c := &Controller{Recorder: recorder, retries: map[schema.GroupResource]string{}}
+	count := func() int {
+		n := 0
+		for {
+			select {
+			case ev := <-recorder.Events:
+				if !strings.Contains(ev, ReasonRetryScheduled) {
+					t.Errorf("event %q, want only %s", ev, ReasonRetryScheduled)
+				}
+				n++
+			default:
+				return n
+			}
+		}
+	}
+	c.noteRetry(gr, state, trigger.Decision{RequeueAfter: 2 * time.Minute}, now)
+	c.noteRetry(gr, state, trigger.Decision{RequeueAfter: time.Minute}, now.Add(time.Minute))
+	if n := count(); n != 0 {
+		t.Fatalf("%d events while a CRD's change settles, want none", n)
+	}
+	// The first failure's backoff, seen by three rounds: one event.
+	due := now.Add(3 * time.Minute)
+	for _, at := range []time.Time{now.Add(2 * time.Minute), now.Add(150 * time.Second), now.Add(170 * time.Second)} {
+		c.noteRetry(gr, state, trigger.Decision{RequeueAfter: due.Sub(at), Retry: true}, at)
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("%d events over three rounds of one retry, want 1", n)
+	}
+	// A second failure: another retry, another event.
+	c.noteRetry(gr, state, trigger.Decision{RequeueAfter: 2 * time.Minute, Retry: true}, due.Add(time.Minute))
+	if n := count(); n != 1 {
+		t.Fatalf("%d events for the second failure's retry, want 1", n)
 	}
 }
