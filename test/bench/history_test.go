@@ -224,7 +224,7 @@ func historyPass(b *testing.B, env *framework.Env, svm *manyCRDsController, seen
 }
 
 // serverRequests counts the requests the API server has answered, by
-// verb and resource (with its subresource), from its
+// verb and resource (with its group and subresource), from its
 // apiserver_request_total.
 func serverRequests(b *testing.B, env *framework.Env) map[string]float64 {
 	b.Helper()
@@ -244,6 +244,11 @@ func serverRequests(b *testing.B, env *framework.Env) map[string]float64 {
 			labels[l.GetName()] = l.GetValue()
 		}
 		key := labels["verb"] + " " + labels["resource"]
+		if group := labels["group"]; group != "" {
+			// Two groups serve storageversionmigrations: svm's and
+			// kube-controller-manager's in-tree one.
+			key += "." + group
+		}
 		if sub := labels["subresource"]; sub != "" {
 			key += "/" + sub
 		}

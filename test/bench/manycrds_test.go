@@ -98,6 +98,9 @@ type manyCRDsRun struct {
 	// flip to the end, by kind (serverRequests): the benchmark's own
 	// flips and polls among them.
 	requests map[string]float64
+	// events counts the Events svm sent from the flip to the end, by
+	// the kind of object they regard and their reason.
+	events map[string]float64
 }
 
 // BenchmarkManyCRDs measures svm controller at its defaults (GOMEMLIMIT and
@@ -119,7 +122,8 @@ type manyCRDsRun struct {
 // it). SVM_BENCH_CRD_TIMEOUT (minutes, default 60) bounds the wait after
 // the flip. With SVM_BENCH_PROFILE_DIR set, svm runs with --profiling and
 // the benchmark saves its heap profiles there (after a GC) at first sight
-// and after the flip, with its goroutines. SVM_BENCH_CRDS_SVM, the path of
+// and after the flip, with its goroutines, and a CPU profile of the API
+// server over the minute after the settle-and-drain wait. SVM_BENCH_CRDS_SVM, the path of
 // an svm binary, runs that build instead of the run's (a build of an
 // earlier commit: what a change bought). Run it with `make bench
 // BENCH=BenchmarkManyCRDs`, or one part: BenchmarkManyCRDs/engine.
@@ -213,13 +217,15 @@ func manyCRDsPart(b *testing.B, mode manyCRDsMode, n, m int, wait time.Duration)
 	if err != nil {
 		b.Fatal(err)
 	}
-	requests0 := serverRequests(b, env)
+	requests0, events0 := serverRequests(b, env), eventsByReason(b, env)
 	flipped := time.Now()
 	flipAll(b, env, rs)
 	run.flipSent = time.Since(flipped)
 	b.Logf("%d storage versions flipped to v2 in %s", n, run.flipSent.Round(time.Millisecond))
 	limit := time.Duration(envInt("SVM_BENCH_CRD_TIMEOUT", 60)) * time.Minute
+	profiled := svm.profileServer(b, env, flipped.Add(wait))
 	run.done, run.stored, run.pruned = waitAllMigrated(b, env, rs, m, flipped, limit)
+	profiled()
 	cpu1, err := processCPU(svm.pid())
 	if err != nil {
 		b.Fatal(err)
@@ -228,6 +234,10 @@ func manyCRDsPart(b *testing.B, mode manyCRDsMode, n, m int, wait time.Duration)
 	run.requests = serverRequests(b, env)
 	for k, v := range requests0 {
 		run.requests[k] -= v
+	}
+	run.events = eventsByReason(b, env)
+	for k, v := range events0 {
+		run.events[k] -= v
 	}
 	svm.profile(b, "after-flip")
 	sampler.stop()
@@ -498,6 +508,32 @@ func (c *manyCRDsController) profile(b *testing.B, stage string) {
 		}
 	}
 	b.Logf("profiles of %s saved in %s", stage, c.profiles)
+}
+
+// profileServer, with profiles asked for, takes a CPU profile of the API
+// server over the minute from from on (the migrations' work, once svm's
+// settle-and-drain wait is over) and saves it; the returned function
+// waits for it.
+func (c *manyCRDsController) profileServer(b *testing.B, env *framework.Env, from time.Time) func() {
+	b.Helper()
+	if c.profiles == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(time.Until(from))
+		raw, err := env.Kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "60").
+			Timeout(2 * time.Minute).DoRaw(framework.Context(b, 3*time.Minute))
+		if err != nil {
+			b.Errorf("profile the API server: %v", err)
+			return
+		}
+		if err := os.WriteFile(filepath.Join(c.profiles, c.prefix+"-apiserver.cpu"), raw, 0o644); err != nil {
+			b.Error(err)
+		}
+	}()
+	return func() { <-done }
 }
 
 // rssSampler samples a process's VmRSS and RssAnon every 100 ms until
@@ -826,6 +862,22 @@ func manyCRDsNote(runs []manyCRDsRun) string {
 	}
 	for _, r := range runs {
 		fmt.Fprintf(&sb, "\n%s: requests the API server answered from the flip to the end, per CRD (the benchmark's flips and polls among them): %s.\n", r.mode.name, requestsPer(r.requests, r.crds, 14))
+		fmt.Fprintf(&sb, "%s: Events from the flip to the end, per CRD: %s.\n", r.mode.name, requestsPer(r.events, r.crds, 12))
 	}
 	return sb.String()
+}
+
+// eventsByReason counts the events.k8s.io Events in every namespace by
+// the kind of object they regard and their reason.
+func eventsByReason(b *testing.B, env *framework.Env) map[string]float64 {
+	b.Helper()
+	list, err := env.Kube.EventsV1().Events(metav1.NamespaceAll).List(framework.Context(b, time.Minute), metav1.ListOptions{})
+	if err != nil {
+		b.Fatalf("list events: %v", err)
+	}
+	out := map[string]float64{}
+	for _, ev := range list.Items {
+		out[ev.Regarding.Kind+" "+ev.Reason]++
+	}
+	return out
 }
