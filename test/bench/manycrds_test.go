@@ -122,8 +122,8 @@ type manyCRDsRun struct {
 // it). SVM_BENCH_CRD_TIMEOUT (minutes, default 60) bounds the wait after
 // the flip. With SVM_BENCH_PROFILE_DIR set, svm runs with --profiling and
 // the benchmark saves its heap profiles there (after a GC) at first sight
-// and after the flip, with its goroutines, and a CPU profile of the API
-// server over the minute after the settle-and-drain wait. SVM_BENCH_CRDS_SVM, the path of
+// and after the flip, with its goroutines, and CPU profiles of svm and
+// the API server over the minute after the settle-and-drain wait. SVM_BENCH_CRDS_SVM, the path of
 // an svm binary, runs that build instead of the run's (a build of an
 // earlier commit: what a change bought). Run it with `make bench
 // BENCH=BenchmarkManyCRDs`, or one part: BenchmarkManyCRDs/engine.
@@ -223,7 +223,7 @@ func manyCRDsPart(b *testing.B, mode manyCRDsMode, n, m int, wait time.Duration)
 	run.flipSent = time.Since(flipped)
 	b.Logf("%d storage versions flipped to v2 in %s", n, run.flipSent.Round(time.Millisecond))
 	limit := time.Duration(envInt("SVM_BENCH_CRD_TIMEOUT", 60)) * time.Minute
-	profiled := svm.profileServer(b, env, flipped.Add(wait))
+	profiled := svm.profileWork(b, env, flipped.Add(wait))
 	run.done, run.stored, run.pruned = waitAllMigrated(b, env, rs, m, flipped, limit)
 	profiled()
 	cpu1, err := processCPU(svm.pid())
@@ -510,30 +510,54 @@ func (c *manyCRDsController) profile(b *testing.B, stage string) {
 	b.Logf("profiles of %s saved in %s", stage, c.profiles)
 }
 
-// profileServer, with profiles asked for, takes a CPU profile of the API
-// server over the minute from from on (the migrations' work, once svm's
-// settle-and-drain wait is over) and saves it; the returned function
-// waits for it.
-func (c *manyCRDsController) profileServer(b *testing.B, env *framework.Env, from time.Time) func() {
+// profileWork, with profiles asked for, takes CPU profiles of the API
+// server and of svm over the minute from from on (the migrations' work,
+// once svm's settle-and-drain wait is over) and saves them; the returned
+// function waits for them.
+func (c *manyCRDsController) profileWork(b *testing.B, env *framework.Env, from time.Time) func() {
 	b.Helper()
 	if c.profiles == "" {
 		return func() {}
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		time.Sleep(time.Until(from))
-		raw, err := env.Kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "60").
-			Timeout(2 * time.Minute).DoRaw(framework.Context(b, 3*time.Minute))
+	ctx := framework.Context(b, time.Until(from)+3*time.Minute)
+	var g errgroup.Group
+	save := func(name string, get func() ([]byte, error)) {
+		g.Go(func() error {
+			select {
+			case <-time.After(time.Until(from)):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			raw, err := get()
+			if err != nil {
+				return fmt.Errorf("CPU profile of %s: %w", name, err)
+			}
+			return os.WriteFile(filepath.Join(c.profiles, c.prefix+"-"+name+".cpu"), raw, 0o644)
+		})
+	}
+	save("apiserver", func() ([]byte, error) {
+		return env.Kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "60").DoRaw(ctx)
+	})
+	save("svm", func() ([]byte, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.metrics+"/debug/pprof/profile?seconds=60", nil)
 		if err != nil {
-			b.Errorf("profile the API server: %v", err)
-			return
+			return nil, err
 		}
-		if err := os.WriteFile(filepath.Join(c.profiles, c.prefix+"-apiserver.cpu"), raw, 0o644); err != nil {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("GET from svm: %s", resp.Status)
+		}
+		return io.ReadAll(resp.Body)
+	})
+	return func() {
+		if err := g.Wait(); err != nil {
 			b.Error(err)
 		}
-	}()
-	return func() { <-done }
+	}
 }
 
 // rssSampler samples a process's VmRSS and RssAnon every 100 ms until
