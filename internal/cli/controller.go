@@ -39,7 +39,7 @@ func newControllerCommand(configFlags *genericclioptions.ConfigFlags) *cobra.Com
 	}
 	o.Engine.addFlags(cmd.Flags())
 	fs := cmd.Flags()
-	fs.IntVar(&o.MaxParallel, "max-parallel", 4, "resources migrated at the same time")
+	fs.IntVar(&o.MaxParallel, "max-parallel", 8, "resources migrated at the same time")
 	fs.StringVar(&o.Executor, "executor", string(intree.ExecutorAuto), "who rewrites the objects of svm's migrations: svm (its own engine), in-tree (kube-controller-manager's in-tree migrator, storagemigration.k8s.io/v1), or auto: in-tree when that API is served, kube-controller-manager holds a live lease and takes up a probe migration, svm otherwise; auto chooses again when that lease appears, stops being renewed or changes hands")
 	fs.DurationVar(&o.ExecutorRecheck, "executor-recheck-interval", 30*time.Second, "with --executor=auto, how often to look again at the kube-controller-manager lease the choice rests on")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect a leader so that only one replica migrates")
