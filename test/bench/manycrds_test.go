@@ -98,8 +98,8 @@ type manyCRDsRun struct {
 	// flip to the end, by kind (serverRequests): the benchmark's own
 	// flips and polls among them.
 	requests map[string]float64
-	// events counts the Events svm sent from the flip to the end, by
-	// the kind of object they regard and their reason.
+	// events counts the Events created from the flip to the end (svm's
+	// alone here), by the kind of object they regard and their reason.
 	events map[string]float64
 }
 
@@ -123,9 +123,9 @@ type manyCRDsRun struct {
 // the flip. With SVM_BENCH_PROFILE_DIR set, svm runs with --profiling and
 // the benchmark saves its heap profiles there (after a GC) at first sight
 // and after the flip, with its goroutines, and CPU profiles of svm and
-// the API server over the minute after the settle-and-drain wait. SVM_BENCH_CRDS_SVM, the path of
-// an svm binary, runs that build instead of the run's (a build of an
-// earlier commit: what a change bought). Run it with `make bench
+// the API server over the minute after the settle-and-drain wait.
+// SVM_BENCH_CRDS_SVM, the path of an svm binary, runs that build instead
+// of the run's (a build of an earlier commit: what a change bought). Run it with `make bench
 // BENCH=BenchmarkManyCRDs`, or one part: BenchmarkManyCRDs/engine.
 func BenchmarkManyCRDs(b *testing.B) {
 	svmBinary = framework.SVMBinary(b)
