@@ -34,16 +34,18 @@
 //   - migrations{resource,status} (counter): migrations that finished, by
 //     status "succeeded" or "failed". A run that stops to be retried or
 //     resumed later has not finished.
-//   - migration_duration_seconds{resource,status} (histogram): time from a
+//   - migration_duration_seconds{status} (histogram): time from a
 //     migration's start to its end (status.startTime to
 //     status.completionTime, across restarts), for finished migrations.
+//     Not by resource: a histogram is a dozen series, kept for the life of
+//     the process; a migration's own times are in its status.
 //   - running_migrations{resource} (gauge): 1 while a migration of the
 //     resource runs in this process, absent otherwise: the gauges of a
 //     running migration go when it ends, so that svm keeps no series per
-//     resource it ever migrated but the counters and listed_objects.
+//     resource it ever migrated but the counters.
 //   - listed_objects{resource} (gauge): objects the running migration has
-//     listed so far, counting the runs it resumed, and kept when it ends;
-//     with remaining_objects it gives the progress of a migration.
+//     listed so far, counting the runs it resumed; absent once it ends.
+//     With remaining_objects it gives the progress of a migration.
 //   - skipped_objects_total{resource,reason} (counter): objects that needed no
 //     write, by reason: "newer_than_checkpoint" (written or deleted since the
 //     migration started, as its list or its watch showed; no request sent),
@@ -84,8 +86,9 @@
 //     whose discovery failed (nothing is concluded), scope "group" counts
 //     group versions that failed in a round that otherwise answered (their
 //     resources keep their state).
-//   - storage_state_transitions_total{resource,transition} (counter): changes
-//     of StorageStates, by transition: "created", "storage_version_changed",
+//   - storage_state_transitions_total{transition} (counter): changes of
+//     StorageStates (of all resources: which resource changed is in the
+//     StorageState's Events and status), by transition: "created", "storage_version_changed",
 //     "migrated" (the persisted hashes became the current hash alone),
 //     "reset" (stale at start-up, reset to Unknown), "stored_versions_pruned"
 //     (the CRD's status.storedVersions cut to the storage version),

@@ -122,15 +122,18 @@ func New() *Metrics {
 			"Migrations that finished, by resource and status (succeeded, failed).")), []string{"resource", "status"}),
 		migrationDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace, Subsystem: engineSubsystem, Name: "migration_duration_seconds",
-			Help: "Time from a migration's start to its end, across restarts, by resource and status.",
+			Help: "Time from a migration's start to its end, across restarts, by status.",
 			// One second to three days: small resources finish in seconds,
 			// large ones at a low --qps take days.
 			Buckets: prometheus.ExponentialBuckets(1, 4, 10),
-		}, []string{"resource", "status"}),
+			// By status alone: a histogram is a dozen series, and by
+			// resource it was the largest part of what svm kept for every
+			// resource it ever migrated (docs/metrics.md#cardinality).
+		}, []string{"status"}),
 		runningMigrations: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("running_migrations",
 			"1 while a migration of the resource runs in this process; absent otherwise.")), []string{"resource"}),
 		listedObjects: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("listed_objects",
-			"Objects the running migration of a resource has listed so far, counting the runs it resumed.")), []string{"resource"}),
+			"Objects the running migration of a resource has listed so far, counting the runs it resumed; absent once it ends.")), []string{"resource"}),
 		skippedObjects: prometheus.NewCounterVec(prometheus.CounterOpts(engine("skipped_objects_total",
 			"Objects that needed no write, by resource and reason.")), []string{"resource", "reason"}),
 		failedObjects: prometheus.NewCounterVec(prometheus.CounterOpts(engine("failed_objects_total",
@@ -155,7 +158,7 @@ func New() *Metrics {
 		pacerKnee: prometheus.NewGaugeVec(prometheus.GaugeOpts(engine("pacer_knee_writes",
 			"The fewest writes in flight of the running migration of a resource that got 0.95 of the best rate adaptive pacing measured; 0 while only the most writes tried get it.")), []string{"resource"}),
 		pacerDecisions: prometheus.NewCounterVec(prometheus.CounterOpts(engine("pacer_decisions_total",
-			"Decisions of adaptive pacing, by resource and decision: grow (only the most writes tried get the best rate, or a relief forgot the points; the window grows by half), knee (the window set around the measured knee), back-off (a 429, a surge or a failed write cut it), hold (under --qps, the rate needed fewer writes in flight than the window: the epoch measured the cap, and the window holds).")), []string{"resource", "decision"}),
+			"Decisions of adaptive pacing of all migrations, by decision: grow (only the most writes tried get the best rate, or a relief forgot the points; the window grows by half), knee (the window set around the measured knee), back-off (a 429, a surge or a failed write cut it), hold (under --qps, the rate needed fewer writes in flight than the window: the epoch measured the cap, and the window holds).")), []string{"decision"}),
 
 		admissionRefusals: prometheus.NewCounterVec(prometheus.CounterOpts(engine("admission_refusals_total",
 			"Writes an admission webhook or policy refused, by resource, kind (Webhook, ValidatingAdmissionPolicy), name and then: written_through_status (the object was written through its status subresource instead) or failed.")), []string{"resource", "kind", "name", "then"}),
@@ -168,7 +171,7 @@ func New() *Metrics {
 		discoveryErrors: prometheus.NewCounterVec(prometheus.CounterOpts(trigger("discovery_errors_total",
 			"Discovery failures: scope round (the round concluded nothing) or group (one group version failed).")), []string{"scope"}),
 		stateTransitions: prometheus.NewCounterVec(prometheus.CounterOpts(trigger("storage_state_transitions_total",
-			"Changes of StorageStates, by resource and transition.")), []string{"resource", "transition"}),
+			"Changes of StorageStates, by transition.")), []string{"transition"}),
 		pruneHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts(trigger("prune_held_entries",
 			"managedFields entries naming a version to be pruned that hold the prune of the resource's CRD's status.storedVersions (StorageState status.pruneHeld), at svm's last look; 0 when none.")), []string{"resource"}),
 	}
@@ -233,16 +236,16 @@ func (m *Metrics) RunStarted(r schema.GroupResource) {
 // RunEnded implements migrator.Observer. Whatever the outcome, nothing of
 // the resource remains to be listed by this process now; whether the
 // migration finished is for MigrationFinished to say. The gauges of a
-// running migration go with it: kept at 0, they were six series for every
-// resource ever migrated, kept for the life of the process.
+// running migration go with it, listed_objects too: kept, they were seven
+// series for every resource ever migrated, for the life of the process (a
+// finished migration's counts are in its status).
 // A resource runs one migration at a time in a process (the scheduler's
-// rule), so no other run's gauges go with them. listed_objects stays: the
-// run's last count.
+// rule), so no other run's gauges go with them.
 func (m *Metrics) RunEnded(r schema.GroupResource, _ error) {
 	if m == nil {
 		return
 	}
-	for _, g := range []*prometheus.GaugeVec{m.runningMigrations, m.remainingObjects, m.pacerInFlight, m.pacerWindow, m.pacerLatency, m.pacerKnee} {
+	for _, g := range []*prometheus.GaugeVec{m.runningMigrations, m.listedObjects, m.remainingObjects, m.pacerInFlight, m.pacerWindow, m.pacerLatency, m.pacerKnee} {
 		g.DeleteLabelValues(label(r))
 	}
 }
@@ -344,7 +347,7 @@ func (m *Metrics) Paced(r schema.GroupResource, s migrator.PacerState) {
 	m.pacerWindow.WithLabelValues(label(r)).Set(float64(s.Window))
 	m.pacerLatency.WithLabelValues(label(r)).Set(s.SmoothedLatency.Seconds())
 	m.pacerKnee.WithLabelValues(label(r)).Set(s.Knee)
-	m.pacerDecisions.WithLabelValues(label(r), string(s.Decision)).Inc()
+	m.pacerDecisions.WithLabelValues(string(s.Decision)).Inc()
 }
 
 // MigrationFinished records a migration that ended for good with status
@@ -354,7 +357,7 @@ func (m *Metrics) MigrationFinished(r schema.GroupResource, status string, took 
 		return
 	}
 	m.migrations.WithLabelValues(label(r), status).Inc()
-	m.migrationDuration.WithLabelValues(label(r), status).Observe(took.Seconds())
+	m.migrationDuration.WithLabelValues(status).Observe(took.Seconds())
 }
 
 // ExecutorChosen records who executes svm's migrations: "svm" or "in-tree".
@@ -381,12 +384,16 @@ func (m *Metrics) DiscoveryPolled(err error, failedGroups int) {
 	}
 }
 
-// StorageStateTransition records a change of a resource's StorageState.
-func (m *Metrics) StorageStateTransition(r schema.GroupResource, transition string) {
+// StorageStateTransition records a change of a resource's StorageState. The
+// resource is not a label: each transition comes a few times in a
+// resource's life, and a series for each would be kept for the life of the
+// process; which resource changed is in the StorageState's Events and
+// status.
+func (m *Metrics) StorageStateTransition(_ schema.GroupResource, transition string) {
 	if m == nil {
 		return
 	}
-	m.stateTransitions.WithLabelValues(label(r), transition).Inc()
+	m.stateTransitions.WithLabelValues(transition).Inc()
 }
 
 // PruneHeld records the managedFields entries that hold the prune of a

@@ -129,20 +129,22 @@ func TestObserver(t *testing.T) {
 	o.Listed(widgets, 2500, ptr(int64(700)))
 	o.Paced(widgets, migrator.PacerState{InFlight: 3, Window: 8, SmoothedLatency: 20 * time.Millisecond, Knee: 6, Decision: migrator.PacerKnee})
 	expectValue(t, "window while running", m.pacerWindow.WithLabelValues(w), 8)
+	expectValue(t, "knee decisions", m.pacerDecisions.WithLabelValues(string(migrator.PacerKnee)), 1)
 	o.RunEnded(widgets, nil)
-	// The gauges of the run go with it; its last listed count stays.
-	for name, g := range map[string]*prometheus.GaugeVec{"running": m.runningMigrations, "remaining": m.remainingObjects,
+	// The gauges of the run go with it, its listed count too.
+	for name, g := range map[string]*prometheus.GaugeVec{"running": m.runningMigrations, "listed": m.listedObjects, "remaining": m.remainingObjects,
 		"in flight": m.pacerInFlight, "window": m.pacerWindow, "latency": m.pacerLatency, "knee": m.pacerKnee} {
 		if n := testutil.CollectAndCount(g); n != 0 {
 			t.Errorf("%s: %d series after the run ended, want none", name, n)
 		}
 	}
-	expectValue(t, "listed after the end", m.listedObjects.WithLabelValues(w), 2500)
 
 	m.MigrationFinished(widgets, StatusSucceeded, 90*time.Second)
 	expectValue(t, "succeeded", m.migrations.WithLabelValues(w, StatusSucceeded), 1)
 	expectValue(t, "failed migrations", m.migrations.WithLabelValues(w, StatusFailed), 0)
-	expectHistogram(t, m.migrationDuration.WithLabelValues(w, StatusSucceeded).(prometheus.Histogram), 1, 90)
+	m.MigrationFinished(secrets, StatusSucceeded, 10*time.Second)
+	// The duration is by status alone: one series for both resources.
+	expectHistogram(t, m.migrationDuration.WithLabelValues(StatusSucceeded).(prometheus.Histogram), 2, 100)
 }
 
 func TestTriggerMetrics(t *testing.T) {
@@ -156,9 +158,9 @@ func TestTriggerMetrics(t *testing.T) {
 
 	m.StorageStateTransition(widgets, TransitionCreated)
 	m.StorageStateTransition(widgets, TransitionMigrated)
-	m.StorageStateTransition(widgets, TransitionMigrated)
-	expectValue(t, "created", m.stateTransitions.WithLabelValues("widgets.example.com", TransitionCreated), 1)
-	expectValue(t, "migrated", m.stateTransitions.WithLabelValues("widgets.example.com", TransitionMigrated), 2)
+	m.StorageStateTransition(secrets, TransitionMigrated)
+	expectValue(t, "created", m.stateTransitions.WithLabelValues(TransitionCreated), 1)
+	expectValue(t, "migrated", m.stateTransitions.WithLabelValues(TransitionMigrated), 2)
 }
 
 func TestEncryption(t *testing.T) {

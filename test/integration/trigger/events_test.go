@@ -10,6 +10,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
 	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/framework"
 )
@@ -60,12 +61,32 @@ func TestStorageStateEventsAndMetrics(t *testing.T) {
 		}
 	}
 
-	m := framework.Scrape(t, metricsAddr)
+	// The transitions are counted over all resources
+	// (docs/metrics.md#cardinality): one StorageState created for each
+	// resource, and one flip and one prune, the widgets'.
 	const transitions = "storage_migrator_trigger_storage_state_transitions_total"
-	for transition, want := range map[string]float64{"created": 1, "storage_version_changed": 1, "migrated": 2, "stored_versions_pruned": 1} {
-		if got := m.Value(transitions, "resource", stateName, "transition", transition); got != want {
+	var m framework.Metrics
+	var states migrationv1alpha1.StorageStateList
+	err = wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		m = framework.Scrape(t, metricsAddr)
+		if err := env.Client.List(ctx, &states); err != nil {
+			return false, err
+		}
+		return m.Value(transitions, "transition", "created") == float64(len(states.Items)), nil
+	})
+	if err != nil {
+		t.Errorf("%s{transition=\"created\"} = %v with %d StorageStates (%v), want one for each",
+			transitions, m.Value(transitions, "transition", "created"), len(states.Items), err)
+	}
+	for transition, want := range map[string]float64{"storage_version_changed": 1, "stored_versions_pruned": 1} {
+		if got := m.Value(transitions, "transition", transition); got != want {
 			t.Errorf("%s{transition=%q} = %v, want %v", transitions, transition, got, want)
 		}
+	}
+	// Each resource is migrated at first sight, the widgets once more.
+	if got := m.Value(transitions, "transition", "migrated"); got < 2 || got > float64(len(states.Items)+1) {
+		t.Errorf("%s{transition=\"migrated\"} = %v, want from 2 (the widgets') to one more than the %d StorageStates",
+			transitions, got, len(states.Items))
 	}
 	if polls := m.Value("storage_migrator_trigger_discovery_polls_total"); polls < 1 {
 		t.Errorf("discovery polls = %v, want at least 1", polls)
