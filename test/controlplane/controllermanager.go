@@ -132,6 +132,9 @@ func (cp *ControlPlane) controllerManagerProcess() (*process, error) {
 			"--bind-address=127.0.0.1",
 			"--secure-port=" + strconv.Itoa(ports[0]),
 			"--cert-dir=" + cp.path("kube-controller-manager-certs"),
+			// What the root CA publisher, when --controllers runs it
+			// (test/node), gives pods as kube-root-ca.crt.
+			"--root-ca-file=" + cp.ServingCertFile(),
 		},
 	}
 	cp.controllerManager.args = append(cp.controllerManager.args, cp.controllerManagerFlags...)

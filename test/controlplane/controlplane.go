@@ -75,6 +75,11 @@ type Options struct {
 	// StartTimeout bounds how long each process may take to become ready.
 	// Zero means one minute.
 	StartTimeout time.Duration
+	// ServingIPs are addresses besides 127.0.0.1 that kube-apiserver's
+	// serving certificate names: a node's address and the kubernetes
+	// Service's, where pods reach it (test/node). It still listens on
+	// 127.0.0.1 unless APIServerFlags say otherwise.
+	ServingIPs []net.IP
 }
 
 // ControlPlane is a running etcd and kube-apiserver, and optionally
@@ -145,7 +150,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 			return nil, err
 		}
 	}
-	if err := cp.prepare(binDir, opts.EtcdFlags); err != nil {
+	if err := cp.prepare(binDir, opts.EtcdFlags, opts.ServingIPs); err != nil {
 		cp.cleanup()
 		return nil, err
 	}
@@ -171,7 +176,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 
 // prepare picks ports and writes the certificates and credentials that stay
 // the same across restarts, and sets etcd's flags (etcdFlags added).
-func (cp *ControlPlane) prepare(binDir string, etcdFlags []string) error {
+func (cp *ControlPlane) prepare(binDir string, etcdFlags []string, servingIPs []net.IP) error {
 	cp.binDir = binDir
 	ports, err := cp.freePorts(3)
 	if err != nil {
@@ -183,7 +188,8 @@ func (cp *ControlPlane) prepare(binDir string, etcdFlags []string) error {
 	cp.APIServerURL = "https://127.0.0.1:" + strconv.Itoa(cp.apiPort)
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeerPort)
 
-	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"})
+	ips := append([]net.IP{net.ParseIP("127.0.0.1")}, servingIPs...)
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("127.0.0.1", ips, []string{"localhost"})
 	if err != nil {
 		return fmt.Errorf("generate serving certificate: %w", err)
 	}
@@ -481,3 +487,11 @@ func hasBinaries(dir string) bool {
 	}
 	return true
 }
+
+// ServingCertFile is the path of kube-apiserver's self-signed serving
+// certificate, its own CA: what kube-controller-manager's --root-ca-file
+// publishes to pods as kube-root-ca.crt.
+func (cp *ControlPlane) ServingCertFile() string { return cp.path("serving.crt") }
+
+// APIPort is kube-apiserver's secure port.
+func (cp *ControlPlane) APIPort() int { return cp.apiPort }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -50,40 +49,6 @@ func keysOf(objs []*unstructured.Unstructured) []objectKey {
 	return keys
 }
 
-// runHelm runs bin/helm (make helm) from the repository root, with a Helm
-// home of the test's own so that no user's configuration or repository
-// cache takes part.
-func runHelm(t *testing.T, args ...string) (stdout, stderr string, err error) {
-	t.Helper()
-	dir := os.Getenv(controlplane.BinDirEnv)
-	if dir == "" {
-		dir = filepath.Join(framework.RepoRoot(), "bin")
-	}
-	bin := filepath.Join(dir, "helm")
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("helm not built: %v (run 'make helm')", err)
-	}
-	home := t.TempDir()
-	cmd := exec.CommandContext(framework.Context(t, 2*time.Minute), bin, args...)
-	cmd.Dir = framework.RepoRoot()
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "HELM_") && !strings.HasPrefix(kv, "KUBECONFIG=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	// A kubeconfig that does not exist: Helm's default namespace is then
-	// default, and only --kubeconfig reaches a cluster.
-	cmd.Env = append(cmd.Env,
-		"KUBECONFIG="+filepath.Join(home, "kubeconfig"),
-		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
-		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
-		"HELM_DATA_HOME="+filepath.Join(home, "data"))
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err = cmd.Run()
-	return out.String(), errOut.String(), err
-}
-
 // renderChart runs `helm template` on charts/svm with the CRDs, which
 // `helm install` installs first, in namespace (none: Helm's default).
 func renderChart(t *testing.T, namespace string, args ...string) (string, error) {
@@ -92,7 +57,7 @@ func renderChart(t *testing.T, namespace string, args ...string) (string, error)
 	if namespace != "" {
 		args = append(args, "--namespace", namespace)
 	}
-	out, stderr, err := runHelm(t, args...)
+	out, stderr, err := framework.RunHelm(t, args...)
 	if err != nil {
 		return "", fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, stderr)
 	}
@@ -246,7 +211,7 @@ func TestChart(t *testing.T) {
 		}
 	})
 	t.Run("lint", func(t *testing.T) {
-		if out, stderr, err := runHelm(t, "lint", "--strict", "charts/svm", "--namespace", "svm-system"); err != nil {
+		if out, stderr, err := framework.RunHelm(t, "lint", "--strict", "charts/svm", "--namespace", "svm-system"); err != nil {
 			t.Errorf("helm lint --strict: %v\n%s%s", err, out, stderr)
 		}
 	})
@@ -494,7 +459,7 @@ func helmInstall(t *testing.T, env *framework.Env) {
 	if err := env.CP.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	if out, stderr, err := runHelm(t, "install", "svm", "charts/svm", "-n", ns, "--create-namespace", "--kubeconfig", kubeconfig); err != nil {
+	if out, stderr, err := framework.RunHelm(t, "install", "svm", "charts/svm", "-n", ns, "--create-namespace", "--kubeconfig", kubeconfig); err != nil {
 		t.Fatalf("helm install: %v\n%s%s", err, out, stderr)
 	}
 	ctx := framework.Context(t, time.Minute)
@@ -559,7 +524,7 @@ func helmInstall(t *testing.T, env *framework.Env) {
 		t.Errorf("%d release records of svm in %s, want 1", len(records.Items), ns)
 	}
 
-	if out, stderr, err := runHelm(t, "upgrade", "svm", "charts/svm", "-n", ns, "--reuse-values", "--set", "replicas=3", "--kubeconfig", kubeconfig); err != nil {
+	if out, stderr, err := framework.RunHelm(t, "upgrade", "svm", "charts/svm", "-n", ns, "--reuse-values", "--set", "replicas=3", "--kubeconfig", kubeconfig); err != nil {
 		t.Fatalf("helm upgrade: %v\n%s%s", err, out, stderr)
 	}
 	if replicas := deployedReplicas(t, env, ns); replicas != 3 {
