@@ -116,6 +116,22 @@ $(foreach v,$(filter-out $(KUBE_VERSION),$(KUBE_MATRIX)),$(eval $(call kube_rele
 $(BIN)/sample-apiserver: $(TOOLS_MOD)
 	cd hack/tools && go build -o $@ k8s.io/sample-apiserver
 
+# A node for make e2e: the kubelet and kube-scheduler of KUBE_VERSION.
+.PHONY: node
+node: $(BIN)/kubelet $(BIN)/kube-scheduler ## Build the kubelet and kube-scheduler into bin/ (make e2e's node).
+
+$(BIN)/kubelet: $(TOOLS_MOD)
+	cd hack/tools && go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kubelet
+$(BIN)/kube-scheduler: $(TOOLS_MOD)
+	cd hack/tools && go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-scheduler
+
+.PHONY: e2e
+e2e: controlplane node kubectl helm ## As root: svm's chart and image on a real node (kubelet, containerd; Debian's packages installed where missing), in namespaces of its own; the machine is checked to be left as found.
+	mkdir -p _output/e2e
+	go test -c -tags e2e -o _output/e2e/e2e.test ./test/e2e
+	go run ./hack/image --version e2e --tag svm:e2e --output _output/e2e/svm-image.tar
+	SVM_BIN_DIR=$(BIN) go run ./hack/e2e --test-binary _output/e2e/e2e.test --svm-image _output/e2e/svm-image.tar $(ARGS)
+
 .PHONY: kubectl
 kubectl: $(BIN)/kubectl ## Build kubectl into bin/ (tests run svm as a kubectl plugin and apply its manifests).
 

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// cleanUp stops what the tests left running and puts back what a kubelet
+// changed on the machine: every process in network namespace ns (the
+// control plane, containerd and its shims, the kubelet) and in the pods'
+// cgroups, those cgroups, the sysctls, the pods' network namespace files,
+// the directories that were not there before; then it removes ns.
+func cleanUp(ns string, before hostState) error {
+	var errs []error
+	for range 3 {
+		pids := append(processesIn(ns), podProcesses()...)
+		if len(pids) == 0 {
+			break
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(time.Second)
+	}
+	for _, c := range cgroupDirs() {
+		if err := os.Remove(c); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", c, err))
+		}
+	}
+	for name, v := range before.sysctls {
+		if err := os.WriteFile(filepath.Join("/proc/sys", name), []byte(v), 0o644); err != nil {
+			errs = append(errs, fmt.Errorf("restore sysctl %s: %w", name, err))
+		}
+	}
+	after, _ := filepath.Glob("/run/netns/*")
+	for _, f := range after {
+		if !slices.Contains(before.netns, f) && filepath.Base(f) != ns {
+			_ = syscall.Unmount(f, syscall.MNT_DETACH)
+			errs = append(errs, os.Remove(f))
+		}
+	}
+	for _, d := range hostDirs {
+		if !slices.Contains(before.dirs, d) {
+			errs = append(errs, os.RemoveAll(d))
+		}
+	}
+	if err := command("ip", "netns", "delete", ns).Run(); err != nil {
+		errs = append(errs, fmt.Errorf("delete network namespace %s: %w", ns, err))
+	}
+	return errors.Join(errs...)
+}
+
+// processesIn lists the processes in network namespace ns.
+func processesIn(ns string) []int {
+	var want syscall.Stat_t
+	if err := syscall.Stat("/run/netns/"+ns, &want); err != nil {
+		return nil
+	}
+	link := "net:[" + strconv.FormatUint(want.Ino, 10) + "]"
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if got, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", "net")); err == nil && got == link {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// podProcesses lists the processes in the kubelet's cgroups, in every
+// hierarchy.
+func podProcesses() []int {
+	var pids []int
+	for _, c := range cgroupDirs() {
+		data, _ := os.ReadFile(filepath.Join(c, "cgroup.procs"))
+		for _, f := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// cgroupDirs are the kubelet's cgroups, the deepest first, so that each
+// is empty of children when it is removed.
+func cgroupDirs() []string {
+	var dirs []string
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods")
+	for _, root := range roots {
+		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, path)
+			}
+			return nil
+		})
+	}
+	slices.SortFunc(dirs, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	return dirs
+}

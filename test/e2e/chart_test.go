@@ -1,0 +1,137 @@
+//go:build e2e
+
+package e2e_test
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
+	"github.com/svm-project/svm/test/controlplane"
+	"github.com/svm-project/svm/test/framework"
+	"github.com/svm-project/svm/test/node"
+)
+
+const (
+	namespace = "svm-system"
+	// leaseName is svm controller's leader election lease.
+	leaseName = "svm-controller.migration.k8s.io"
+)
+
+// startCluster starts a control plane whose API server pods reach through
+// the kubernetes Service, a kube-controller-manager with every controller,
+// and the node, with svm's image imported (hack/e2e passes the tarballs).
+func startCluster(t *testing.T) (*framework.Env, string) {
+	t.Helper()
+	env := framework.Start(t, controlplane.Options{
+		ServingIPs: []net.IP{net.ParseIP(node.IP), net.ParseIP(node.ServiceIP)},
+		APIServerFlags: []string{"--bind-address=0.0.0.0", "--advertise-address=" + node.IP,
+			"--kubelet-preferred-address-types=InternalIP"},
+		ControllerManager:      true,
+		ControllerManagerFlags: []string{"--controllers=*"},
+	})
+	dir := t.TempDir()
+	started := time.Now()
+	n, err := node.Start(framework.Context(t, 3*time.Minute), env.CP, node.Options{
+		Dir: dir, PauseImage: os.Getenv("SVM_E2E_PAUSE_IMAGE"), Images: []string{os.Getenv("SVM_E2E_SVM_IMAGE")},
+	})
+	t.Cleanup(func() {
+		if err := n.Stop(); err != nil {
+			t.Errorf("stop the node: %v", err)
+		}
+	})
+	if err != nil {
+		t.Fatalf("start the node: %v (logs in %s)", err, dir)
+	}
+	t.Logf("node %s Ready %s after it started", node.Name, time.Since(started).Round(time.Second))
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.CP.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	return env, kubeconfig
+}
+
+// TestChartOnANode installs the chart as its README says, with svm's image:
+// both replicas become Ready, one holds the lease, and svm status, run
+// from a workstation's kubeconfig, reads what the leading pod did.
+func TestChartOnANode(t *testing.T) {
+	env, kubeconfig := startCluster(t)
+	installed := time.Now()
+	if out, stderr, err := framework.RunHelm(t, "install", "svm", "charts/svm", "-n", namespace, "--create-namespace",
+		"--kubeconfig", kubeconfig, "--set", "image.tag=e2e"); err != nil {
+		t.Fatalf("helm install: %v\n%s%s", err, out, stderr)
+	}
+	pods := waitReadyPods(t, env, 2, 3*time.Minute)
+	t.Logf("pods %v Ready %s after helm install", pods, time.Since(installed).Round(time.Second))
+	var lease coordinationv1.Lease
+	err := wait.PollUntilContextTimeout(t.Context(), time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := env.Kube.CoordinationV1().Leases(namespace).Get(ctx, leaseName, metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return false, nil
+		}
+		lease = *l
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("no pod took the lease %s/%s: %v", namespace, leaseName, err)
+	}
+	if holder := *lease.Spec.HolderIdentity; !slices.ContainsFunc(pods, func(p string) bool { return strings.HasPrefix(holder, p) }) {
+		t.Errorf("lease held by %q, want one of the pods %v", holder, pods)
+	} else {
+		t.Logf("lease %s held by %s", leaseName, holder)
+	}
+	// The leader's trigger notes every resource: a StorageState each.
+	var states migrationv1alpha1.StorageStateList
+	err = wait.PollUntilContextTimeout(t.Context(), time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := env.Client.List(ctx, &states); err != nil {
+			return false, nil
+		}
+		return slices.ContainsFunc(states.Items, func(s migrationv1alpha1.StorageState) bool { return s.Name == "deployments.apps" }), nil
+	})
+	if err != nil {
+		t.Fatalf("the leading pod made %d StorageStates, none of deployments.apps: %v", len(states.Items), err)
+	}
+	code, stdout, stderr := framework.RunSVM(t, kubeconfig, time.Minute, "status")
+	if code != 0 || !strings.Contains(stdout, "deployments.apps") {
+		t.Errorf("svm status exited %d, want 0 and the StorageState of deployments.apps the pod made:\n%s%s", code, stdout, stderr)
+	}
+}
+
+// waitReadyPods waits until svm's Deployment has want pods, each Ready,
+// and returns their names.
+func waitReadyPods(t *testing.T, env *framework.Env, want int, timeout time.Duration) []string {
+	t.Helper()
+	var names []string
+	var last string
+	err := wait.PollUntilContextTimeout(t.Context(), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		list, err := env.Kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=svm"})
+		if err != nil {
+			return false, nil
+		}
+		names, last = nil, ""
+		for _, p := range list.Items {
+			last += " " + p.Name + ":" + string(p.Status.Phase)
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					names = append(names, p.Name)
+				}
+			}
+		}
+		return len(names) == want && len(list.Items) == want, nil
+	})
+	if err != nil {
+		t.Fatalf("svm's pods not %d and Ready within %s:%s", want, timeout, last)
+	}
+	return names
+}
