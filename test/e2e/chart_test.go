@@ -62,11 +62,33 @@ func startCluster(t *testing.T) (*framework.Env, string) {
 	return env, kubeconfig
 }
 
-// TestChartOnANode installs the chart as its README says, with svm's image:
-// both replicas become Ready, one holds the lease, and svm status, run
-// from a workstation's kubeconfig, reads what the leading pod did.
+// flipObjects is how many widgets the storage flip moves.
+const flipObjects = 3000
+
+// TestChartOnANode follows svm as an operator meets it, one step after
+// another on the same cluster: installed by its chart, then a CRD's
+// storage flipped under it.
 func TestChartOnANode(t *testing.T) {
 	env, kubeconfig := startCluster(t)
+	env.CreateWidgetCRD(t, "v1")
+	env.CreateWidgets(t, "v1", []string{"default"}, flipObjects)
+	for _, step := range []struct {
+		name string
+		run  func(*testing.T, *framework.Env, string)
+	}{
+		{"helm install", install},
+		{"a storage flip of 3,000 objects", flip},
+	} {
+		if !t.Run(step.name, func(t *testing.T) { step.run(t, env, kubeconfig) }) {
+			t.Fatalf("%s failed: the steps after it need what it does", step.name)
+		}
+	}
+}
+
+// install installs the chart as its README says, with svm's image: both
+// replicas become Ready, one holds the lease, and svm status, run from a
+// workstation's kubeconfig, reads what the leading pod did.
+func install(t *testing.T, env *framework.Env, kubeconfig string) {
 	installed := time.Now()
 	if out, stderr, err := framework.RunHelm(t, "install", "svm", "charts/svm", "-n", namespace, "--create-namespace",
 		"--kubeconfig", kubeconfig, "--set", "image.tag=e2e"); err != nil {
@@ -106,6 +128,24 @@ func TestChartOnANode(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "deployments.apps") {
 		t.Errorf("svm status exited %d, want 0 and the StorageState of deployments.apps the pod made:\n%s%s", code, stdout, stderr)
 	}
+}
+
+// flip switches the widgets' storage version to v2: the leading pod
+// notices, migrates and prunes the CRD's storedVersions; etcd holds every
+// widget in v2, its content unchanged.
+func flip(t *testing.T, env *framework.Env, _ string) {
+	before := env.TakeSnapshot(t, framework.Widgets)
+	flipped := time.Now()
+	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")
+	err := wait.PollUntilContextTimeout(t.Context(), 2*time.Second, 8*time.Minute, true, func(context.Context) (bool, error) {
+		return slices.Equal(env.CRDStoredVersions(t, framework.WidgetsCRDName), []string{"v2"}), nil
+	})
+	if err != nil {
+		t.Fatalf("storedVersions %v 8 minutes after the flip, want [v2]", env.CRDStoredVersions(t, framework.WidgetsCRDName))
+	}
+	t.Logf("storedVersions pruned to [v2] %s after the flip", time.Since(flipped).Round(time.Second))
+	env.ExpectStored(t, framework.EtcdPrefix(framework.Widgets.GroupResource()), map[string]int{"example.com/v2": flipObjects})
+	env.ExpectUnchanged(t, framework.Widgets, before)
 }
 
 // waitReadyPods waits until svm's Deployment has want pods, each Ready,
