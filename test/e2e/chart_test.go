@@ -72,12 +72,15 @@ func TestChartOnANode(t *testing.T) {
 	env, kubeconfig := startCluster(t)
 	env.CreateWidgetCRD(t, "v1")
 	env.CreateWidgets(t, "v1", []string{"default"}, flipObjects)
+	// The writes of the flip, undisturbed: what a takeover's are held to.
+	var flipWrites int
 	for _, step := range []struct {
 		name string
 		run  func(*testing.T, *framework.Env, string)
 	}{
 		{"helm install", install},
-		{"a storage flip of 3,000 objects", flip},
+		{"a storage flip of 3,000 objects", func(t *testing.T, env *framework.Env, _ string) { flipWrites = flip(t, env) }},
+		{"the leading pod deleted while a migration runs", func(t *testing.T, env *framework.Env, _ string) { leaderDeleted(t, env, flipWrites) }},
 	} {
 		if !t.Run(step.name, func(t *testing.T) { step.run(t, env, kubeconfig) }) {
 			t.Fatalf("%s failed: the steps after it need what it does", step.name)
@@ -132,9 +135,10 @@ func install(t *testing.T, env *framework.Env, kubeconfig string) {
 
 // flip switches the widgets' storage version to v2: the leading pod
 // notices, migrates and prunes the CRD's storedVersions; etcd holds every
-// widget in v2, its content unchanged.
-func flip(t *testing.T, env *framework.Env, _ string) {
+// widget in v2, its content unchanged. It returns svm's writes of widgets.
+func flip(t *testing.T, env *framework.Env) int {
 	before := env.TakeSnapshot(t, framework.Widgets)
+	writesBefore := env.ServerWrites(t, "widgets")
 	flipped := time.Now()
 	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v2")
 	err := wait.PollUntilContextTimeout(t.Context(), 2*time.Second, 8*time.Minute, true, func(context.Context) (bool, error) {
@@ -146,6 +150,95 @@ func flip(t *testing.T, env *framework.Env, _ string) {
 	t.Logf("storedVersions pruned to [v2] %s after the flip", time.Since(flipped).Round(time.Second))
 	env.ExpectStored(t, framework.EtcdPrefix(framework.Widgets.GroupResource()), map[string]int{"example.com/v2": flipObjects})
 	env.ExpectUnchanged(t, framework.Widgets, before)
+	writes := env.ServerWrites(t, "widgets") - writesBefore
+	t.Logf("%d writes of %d widgets (a rewrite each, and a move of the managedFields that named v1)", writes, flipObjects)
+	return writes
+}
+
+// leaderDeleted flips the widgets back to v1 and deletes the leading pod
+// while the migration runs: the other pod takes the lease within its
+// duration and finishes the migration from its checkpoint, with at most
+// 1.05 times the writes of the undisturbed flip before it (flipWrites: a
+// rewrite of each widget, and a move of its managedFields off the version
+// the prune drops).
+func leaderDeleted(t *testing.T, env *framework.Env, flipWrites int) {
+	before := env.TakeSnapshot(t, framework.Widgets)
+	writesBefore := env.ServerWrites(t, "widgets")
+	leader, duration := leaseHolder(t, env, "")
+	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v1")
+	running := waitWidgetsMigrating(t, env)
+	deleted := time.Now()
+	if err := env.Kube.CoreV1().Pods(namespace).Delete(t.Context(), leader, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete the leading pod %s: %v", leader, err)
+	}
+	next, _ := leaseHolder(t, env, leader)
+	took := time.Since(deleted)
+	t.Logf("pod %s deleted with %d of %d widgets listed by %s; %s took the lease %s later (lease duration %s)",
+		leader, running.Status.Progress.Listed, flipObjects, running.Name, next, took.Round(time.Second), duration)
+	if took > duration {
+		t.Errorf("the lease passed to %s %s after the leader was deleted, want within its duration %s", next, took, duration)
+	}
+	err := wait.PollUntilContextTimeout(t.Context(), 2*time.Second, 5*time.Minute, true, func(context.Context) (bool, error) {
+		return slices.Equal(env.CRDStoredVersions(t, framework.WidgetsCRDName), []string{"v1"}), nil
+	})
+	if err != nil {
+		t.Fatalf("storedVersions %v 5 minutes after the takeover, want [v1]", env.CRDStoredVersions(t, framework.WidgetsCRDName))
+	}
+	env.ExpectStored(t, framework.EtcdPrefix(framework.Widgets.GroupResource()), map[string]int{"example.com/v1": flipObjects})
+	env.ExpectUnchanged(t, framework.Widgets, before)
+	writes := env.ServerWrites(t, "widgets") - writesBefore
+	t.Logf("%d writes of %d widgets across the takeover, %d in the undisturbed flip", writes, flipObjects, flipWrites)
+	if limit := flipWrites * 105 / 100; writes > limit || writes < flipObjects {
+		t.Errorf("%d writes of widgets, want from %d to %d (1.05 times the undisturbed flip's): the migration went on from its checkpoint",
+			writes, flipObjects, limit)
+	}
+	waitReadyPods(t, env, 2, 3*time.Minute)
+}
+
+// leaseHolder waits until a pod other than not holds svm's lease, and
+// returns its name and the lease's duration.
+func leaseHolder(t *testing.T, env *framework.Env, not string) (string, time.Duration) {
+	t.Helper()
+	var holder string
+	var duration time.Duration
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := env.Kube.CoordinationV1().Leases(namespace).Get(ctx, leaseName, metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil || l.Spec.LeaseDurationSeconds == nil {
+			return false, nil
+		}
+		// controller-runtime's identity is the pod's name, "_", a uuid.
+		holder, _, _ = strings.Cut(*l.Spec.HolderIdentity, "_")
+		duration = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+		return holder != "" && holder != not, nil
+	})
+	if err != nil {
+		t.Fatalf("no pod but %q holds the lease: %v", not, err)
+	}
+	return holder, duration
+}
+
+// waitWidgetsMigrating waits for a migration of the widgets that runs:
+// past the settle-and-drain wait that follows a flip, writing.
+func waitWidgetsMigrating(t *testing.T, env *framework.Env) *migrationv1alpha1.StorageVersionMigration {
+	t.Helper()
+	var found *migrationv1alpha1.StorageVersionMigration
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 8*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var list migrationv1alpha1.StorageVersionMigrationList
+		if err := env.Client.List(ctx, &list); err != nil {
+			return false, nil
+		}
+		for i, m := range list.Items {
+			if m.Spec.Resource.Resource == "widgets" && !m.IsFinished() && m.HasCondition(migrationv1alpha1.MigrationRunning) {
+				found = &list.Items[i]
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no migration of the widgets seen running: %v", err)
+	}
+	return found
 }
 
 // waitReadyPods waits until svm's Deployment has want pods, each Ready,
