@@ -8,9 +8,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/svm-project/svm/test/node"
 )
 
 // cleanUp stops what the tests left running and puts back what a kubelet
@@ -21,7 +22,7 @@ import (
 func cleanUp(ns string, before hostState) error {
 	var errs []error
 	for range 3 {
-		pids := append(processesIn(ns), podProcesses()...)
+		pids := append(processesIn(ns), node.PodProcesses()...)
 		if len(pids) == 0 {
 			break
 		}
@@ -30,7 +31,7 @@ func cleanUp(ns string, before hostState) error {
 		}
 		time.Sleep(time.Second)
 	}
-	for _, c := range cgroupDirs() {
+	for _, c := range node.PodCgroups() {
 		if err := os.Remove(c); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", c, err))
 		}
@@ -77,36 +78,4 @@ func processesIn(ns string) []int {
 		}
 	}
 	return pids
-}
-
-// podProcesses lists the processes in the kubelet's cgroups, in every
-// hierarchy.
-func podProcesses() []int {
-	var pids []int
-	for _, c := range cgroupDirs() {
-		data, _ := os.ReadFile(filepath.Join(c, "cgroup.procs"))
-		for _, f := range strings.Fields(string(data)) {
-			if pid, err := strconv.Atoi(f); err == nil {
-				pids = append(pids, pid)
-			}
-		}
-	}
-	return pids
-}
-
-// cgroupDirs are the kubelet's cgroups, the deepest first, so that each
-// is empty of children when it is removed.
-func cgroupDirs() []string {
-	var dirs []string
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods")
-	for _, root := range roots {
-		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, path)
-			}
-			return nil
-		})
-	}
-	slices.SortFunc(dirs, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
-	return dirs
 }

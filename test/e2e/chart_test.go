@@ -80,7 +80,7 @@ func TestChartOnANode(t *testing.T) {
 	}{
 		{"helm install", install},
 		{"a storage flip of 3,000 objects", func(t *testing.T, env *framework.Env, _ string) { flipWrites = flip(t, env) }},
-		{"the leading pod deleted while a migration runs", func(t *testing.T, env *framework.Env, _ string) { leaderDeleted(t, env, flipWrites) }},
+		{"the leading pod deleted mid-migration", func(t *testing.T, env *framework.Env, _ string) { leaderDeleted(t, env, flipWrites) }},
 	} {
 		if !t.Run(step.name, func(t *testing.T) { step.run(t, env, kubeconfig) }) {
 			t.Fatalf("%s failed: the steps after it need what it does", step.name)
@@ -167,14 +167,16 @@ func leaderDeleted(t *testing.T, env *framework.Env, flipWrites int) {
 	leader, duration := leaseHolder(t, env, "")
 	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v1")
 	running := waitWidgetsMigrating(t, env)
+	// Mid-way, by the API server's own count: a third of the writes.
+	done := waitWrites(t, env, writesBefore+flipWrites/3) - writesBefore
 	deleted := time.Now()
 	if err := env.Kube.CoreV1().Pods(namespace).Delete(t.Context(), leader, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete the leading pod %s: %v", leader, err)
 	}
 	next, _ := leaseHolder(t, env, leader)
 	took := time.Since(deleted)
-	t.Logf("pod %s deleted with %d of %d widgets listed by %s; %s took the lease %s later (lease duration %s)",
-		leader, running.Status.Progress.Listed, flipObjects, running.Name, next, took.Round(time.Second), duration)
+	t.Logf("pod %s deleted after %d of the %d writes an undisturbed %s would make; %s took the lease %s later (lease duration %s)",
+		leader, done, flipWrites, running.Name, next, took.Round(time.Second), duration)
 	if took > duration {
 		t.Errorf("the lease passed to %s %s after the leader was deleted, want within its duration %s", next, took, duration)
 	}
@@ -239,6 +241,21 @@ func waitWidgetsMigrating(t *testing.T, env *framework.Env) *migrationv1alpha1.S
 		t.Fatalf("no migration of the widgets seen running: %v", err)
 	}
 	return found
+}
+
+// waitWrites waits until the API server has answered at least n writes of
+// widgets in all, and returns its count.
+func waitWrites(t *testing.T, env *framework.Env, n int) int {
+	t.Helper()
+	var got int
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		got = env.ServerWrites(t, "widgets")
+		return got >= n, nil
+	})
+	if err != nil {
+		t.Fatalf("%d writes of widgets, want %d: the migration stopped", got, n)
+	}
+	return got
 }
 
 // waitReadyPods waits until svm's Deployment has want pods, each Ready,

@@ -13,16 +13,12 @@ import (
 	"syscall"
 )
 
-// podCgroups is where the kubelet puts pods (cgroup v1, cgroupfs driver):
-// one hierarchy is enough to find their processes.
-const podCgroups = "/sys/fs/cgroup/pids/kubepods"
-
 // killPods kills every process of every pod, and the containerd shims
 // that ran them for the node whose state is under dir: a stopped kubelet
 // leaves its pods running.
 func (n *Node) killPods() error {
 	var errs []error
-	for _, pid := range append(podProcesses(), n.shims()...) {
+	for _, pid := range append(PodProcesses(), n.shims()...) {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			errs = append(errs, err)
 		}
@@ -30,22 +26,36 @@ func (n *Node) killPods() error {
 	return errors.Join(errs...)
 }
 
-// podProcesses lists the processes in the pods' cgroups.
-func podProcesses() []int {
+// PodProcesses lists the processes in the kubelet's cgroups: every pod's.
+func PodProcesses() []int {
 	var pids []int
-	_ = filepath.WalkDir(podCgroups, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
-			return nil
-		}
-		data, _ := os.ReadFile(path)
-		for _, field := range strings.Fields(string(data)) {
-			if pid, err := strconv.Atoi(field); err == nil {
+	for _, c := range PodCgroups() {
+		data, _ := os.ReadFile(filepath.Join(c, "cgroup.procs"))
+		for _, f := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil {
 				pids = append(pids, pid)
 			}
 		}
-		return nil
-	})
+	}
 	return pids
+}
+
+// PodCgroups are the kubelet's cgroups (cgroup v1, the cgroupfs driver:
+// kubepods under every hierarchy), the deepest first, so that each is
+// empty of children when it is removed.
+func PodCgroups() []string {
+	var dirs []string
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods")
+	for _, root := range roots {
+		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, path)
+			}
+			return nil
+		})
+	}
+	slices.SortFunc(dirs, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	return dirs
 }
 
 // shims lists the containerd shims serving this node's containerd: their
