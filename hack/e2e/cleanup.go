@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -42,11 +43,9 @@ func cleanUp(ns string, before hostState) error {
 		}
 	}
 	after, _ := filepath.Glob("/run/netns/*")
-	for _, f := range after {
-		if !slices.Contains(before.netns, f) && filepath.Base(f) != ns {
-			_ = syscall.Unmount(f, syscall.MNT_DETACH)
-			errs = append(errs, os.Remove(f))
-		}
+	for _, f := range podNetns(before.netns, after) {
+		_ = syscall.Unmount(f, syscall.MNT_DETACH)
+		errs = append(errs, os.Remove(f))
 	}
 	for _, d := range hostDirs {
 		if !slices.Contains(before.dirs, d) {
@@ -57,6 +56,19 @@ func cleanUp(ns string, before hostState) error {
 		errs = append(errs, fmt.Errorf("delete network namespace %s: %w", ns, err))
 	}
 	return errors.Join(errs...)
+}
+
+// podNetns are the files in after that containerd made for the pods'
+// network namespaces (it names them cni-<uuid>) and were not in before.
+// Any other new file is another program's: checkHost reports it.
+func podNetns(before, after []string) []string {
+	var pods []string
+	for _, f := range after {
+		if strings.HasPrefix(filepath.Base(f), "cni-") && !slices.Contains(before, f) {
+			pods = append(pods, f)
+		}
+	}
+	return pods
 }
 
 // processesIn lists the processes in network namespace ns.

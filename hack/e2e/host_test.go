@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -45,5 +46,13 @@ func TestWithoutCountersKeepsTheRules(t *testing.T) {
 	}
 	if c := withoutCounters([]byte("*filter\n:INPUT ACCEPT [1:1]\n-A INPUT -j ACCEPT\nCOMMIT")); c == a {
 		t.Errorf("other rules read the same: %s", c)
+	}
+}
+
+func TestPodNetnsAreOnlyContainerdsNew(t *testing.T) {
+	before := []string{"/run/netns/cni-old", "/run/netns/mine"}
+	after := []string{"/run/netns/cni-old", "/run/netns/cni-1234", "/run/netns/mine", "/run/netns/theirs", "/run/netns/svm-e2e-7"}
+	if got := podNetns(before, after); !slices.Equal(got, []string{"/run/netns/cni-1234"}) {
+		t.Errorf("pod network namespaces to remove: %v, want only the new cni- one", got)
 	}
 }
