@@ -252,7 +252,7 @@ func (e *Env) SeedWidgetsWrittenThrough(t testing.TB, version, through string, n
 	}
 	// The API server learns of the widgets from its watch on etcd: wait
 	// until it lists them.
-	if _, err := e.listCaughtUp(Context(t, 5*time.Minute), gvr, metav1.ListOptions{Limit: 1}); err != nil {
+	if _, err := e.listCaughtUp(Context(t, 5*time.Minute), gvr, "", metav1.ListOptions{Limit: 1}); err != nil {
 		t.Fatalf("list the widgets written into etcd: %v", err)
 	}
 	t.Logf("made %d widgets in %s", n, time.Since(start).Round(time.Millisecond))

@@ -2,6 +2,9 @@ package framework
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -80,19 +83,46 @@ func (e *Env) ExpectUnchanged(t testing.TB, gvr schema.GroupVersionResource, bef
 // one resourceVersion, so the snapshot is as consistent as one list.
 func (e *Env) TakeSnapshotInPages(t testing.TB, gvr schema.GroupVersionResource) Snapshot {
 	t.Helper()
-	ctx := Context(t, 5*time.Minute)
 	snap := Snapshot{}
-	opts := metav1.ListOptions{Limit: 1000}
+	e.listInPages(t, gvr, "", 1000, func(item unstructured.Unstructured) {
+		snap[item.GetNamespace()+"/"+item.GetName()] = normalize(item)
+	})
+	return snap
+}
+
+// TakeDigests is TakeSnapshotInPages of the objects in namespace, each
+// kept as the SHA-256 of its normalized content: a snapshot of large
+// objects (Secrets of a megabyte) in a few kilobytes, which tells as
+// surely whether any changed.
+func (e *Env) TakeDigests(t testing.TB, gvr schema.GroupVersionResource, namespace string) Snapshot {
+	t.Helper()
+	snap := Snapshot{}
+	e.listInPages(t, gvr, namespace, 50, func(item unstructured.Unstructured) {
+		content, err := json.Marshal(normalize(item))
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap[item.GetNamespace()+"/"+item.GetName()] = map[string]any{"sha256": fmt.Sprintf("%x", sha256.Sum256(content))}
+	})
+	return snap
+}
+
+// listInPages lists gvr in namespace ("" for all) in pages of limit and
+// calls each with every object.
+func (e *Env) listInPages(t testing.TB, gvr schema.GroupVersionResource, namespace string, limit int64, each func(unstructured.Unstructured)) {
+	t.Helper()
+	ctx := Context(t, 5*time.Minute)
+	opts := metav1.ListOptions{Limit: limit}
 	for {
-		list, err := e.listCaughtUp(ctx, gvr, opts)
+		list, err := e.listCaughtUp(ctx, gvr, namespace, opts)
 		if err != nil {
 			t.Fatalf("list %s: %v", gvr, err)
 		}
 		for _, item := range list.Items {
-			snap[item.GetNamespace()+"/"+item.GetName()] = normalize(item)
+			each(item)
 		}
 		if opts.Continue = list.GetContinue(); opts.Continue == "" {
-			return snap
+			return
 		}
 	}
 }
@@ -110,11 +140,11 @@ func (e *Env) ExpectUnchangedInPages(t testing.TB, gvr schema.GroupVersionResour
 // version"). A server busy decoding objects written straight into etcd, on
 // a machine shared with other control planes, can take minutes to catch up,
 // longer than client-go retries one request.
-func (e *Env) listCaughtUp(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+func (e *Env) listCaughtUp(ctx context.Context, gvr schema.GroupVersionResource, namespace string, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
 	var list *unstructured.UnstructuredList
 	var err error
 	werr := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		list, err = e.Dynamic.Resource(gvr).List(ctx, opts)
+		list, err = e.Dynamic.Resource(gvr).Namespace(namespace).List(ctx, opts)
 		return !apierrors.IsTimeout(err), nil
 	})
 	if err == nil {

@@ -30,14 +30,40 @@ func (n *Node) killPods() error {
 func PodProcesses() []int {
 	var pids []int
 	for _, c := range PodCgroups() {
-		data, _ := os.ReadFile(filepath.Join(c, "cgroup.procs"))
-		for _, f := range strings.Fields(string(data)) {
-			if pid, err := strconv.Atoi(f); err == nil {
-				pids = append(pids, pid)
-			}
+		pids = append(pids, CgroupProcesses(c)...)
+	}
+	return pids
+}
+
+// CgroupProcesses lists the processes in the cgroup at dir.
+func CgroupProcesses(dir string) []int {
+	var pids []int
+	data, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	for _, f := range strings.Fields(string(data)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
 		}
 	}
 	return pids
+}
+
+// ContainerCgroup is the directory of a container's cgroup in the
+// hierarchy of controller (cgroup v1: memory, cpu, ...), found by its
+// pod's UID and the container's ID as the pod's status gives it
+// (containerd://<id>): the kubelet's cgroupfs driver puts it under
+// kubepods, then the pod's QoS class unless Guaranteed, then the pod.
+func ContainerCgroup(controller, podUID, containerID string) (string, error) {
+	_, id, ok := strings.Cut(containerID, "://")
+	if !ok || id == "" {
+		return "", fmt.Errorf("container ID %q: want <runtime>://<id>", containerID)
+	}
+	for _, pattern := range []string{"kubepods/pod%s/%s", "kubepods/*/pod%s/%s"} {
+		found, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", controller, fmt.Sprintf(pattern, podUID, id)))
+		if len(found) == 1 {
+			return found[0], nil
+		}
+	}
+	return "", fmt.Errorf("no %s cgroup of container %s of pod %s", controller, id, podUID)
 }
 
 // PodCgroups are the kubelet's cgroups (cgroup v1, the cgroupfs driver:

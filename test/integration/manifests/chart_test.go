@@ -1,11 +1,7 @@
 package manifests_test
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,9 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/framework"
@@ -64,36 +58,6 @@ func renderChart(t *testing.T, namespace string, args ...string) (string, error)
 	return out, nil
 }
 
-// decodeManifests splits a multi-document YAML stream into objects, with
-// integers as int64 whichever tool printed them, so that objects of kubectl
-// kustomize and of helm template compare equal when they are.
-func decodeManifests(t *testing.T, what, manifests string) []*unstructured.Unstructured {
-	t.Helper()
-	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(manifests)))
-	var objs []*unstructured.Unstructured
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return objs
-		}
-		if err != nil {
-			t.Fatalf("read %s: %v", what, err)
-		}
-		js, err := sigsyaml.YAMLToJSON(doc)
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", what, err, doc)
-		}
-		if s := string(bytes.TrimSpace(js)); s == "null" || s == "{}" {
-			continue // a document of comments only
-		}
-		o := &unstructured.Unstructured{}
-		if err := o.UnmarshalJSON(js); err != nil {
-			t.Fatalf("%s: %v\n%s", what, err, doc)
-		}
-		objs = append(objs, o)
-	}
-}
-
 func kustomize(t *testing.T, env *framework.Env, dirs ...string) (string, []*unstructured.Unstructured) {
 	t.Helper()
 	var all []string
@@ -102,7 +66,7 @@ func kustomize(t *testing.T, env *framework.Env, dirs ...string) (string, []*uns
 		all = append(all, string(raw))
 	}
 	manifests := strings.Join(all, "\n---\n")
-	return manifests, decodeManifests(t, strings.Join(dirs, " + "), manifests)
+	return manifests, framework.DecodeManifests(t, strings.Join(dirs, " + "), manifests)
 }
 
 // sameObjects fails unless every object of config/ is in the chart with the
@@ -182,7 +146,7 @@ func TestChart(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ns corev1.Namespace
-	find(t, decodeManifests(t, "the chart", defaults), "Namespace", "svm-system", &ns)
+	find(t, framework.DecodeManifests(t, "the chart", defaults), "Namespace", "svm-system", &ns)
 	if _, err := env.Kube.CoreV1().Namespaces().Create(framework.Context(t, time.Minute), &ns, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create namespace: %v", err)
 	}
@@ -203,7 +167,7 @@ func TestChart(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				cobjs := decodeManifests(t, "the chart", charted)
+				cobjs := framework.DecodeManifests(t, "the chart", charted)
 				sameObjects(t, kobjs, cobjs)
 				dryRun(t, env, strings.Join(tc.dirs, " + "), kustomized, len(kobjs))
 				dryRun(t, env, "the chart", charted, len(cobjs))
@@ -361,7 +325,7 @@ imagePullSecrets: [{name: registry}]
 		check: func(t *testing.T, objs []*unstructured.Unstructured) {
 			var role, shipped rbacv1.ClusterRole
 			find(t, objs, "ClusterRole", "svm-status-writer", &role)
-			find(t, decodeManifests(t, "config/rbac/cli", string(readRepoFile(t, "config/rbac/cli/status_writer_role.yaml"))), "ClusterRole", "svm-status-writer", &shipped)
+			find(t, framework.DecodeManifests(t, "config/rbac/cli", string(readRepoFile(t, "config/rbac/cli/status_writer_role.yaml"))), "ClusterRole", "svm-status-writer", &shipped)
 			if diff := cmp.Diff(shipped.Rules, role.Rules); diff != "" {
 				t.Errorf("the chart's svm-status-writer rules differ from config/rbac/cli's (-config +chart):\n%s", diff)
 			}
@@ -375,7 +339,7 @@ imagePullSecrets: [{name: registry}]
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, o := range decodeManifests(t, "the chart", defaults) {
+			for _, o := range framework.DecodeManifests(t, "the chart", defaults) {
 				if o.GetName() == "svm-status-writer" {
 					t.Errorf("the chart renders %s svm-status-writer without rbac.statusWriter", o.GetKind())
 				}
@@ -413,7 +377,7 @@ imagePullSecrets: [{name: registry}]
 			if err != nil {
 				t.Fatal(err)
 			}
-			objs := decodeManifests(t, "the chart", out)
+			objs := framework.DecodeManifests(t, "the chart", out)
 			tc.check(t, objs)
 			dryRun(t, env, "the chart with "+tc.name, out, len(objs))
 		})
