@@ -130,7 +130,7 @@ e2e: controlplane node kubectl helm ## As root: svm's chart and image on a real 
 	mkdir -p _output/e2e
 	go test -c -tags e2e -o _output/e2e/e2e.test ./test/e2e
 	go run ./hack/image --version e2e --tag svm:e2e --output _output/e2e/svm-image.tar
-	SVM_BIN_DIR=$(BIN) go run ./hack/e2e --test-binary _output/e2e/e2e.test --svm-image _output/e2e/svm-image.tar $(ARGS)
+	SVM_BIN_DIR=$(BIN) go run ./hack/e2e --test-binary _output/e2e/e2e.test --svm-image _output/e2e/svm-image.tar --artifacts $(CURDIR)/_output/e2e/logs $(ARGS)
 
 .PHONY: kubectl
 kubectl: $(BIN)/kubectl ## Build kubectl into bin/ (tests run svm as a kubectl plugin and apply its manifests).

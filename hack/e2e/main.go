@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/svm-project/svm/test/controlplane"
 	"github.com/svm-project/svm/test/node"
 )
 
@@ -40,9 +41,15 @@ func run() error {
 	svmImage := flag.String("svm-image", "", "svm's image tarball (make image)")
 	runTests := flag.String("run", "", "run only the tests this regular expression matches")
 	timeout := flag.Duration("timeout", 20*time.Minute, "how long the tests may take")
+	artifacts := flag.String("artifacts", "", "where a failed test keeps the logs of the control plane, the node and the pods; emptied first")
 	flag.Parse()
 	if *testBinary == "" || *svmImage == "" {
 		return errors.New("--test-binary and --svm-image are required")
+	}
+	if *artifacts != "" {
+		if err := os.RemoveAll(*artifacts); err != nil {
+			return err
+		}
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("a kubelet and containerd need root: run as root")
@@ -77,8 +84,11 @@ func run() error {
 	}
 	started := time.Now()
 	testErr := runTestsIn(ctx, ns, work, *testBinary, *runTests, *timeout, map[string]string{
-		"SVM_E2E_PAUSE_IMAGE": pause, "SVM_E2E_SVM_IMAGE": *svmImage, node.NetnsEnv: ns,
+		"SVM_E2E_PAUSE_IMAGE": pause, "SVM_E2E_SVM_IMAGE": *svmImage, node.NetnsEnv: ns, controlplane.ArtifactsEnv: *artifacts,
 	})
+	if testErr != nil && *artifacts != "" {
+		fmt.Printf("e2e: the logs of the failed run are in %s\n", *artifacts)
+	}
 	cleanErr := cleanUp(ns, before)
 	fmt.Printf("e2e: tests and cleanup took %s\n", time.Since(started).Round(time.Second))
 	return errors.Join(testErr, cleanErr, checkHost(before))

@@ -29,60 +29,99 @@ const (
 	leaseName = "svm-controller.migration.k8s.io"
 )
 
+// cluster is what the steps of TestChartOnANode share.
+type cluster struct {
+	env        *framework.Env
+	kubeconfig string
+	// encryption is the API server's encryption configuration, which it
+	// reloads when the file changes; keys are its aescbc keys, the
+	// writing one first.
+	encryption string
+	keys       []framework.EncryptionKey
+	// flipWrites are the writes of the undisturbed storage flip: what a
+	// takeover's are held to.
+	flipWrites int
+}
+
 // startCluster starts a control plane whose API server pods reach through
-// the kubernetes Service, a kube-controller-manager with every controller,
-// and the node, with svm's image imported (hack/e2e passes the tarballs).
-func startCluster(t *testing.T) (*framework.Env, string) {
+// the kubernetes Service, encrypting Secrets under key1 and reloading its
+// encryption configuration, a kube-controller-manager with every
+// controller, and the node, with svm's image imported (hack/e2e passes the
+// tarballs). When the test fails, the node's logs and every pod's are kept
+// with the control plane's (controlplane.ArtifactsEnv).
+func startCluster(t *testing.T) *cluster {
 	t.Helper()
-	env := framework.Start(t, controlplane.Options{
+	c := &cluster{encryption: filepath.Join(t.TempDir(), "encryption.yaml"), keys: []framework.EncryptionKey{framework.NewEncryptionKey(t, "key1")}}
+	framework.WriteEncryptionConfigFile(t, c.encryption, c.keys...)
+	c.env = framework.Start(t, controlplane.Options{
 		ServingIPs: []net.IP{net.ParseIP(node.IP), net.ParseIP(node.ServiceIP)},
-		APIServerFlags: []string{"--bind-address=0.0.0.0", "--advertise-address=" + node.IP,
-			"--kubelet-preferred-address-types=InternalIP"},
+		APIServerFlags: append([]string{"--bind-address=0.0.0.0", "--advertise-address=" + node.IP,
+			"--kubelet-preferred-address-types=InternalIP"}, framework.AutomaticReloadFlags(c.encryption)...),
 		ControllerManager:      true,
 		ControllerManagerFlags: []string{"--controllers=*"},
 	})
 	dir := t.TempDir()
 	started := time.Now()
-	n, err := node.Start(framework.Context(t, 3*time.Minute), env.CP, node.Options{
+	n, err := node.Start(framework.Context(t, 3*time.Minute), c.env.CP, node.Options{
 		Dir: dir, PauseImage: os.Getenv("SVM_E2E_PAUSE_IMAGE"), Images: []string{os.Getenv("SVM_E2E_SVM_IMAGE")},
 	})
 	t.Cleanup(func() {
+		if t.Failed() {
+			keepNodeLogs(t, dir)
+		}
 		if err := n.Stop(); err != nil {
 			t.Errorf("stop the node: %v", err)
 		}
 	})
 	if err != nil {
-		t.Fatalf("start the node: %v (logs in %s)", err, dir)
+		t.Fatalf("start the node: %v", err)
 	}
 	t.Logf("node %s Ready %s after it started", node.Name, time.Since(started).Round(time.Second))
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.CP.WriteKubeconfig(kubeconfig); err != nil {
+	c.kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	if err := c.env.CP.WriteKubeconfig(c.kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	return env, kubeconfig
+	return c
+}
+
+// keepNodeLogs keeps the logs of containerd, the kubelet and
+// kube-scheduler, and every container's, from the node's directory dir.
+func keepNodeLogs(t *testing.T, dir string) {
+	for _, name := range []string{"containerd.log", "kubelet.log", "kube-scheduler.log"} {
+		controlplane.KeepArtifact(t, name, filepath.Join(dir, name))
+	}
+	// The kubelet's pod logs: <namespace>_<pod>_<uid>/<container>/<restart>.log.
+	logs, _ := filepath.Glob(filepath.Join(dir, "kubelet", "pod-logs", "*", "*", "*.log"))
+	for _, path := range logs {
+		rel, _ := filepath.Rel(filepath.Join(dir, "kubelet", "pod-logs"), path)
+		controlplane.KeepArtifact(t, "pod_"+strings.ReplaceAll(rel, "/", "_"), path)
+	}
 }
 
 // flipObjects is how many widgets the storage flip moves.
 const flipObjects = 3000
 
 // TestChartOnANode follows svm as an operator meets it, one step after
-// another on the same cluster: installed by its chart, then a CRD's
-// storage flipped under it.
+// another on the same cluster: installed by its chart, a CRD's storage
+// flipped under it, its leader deleted, an encryption key rotated, the
+// chart upgraded, a replica frozen, the chart uninstalled.
 func TestChartOnANode(t *testing.T) {
-	env, kubeconfig := startCluster(t)
-	env.CreateWidgetCRD(t, "v1")
-	env.CreateWidgets(t, "v1", []string{"default"}, flipObjects)
-	// The writes of the flip, undisturbed: what a takeover's are held to.
-	var flipWrites int
+	c := startCluster(t)
+	c.env.CreateWidgetCRD(t, "v1")
+	c.env.CreateWidgets(t, "v1", []string{"default"}, flipObjects)
 	for _, step := range []struct {
 		name string
-		run  func(*testing.T, *framework.Env, string)
+		run  func(*testing.T, *cluster)
 	}{
 		{"helm install", install},
-		{"a storage flip of 3,000 objects", func(t *testing.T, env *framework.Env, _ string) { flipWrites = flip(t, env) }},
-		{"the leading pod deleted mid-migration", func(t *testing.T, env *framework.Env, _ string) { leaderDeleted(t, env, flipWrites) }},
+		{"a storage flip of 3,000 objects", flip},
+		{"the leading pod deleted mid-migration", leaderDeleted},
+		{"500 Secrets of 1 MB re-encrypted under the memory limit", bigSecretsReencrypted},
+		{"helm upgrade while a re-encryption runs", upgradeMidMigration},
+		{"a frozen leader restarted by its liveness probe", frozenLeader},
+		{"helm uninstall", uninstall},
 	} {
-		if !t.Run(step.name, func(t *testing.T) { step.run(t, env, kubeconfig) }) {
+		if !t.Run(step.name, func(t *testing.T) { step.run(t, c) }) {
 			t.Fatalf("%s failed: the steps after it need what it does", step.name)
 		}
 	}
@@ -91,7 +130,8 @@ func TestChartOnANode(t *testing.T) {
 // install installs the chart as its README says, with svm's image: both
 // replicas become Ready, one holds the lease, and svm status, run from a
 // workstation's kubeconfig, reads what the leading pod did.
-func install(t *testing.T, env *framework.Env, kubeconfig string) {
+func install(t *testing.T, c *cluster) {
+	env, kubeconfig := c.env, c.kubeconfig
 	installed := time.Now()
 	if out, stderr, err := framework.RunHelm(t, "install", "svm", "charts/svm", "-n", namespace, "--create-namespace",
 		"--kubeconfig", kubeconfig, "--set", "image.tag=e2e"); err != nil {
@@ -135,8 +175,10 @@ func install(t *testing.T, env *framework.Env, kubeconfig string) {
 
 // flip switches the widgets' storage version to v2: the leading pod
 // notices, migrates and prunes the CRD's storedVersions; etcd holds every
-// widget in v2, its content unchanged. It returns svm's writes of widgets.
-func flip(t *testing.T, env *framework.Env) int {
+// widget in v2, its content unchanged. It keeps svm's writes of widgets
+// in c.flipWrites.
+func flip(t *testing.T, c *cluster) {
+	env := c.env
 	before := env.TakeSnapshot(t, framework.Widgets)
 	writesBefore := env.ServerWrites(t, "widgets")
 	flipped := time.Now()
@@ -152,23 +194,24 @@ func flip(t *testing.T, env *framework.Env) int {
 	env.ExpectUnchanged(t, framework.Widgets, before)
 	writes := env.ServerWrites(t, "widgets") - writesBefore
 	t.Logf("%d writes of %d widgets (a rewrite each, and a move of the managedFields that named v1)", writes, flipObjects)
-	return writes
+	c.flipWrites = writes
 }
 
 // leaderDeleted flips the widgets back to v1 and deletes the leading pod
 // while the migration runs: the other pod takes the lease within its
 // duration and finishes the migration from its checkpoint, with at most
-// 1.05 times the writes of the undisturbed flip before it (flipWrites: a
+// 1.05 times the writes of the undisturbed flip before it (c.flipWrites: a
 // rewrite of each widget, and a move of its managedFields off the version
 // the prune drops).
-func leaderDeleted(t *testing.T, env *framework.Env, flipWrites int) {
+func leaderDeleted(t *testing.T, c *cluster) {
+	env, flipWrites := c.env, c.flipWrites
 	before := env.TakeSnapshot(t, framework.Widgets)
 	writesBefore := env.ServerWrites(t, "widgets")
 	leader, duration := leaseHolder(t, env, "")
 	env.SetCRDStorageVersion(t, framework.WidgetsCRDName, "v1")
-	running := waitWidgetsMigrating(t, env)
+	running := waitMigrating(t, env, "widgets")
 	// Mid-way, by the API server's own count: a third of the writes.
-	done := waitWrites(t, env, writesBefore+flipWrites/3) - writesBefore
+	done := waitWrites(t, env, "widgets", writesBefore+flipWrites/3) - writesBefore
 	deleted := time.Now()
 	if err := env.Kube.CoreV1().Pods(namespace).Delete(t.Context(), leader, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete the leading pod %s: %v", leader, err)
@@ -219,9 +262,9 @@ func leaseHolder(t *testing.T, env *framework.Env, not string) (string, time.Dur
 	return holder, duration
 }
 
-// waitWidgetsMigrating waits for a migration of the widgets that runs:
-// past the settle-and-drain wait that follows a flip, writing.
-func waitWidgetsMigrating(t *testing.T, env *framework.Env) *migrationv1alpha1.StorageVersionMigration {
+// waitMigrating waits for a migration of resource that runs: past the
+// settle-and-drain wait that follows a storage flip, writing.
+func waitMigrating(t *testing.T, env *framework.Env, resource string) *migrationv1alpha1.StorageVersionMigration {
 	t.Helper()
 	var found *migrationv1alpha1.StorageVersionMigration
 	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 8*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -230,7 +273,7 @@ func waitWidgetsMigrating(t *testing.T, env *framework.Env) *migrationv1alpha1.S
 			return false, nil
 		}
 		for i, m := range list.Items {
-			if m.Spec.Resource.Resource == "widgets" && !m.IsFinished() && m.HasCondition(migrationv1alpha1.MigrationRunning) {
+			if m.Spec.Resource.Resource == resource && !m.IsFinished() && m.HasCondition(migrationv1alpha1.MigrationRunning) {
 				found = &list.Items[i]
 				return true, nil
 			}
@@ -238,22 +281,22 @@ func waitWidgetsMigrating(t *testing.T, env *framework.Env) *migrationv1alpha1.S
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("no migration of the widgets seen running: %v", err)
+		t.Fatalf("no migration of %s seen running: %v", resource, err)
 	}
 	return found
 }
 
 // waitWrites waits until the API server has answered at least n writes of
-// widgets in all, and returns its count.
-func waitWrites(t *testing.T, env *framework.Env, n int) int {
+// resource in all, and returns its count.
+func waitWrites(t *testing.T, env *framework.Env, resource string, n int) int {
 	t.Helper()
 	var got int
 	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		got = env.ServerWrites(t, "widgets")
+		got = env.ServerWrites(t, resource)
 		return got >= n, nil
 	})
 	if err != nil {
-		t.Fatalf("%d writes of widgets, want %d: the migration stopped", got, n)
+		t.Fatalf("%d writes of %s, want %d: the migration stopped", got, resource, n)
 	}
 	return got
 }
@@ -262,26 +305,41 @@ func waitWrites(t *testing.T, env *framework.Env, n int) int {
 // and returns their names.
 func waitReadyPods(t *testing.T, env *framework.Env, want int, timeout time.Duration) []string {
 	t.Helper()
-	var names []string
-	var last string
-	err := wait.PollUntilContextTimeout(t.Context(), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
-		list, err := env.Kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=svm"})
-		if err != nil {
-			return false, nil
-		}
-		names, last = nil, ""
-		for _, p := range list.Items {
-			last += " " + p.Name + ":" + string(p.Status.Phase)
-			for _, c := range p.Status.Conditions {
-				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-					names = append(names, p.Name)
-				}
-			}
-		}
-		return len(names) == want && len(list.Items) == want, nil
+	var pods []corev1.Pod
+	err := wait.PollUntilContextTimeout(t.Context(), time.Second, timeout, true, func(context.Context) (bool, error) {
+		pods = svmPods(t, env)
+		return len(pods) == want && !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return !ready(p) }), nil
 	})
 	if err != nil {
-		t.Fatalf("svm's pods not %d and Ready within %s:%s", want, timeout, last)
+		t.Fatalf("svm's pods not %d and Ready within %s: %v", want, timeout, podNames(pods))
+	}
+	return podNames(pods)
+}
+
+// svmPods lists the pods of svm's Deployment, none when the API server
+// does not answer.
+func svmPods(t *testing.T, env *framework.Env) []corev1.Pod {
+	t.Helper()
+	list, err := env.Kube.CoreV1().Pods(namespace).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=svm"})
+	if err != nil {
+		t.Logf("list svm's pods: %v", err)
+		return nil
+	}
+	return list.Items
+}
+
+// ready reports whether the pod's Ready condition is true.
+func ready(p corev1.Pod) bool {
+	return slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+		return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+	})
+}
+
+// podNames are the pods' names.
+func podNames(pods []corev1.Pod) []string {
+	var names []string
+	for _, p := range pods {
+		names = append(names, p.Name)
 	}
 	return names
 }
