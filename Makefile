@@ -198,9 +198,10 @@ vet: ## go vet svm's module, the tools module's etcd and the consumer module tha
 	cd test/consumer && go vet ./...
 
 .PHONY: test
-test: controlplane matrix kubectl helm verify-generated fmt-check vet test-race ## Build the control plane, kubectl and helm, check generated code, and run every test.
+test: controlplane matrix kubectl helm verify-generated fmt-check vet test-race ## Build the control plane, kubectl and helm, check generated code, and run every test, make e2e's on a real node last (as root).
 	@# internal/ and pkg/ ran in test-race already: the rest runs here.
 	SVM_BIN_DIR=$(BIN) go test $(GO_TEST_FLAGS) $(SLOW_TESTS) ./api/... ./cmd/... ./hack/... ./test/...
+	$(MAKE) e2e
 
 .PHONY: test-short
 test-short: controlplane kubectl helm ## For inner loops: vet, the unit tests and one smoke test on a real control plane (a few minutes warm). make test (and CI) runs everything.

@@ -139,6 +139,13 @@ func install(t *testing.T, c *cluster) {
 	}
 	pods := waitReadyPods(t, env, 2, 3*time.Minute)
 	t.Logf("pods %v Ready %s after helm install", pods, time.Since(installed).Round(time.Second))
+	// The pods passed the restricted Pod Security Standard, which the
+	// chart's namespace enforces.
+	if ns, err := env.Kube.CoreV1().Namespaces().Get(t.Context(), namespace, metav1.GetOptions{}); err != nil {
+		t.Error(err)
+	} else if got := ns.Labels["pod-security.kubernetes.io/enforce"]; got != "restricted" {
+		t.Errorf("namespace %s enforces %q, want the restricted Pod Security Standard", namespace, got)
+	}
 	var lease coordinationv1.Lease
 	err := wait.PollUntilContextTimeout(t.Context(), time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
 		l, err := env.Kube.CoordinationV1().Leases(namespace).Get(ctx, leaseName, metav1.GetOptions{})
