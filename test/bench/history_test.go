@@ -342,7 +342,7 @@ func listMigrations(ctx context.Context, b *testing.B, env *framework.Env) []mig
 // ofResources is the migrations of ms that migrate a resource of rs.
 func ofResources(ms []migrationv1alpha1.StorageVersionMigration, rs []framework.Resource) []migrationv1alpha1.StorageVersionMigration {
 	return slices.DeleteFunc(ms, func(m migrationv1alpha1.StorageVersionMigration) bool {
-		return !slices.ContainsFunc(rs, func(r framework.Resource) bool { return history.ResourceOf(&m) == r.GVR("v1").GroupResource() })
+		return !slices.ContainsFunc(rs, func(r framework.Resource) bool { return m.Spec.Resource.GroupResource() == r.GVR("v1").GroupResource() })
 	})
 }
 
@@ -415,7 +415,7 @@ func (r *historyRun) tally(seen *migrationLog, rs []framework.Resource, left []m
 	r.remaining = len(left)
 	perResource := map[schema.GroupResource]int{}
 	for i := range left {
-		perResource[history.ResourceOf(&left[i])]++
+		perResource[left[i].Spec.Resource.GroupResource()]++
 	}
 	for _, n := range perResource {
 		r.mostOfOne = max(r.mostOfOne, n)
@@ -506,7 +506,7 @@ func (l *migrationLog) record(t watch.EventType, m *migrationv1alpha1.StorageVer
 	defer l.mu.Unlock()
 	s := l.byName[m.Name]
 	if s == nil {
-		s = &migrationSeen{resource: history.ResourceOf(m), labelled: m.Labels[trigger.CreatedByLabel] != ""}
+		s = &migrationSeen{resource: m.Spec.Resource.GroupResource(), labelled: m.Labels[trigger.CreatedByLabel] != ""}
 		l.byName[m.Name] = s
 	}
 	s.succeeded = s.succeeded || m.HasCondition(migrationv1alpha1.MigrationSucceeded)

@@ -54,7 +54,7 @@ func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Named("history").
 		Watches(&migrationv1alpha1.StorageVersionMigration{},
 			handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-				gr := ResourceOf(o.(*migrationv1alpha1.StorageVersionMigration))
+				gr := o.(*migrationv1alpha1.StorageVersionMigration).Spec.Resource.GroupResource()
 				return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: gr.Group, Name: gr.Resource}}}
 			}),
 			builder.WithPredicates(predicate.Funcs{
@@ -104,7 +104,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if Failed(m) {
 			status = metrics.StatusFailed
 		}
-		c.Metrics.FinishedMigrationDeleted(ResourceOf(m), status)
+		c.Metrics.FinishedMigrationDeleted(m.Spec.Resource.GroupResource(), status)
 		deleted = append(deleted, m.Name)
 	}
 	return reconcile.Result{}, nil

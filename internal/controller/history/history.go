@@ -54,7 +54,7 @@ func Expired(p Policy, ms []migrationv1alpha1.StorageVersionMigration) []*migrat
 		if !m.IsFinished() || m.DeletionTimestamp != nil {
 			continue
 		}
-		gr := ResourceOf(m)
+		gr := m.Spec.Resource.GroupResource()
 		if _, ok := byResource[gr]; !ok {
 			order = append(order, gr)
 		}
@@ -72,11 +72,6 @@ func Expired(p Policy, ms []migrationv1alpha1.StorageVersionMigration) []*migrat
 		}
 	}
 	return out
-}
-
-// ResourceOf is the resource m migrates, its version aside.
-func ResourceOf(m *migrationv1alpha1.StorageVersionMigration) schema.GroupResource {
-	return schema.GroupResource{Group: m.Spec.Resource.Group, Resource: m.Spec.Resource.Resource}
 }
 
 // Kept is the migrations of finished, the finished migrations of one

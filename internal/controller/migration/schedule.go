@@ -6,7 +6,6 @@ import (
 	"time"
 
 	storagemigrationv1 "k8s.io/api/storagemigration/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	migrationv1alpha1 "github.com/svm-project/svm/api/migration/v1alpha1"
@@ -83,7 +82,7 @@ type scheduler struct {
 
 // holder is the in-tree migration that holds m's resource, nil if none.
 func (s *scheduler) holder(m *migrationv1alpha1.StorageVersionMigration) *storagemigrationv1.StorageVersionMigration {
-	gr := schema.GroupResource{Group: m.Spec.Resource.Group, Resource: m.Spec.Resource.Resource}
+	gr := m.Spec.Resource.GroupResource()
 	return intree.Holder(s.in.InTree, gr, string(m.UID))
 }
 

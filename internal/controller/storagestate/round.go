@@ -170,9 +170,9 @@ func (c *Controller) readCluster(ctx context.Context) (*snapshot, error) {
 	// length, so that an append to one resource's never writes over the
 	// next one's.
 	for start := 0; start < len(snap.all); {
-		gr := migratedResource(&snap.all[start])
+		gr := snap.all[start].Spec.Resource.GroupResource()
 		end := start + 1
-		for end < len(snap.all) && migratedResource(&snap.all[end]) == gr {
+		for end < len(snap.all) && snap.all[end].Spec.Resource.GroupResource() == gr {
 			end++
 		}
 		snap.migrations[gr] = snap.all[start:end:end]
@@ -192,7 +192,7 @@ func groupedByResource(migrations []migrationv1alpha1.StorageVersionMigration) [
 	var order []schema.GroupResource
 	counts := map[schema.GroupResource]int{}
 	for i := range migrations {
-		gr := migratedResource(&migrations[i])
+		gr := migrations[i].Spec.Resource.GroupResource()
 		if counts[gr] == 0 {
 			order = append(order, gr)
 		}
@@ -206,16 +206,11 @@ func groupedByResource(migrations []migrationv1alpha1.StorageVersionMigration) [
 	}
 	out := make([]migrationv1alpha1.StorageVersionMigration, len(migrations))
 	for i := range migrations {
-		gr := migratedResource(&migrations[i])
+		gr := migrations[i].Spec.Resource.GroupResource()
 		out[next[gr]] = migrations[i]
 		next[gr]++
 	}
 	return out
-}
-
-// migratedResource is the resource m migrates.
-func migratedResource(m *migrationv1alpha1.StorageVersionMigration) schema.GroupResource {
-	return schema.GroupResource{Group: m.Spec.Resource.Group, Resource: m.Spec.Resource.Resource}
 }
 
 // choice is one resource's decision in a round, and what applying it
