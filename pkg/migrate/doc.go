@@ -25,13 +25,14 @@
 // # What is promised
 //
 // No content changes. The resource is listed in chunks (Options.ChunkSize),
-// and every listed object is written back with an Update whose body is the
-// object exactly as the API server served it in the list, so it cannot
-// change content; the API server re-encodes the object in the current
-// storage version (and under the current encryption key) and stores it.
-// The listed resourceVersion is a precondition: an object written, or
-// deleted and created again, since it was listed is refused with a
-// conflict instead of being overwritten.
+// and every listed object is written back with a JSON merge patch that sets
+// nothing but its uid and resourceVersion to the values listed, so it
+// cannot change content, not even a field the listing server did not know;
+// the API server re-encodes the object in the current storage version (and
+// under the current encryption key) and stores it. The listed
+// resourceVersion is a precondition: an object written since it was listed
+// is refused with a conflict instead of being overwritten, and the uid
+// keeps the write off one deleted and created again under the same name.
 //
 // Conflicts and deletions are skipped, not failures. An object refused
 // with a conflict was stored by that other write, in the current form:
