@@ -53,9 +53,10 @@ const FieldManager = "svm-migration-controller"
 // and patch. Watch reads nothing list does not; it lets a migration skip
 // objects others wrote while it ran.
 // Migrations are read from the cache (list and watch, never get) and
-// written with merge patches only. Objects are written back with an
-// Update (the engine's rewrite) or a merge patch (managedFields moved off a
-// retired version).
+// written with merge patches only. Objects are written back with merge
+// patches too (the engine's rewrite, and managedFields moved off a retired
+// version); update is for dry runs only, which tell how a managedFields
+// entry reads in the version kept.
 //
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations,verbs=list;watch;patch
 // +kubebuilder:rbac:groups=migration.k8s.io,resources=storageversionmigrations/status,verbs=patch
