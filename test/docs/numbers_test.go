@@ -94,6 +94,40 @@ func TestDocsStateFlagDefaults(t *testing.T) {
 	}
 }
 
+// chartDefault is a value of the chart's values.yaml left empty whose
+// comment gives svm's default: "(svm's default: 64).\n  workers: null",
+// the comment's lines joined.
+var chartDefault = regexp.MustCompile(`\(svm's\s+default:\s+([^),]+)[^)]*\)\.?\n\s*(\w+):\s*null`)
+
+// TestChartStatesSvmDefaults compares the default of svm's that the
+// chart's values.yaml gives for each controller flag it leaves to svm
+// with the flag's own.
+func TestChartStatesSvmDefaults(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(repoRoot(), "charts", "svm", "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := regexp.MustCompile(`\n\s*# `).ReplaceAllString(string(data), " ")
+	flags := svmFlags()
+	compared := 0
+	for _, m := range chartDefault.FindAllStringSubmatch(text, -1) {
+		value, key := strings.TrimSpace(m[1]), m[2]
+		name := strings.ToLower(regexp.MustCompile(`[A-Z]`).ReplaceAllString(key, "-$0"))
+		defs := flags[name]
+		if len(defs) == 0 {
+			t.Errorf("values.yaml: controller.%s names svm's default, but svm has no flag --%s", key, name)
+			continue
+		}
+		if agrees, states := sameDefault(defs[0], value); !states || !agrees {
+			t.Errorf("values.yaml: controller.%s: svm's default is %q, not %q", key, defs[0].DefValue, value)
+		}
+		compared++
+	}
+	if compared < 3 {
+		t.Fatalf("compared %d of the chart's values with svm's defaults, want maxParallel, workers and qps at least", compared)
+	}
+}
+
 // sameDefault reports whether value, as the docs write it, is f's default,
 // and whether value states one at all (a number, a duration, or a string
 // in backticks, as f's type takes).
