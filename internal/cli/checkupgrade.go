@@ -87,9 +87,9 @@ func newCheckUpgradeCommand(configFlags *genericclioptions.ConfigFlags, out, err
 		}),
 	}
 	fs := cmd.Flags()
-	fs.StringArrayVar(&o.Decodable, "decodable", nil, "RESOURCE[.GROUP]=VERSION[,VERSION...]: versions the target decodes for a resource; repeat for more resources")
-	fs.StringVar(&o.To, "to", "", "the Kubernetes release to upgrade to (1.39 or v1.39): what it decodes of built-in resources comes from k8s.io/api, of custom resources from their CRDs")
-	fs.StringArrayVarP(&o.Files, "filename", "f", nil, "file listing the versions the target decodes, by resource (see above); may be repeated")
+	fs.StringArrayVar(&o.Decodable, "decodable", nil, "versions the target decodes for a resource, as RESOURCE[.GROUP]=VERSION[,VERSION...] (repeatable)")
+	fs.StringVar(&o.To, "to", "", "the Kubernetes release to upgrade to (1.39 or v1.39), whose decodable versions come from k8s.io/api and the CRDs")
+	fs.StringArrayVarP(&o.Files, "filename", "f", nil, "file listing the versions the target decodes, by resource (repeatable)")
 	fs.StringVarP(&o.Output, "output", "o", "table", "output format: "+strings.Join(checkUpgradeOutputs, ", ")+" (json and yaml have a stable, versioned structure)")
 	return cmd
 }

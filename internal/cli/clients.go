@@ -39,13 +39,13 @@ func (f *EngineFlags) addFlags(fs interface {
 	BoolVar(*bool, string, bool, string)
 	StringVar(*string, string, string, string)
 }) {
-	fs.IntVar(&f.Workers, "workers", operation.DefaultWorkers, "the most writes in flight, per migration and, with adaptive pacing, for the whole process; how many below it is decided by the API server's latency")
+	fs.IntVar(&f.Workers, "workers", operation.DefaultWorkers, "the most writes in flight per migration, and with --adaptive-pacing for the whole process")
 	fs.Float64Var(&f.QPS, "qps", 0, "requests per second to the API server, shared by all migrations (0: unlimited)")
-	fs.IntVar(&f.Burst, "burst", operation.DefaultBurst, "requests sent at once at most under --qps; 1 spaces them evenly, which costs other clients the least")
-	fs.Int64Var(&f.ChunkSize, "chunk-size", 500, "the most objects listed per request; under --qps, a list brings about a second's writes at that rate at most")
+	fs.IntVar(&f.Burst, "burst", operation.DefaultBurst, "requests sent at once at most under --qps (1 spaces them evenly)")
+	fs.Int64Var(&f.ChunkSize, "chunk-size", 500, "the most objects listed per request (under --qps, about a second's writes at most)")
 	fs.StringVar(&f.ChunkBytes, "chunk-bytes", resource.NewQuantity(operation.DefaultChunkBytes, resource.BinarySI).String(),
-		"bytes of object metadata a list brings at most, such as 8Mi: each list asks for as many objects as fit at the size of the last chunk's, and one that reaches it first is cut and asked again for fewer; with --chunk-size, bounds what svm holds (docs/design.md)")
-	fs.BoolVar(&f.AdaptivePacing, "adaptive-pacing", true, "keep the writes in flight just past the knee of the API server's rate curve (the fewest that get 0.95 of the best rate measured, with a margin above), and halve them when it throttles or its rate collapses (--workers is the most; --qps stays a hard cap)")
+		"the most bytes of object metadata one list brings, such as 8Mi")
+	fs.BoolVar(&f.AdaptivePacing, "adaptive-pacing", true, "keep the writes in flight near the fewest that get 0.95 of the best rate measured, halved when the API server throttles")
 }
 
 func (f *EngineFlags) validate() error {

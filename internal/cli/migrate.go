@@ -59,8 +59,8 @@ func newMigrateCommand(configFlags *genericclioptions.ConfigFlags, out, errOut i
 	}
 	o.Engine.addFlags(cmd.Flags())
 	cmd.Flags().BoolVar(&o.All, "all", false, "migrate every resource the server serves that can be listed and patched, once per storage")
-	cmd.Flags().BoolVar(&o.ThroughStatus, "through-status", false, "write an object whose write an admission webhook or ValidatingAdmissionPolicy refuses through the resource's status subresource instead, where it has one: the same empty write, which the API server stores in the storage version alike, and which webhooks and policies registered for the resource alone are not asked about (needs patch on the status subresources)")
-	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "write nothing: say, for each resource, which admission webhooks and ValidatingAdmissionPolicies the API server would ask about svm's writes and about writes through its status subresource (--through-status), from their rules")
+	cmd.Flags().BoolVar(&o.ThroughStatus, "through-status", false, "write an object that admission refuses through its status subresource, where it has one")
+	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "write nothing: list, per resource, the admission webhooks and policies that would judge svm's writes")
 	return cmd
 }
 

@@ -81,11 +81,11 @@ func newRetireCommand(configFlags *genericclioptions.ConfigFlags, out, errOut io
 	}
 	o.Engine.addFlags(cmd.Flags())
 	fs := cmd.Flags()
-	fs.BoolVar(&o.DryRun, "dry-run", false, "show what may be stored in the version, which objects' managedFields name it and the requests for it each API server saw; write nothing")
+	fs.BoolVar(&o.DryRun, "dry-run", false, "write nothing: show what may be stored in the version, which managedFields name it and the requests for it")
 	fs.BoolVar(&o.Unserve, "unserve", false, "once done, stop serving the version (CRDs only), if no API server saw a request for it during --quiet-for")
 	fs.DurationVar(&o.QuietFor, "quiet-for", operation.DefaultQuietFor, "how long every API server must answer no request for the version before --unserve stops serving it")
-	fs.DurationVar(&o.CRDDrainMargin, "crd-drain-margin", operation.DefaultCRDDrainMargin, "before a CRD's objects are rewritten for a prune of its storedVersions, wait until this long has passed since its spec last changed: how long a write an API server accepted under the previous storage version may still land in etcd (twice kube-apiserver's --request-timeout, which is 1m by default); negative does not wait")
-	fs.StringSliceVar(&o.APIServerEndpoints, "apiserver-endpoints", nil, "URLs of every API server, whose /metrics count the requests for the version (default: the kubeconfig's server and the addresses the API servers' identity leases publish)")
+	fs.DurationVar(&o.CRDDrainMargin, "crd-drain-margin", operation.DefaultCRDDrainMargin, "before rewriting a CRD's objects for a prune, wait until this long has passed since its spec changed (negative: no wait)")
+	fs.StringSliceVar(&o.APIServerEndpoints, "apiserver-endpoints", nil, "URLs of every API server, whose /metrics count requests for the version (default: the kubeconfig's and the identity leases')")
 	fs.StringVarP(&o.Output, "output", "o", "table", "output format: "+strings.Join(retireOutputs, ", ")+" (json and yaml have a stable, versioned structure)")
 	return cmd
 }

@@ -78,7 +78,7 @@ func newStatusCommand(configFlags *genericclioptions.ConfigFlags, out, errOut io
 	fs.StringVarP(&o.Output, "output", "o", "table", "output format: "+strings.Join(statusOutputs, ", ")+" (json and yaml have a stable, versioned structure)")
 	fs.BoolVarP(&o.Watch, "watch", "w", false, "show a progress line per running migration, refreshed every --interval until interrupted")
 	fs.DurationVar(&o.Interval, "interval", 2*time.Second, "time between refreshes with --watch")
-	fs.StringSliceVar(&o.APIServerEndpoints, "apiserver-endpoints", nil, "URLs of every API server (https://host:port), to read each one's encryption configuration from its /metrics; default: the kubeconfig's server and the addresses the API servers' identity leases publish")
+	fs.StringSliceVar(&o.APIServerEndpoints, "apiserver-endpoints", nil, "URLs of every API server (https://host:port) (default: the kubeconfig's server and the identity leases' addresses)")
 	return cmd
 }
 
