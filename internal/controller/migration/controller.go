@@ -47,7 +47,7 @@ import (
 // FieldManager names the controller's writes to migrations.
 const FieldManager = "svm-migration-controller"
 
-// The controller reads and updates migrations, records events, and lists
+// The controller reads and patches migrations, records events, and lists
 // and patches every resource it migrates: rewriting arbitrary resources is
 // the one thing that needs a wildcard, and it is limited to list, watch
 // and patch. Watch reads nothing list does not; it lets a migration skip
